@@ -1,0 +1,46 @@
+/* log.h: the daemon's one logger.
+ *
+ * Output goes to stderr, one line per event, in one of two formats:
+ *   text (default, klog style): I1129 15:04:05.123456 1234 file.c:42] msg key=value ...
+ *   json (-logFormat=json):     {"ts":"2026-11-29T15:04:05.123456Z","level":"info",
+ *                                "caller":"file.c:42","msg":"msg","key":"value",...}
+ *
+ * Fields are written by the caller as one printf-style string of space separated
+ * key=value pairs; a value that contains spaces is written in double quotes
+ * (escape a quote inside it with a backslash). The JSON writer splits that
+ * string back into fields, so both formats carry the same information.
+ *
+ * Info messages carry a verbosity: they are printed when it is <= -v (default 2).
+ * Errors and warnings are always printed. Never pass secrets to the logger.
+ */
+#ifndef PCSI_LOG_H
+#define PCSI_LOG_H
+
+#include <stdbool.h>
+
+#include "util.h"
+
+enum pcsi_log_level { PCSI_LOG_ERROR, PCSI_LOG_WARN, PCSI_LOG_INFO };
+enum pcsi_log_format { PCSI_LOG_TEXT, PCSI_LOG_JSON };
+
+void pcsi_log_setup(enum pcsi_log_format fmt, int verbosity);
+int pcsi_log_verbosity(void);
+
+static inline bool pcsi_log_enabled(int v)
+{
+	return v <= pcsi_log_verbosity();
+}
+
+/* |fields| is a printf format producing "k=v k2=v2" (may be ""). */
+void pcsi_log_emit(enum pcsi_log_level level, const char *file, int line, const char *msg,
+		   const char *fields, ...) PCSI_PRINTF(5, 6);
+
+#define pcsi_err(msg, ...)  pcsi_log_emit(PCSI_LOG_ERROR, __FILE__, __LINE__, msg, __VA_ARGS__)
+#define pcsi_warn(msg, ...) pcsi_log_emit(PCSI_LOG_WARN, __FILE__, __LINE__, msg, __VA_ARGS__)
+#define pcsi_info(v, msg, ...)                                                                     \
+	do {                                                                                       \
+		if (pcsi_log_enabled(v))                                                           \
+			pcsi_log_emit(PCSI_LOG_INFO, __FILE__, __LINE__, msg, __VA_ARGS__);        \
+	} while (0)
+
+#endif

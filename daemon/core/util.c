@@ -1,0 +1,77 @@
+/* util.c: allocation wrappers that abort on OOM, clocks. See util.h. */
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void oom(size_t n)
+{
+	fprintf(stderr, "F pmem-csi-driver: out of memory allocating %zu bytes\n", n);
+	abort();
+}
+
+void *pcsi_xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		oom(n);
+	return p;
+}
+
+void *pcsi_xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		oom(n * size);
+	return p;
+}
+
+void *pcsi_xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	if (!q)
+		oom(n);
+	return q;
+}
+
+char *pcsi_xstrdup(const char *s)
+{
+	return pcsi_xstrndup(s, strlen(s));
+}
+
+char *pcsi_xstrndup(const char *s, size_t n)
+{
+	char *p = pcsi_xmalloc(n + 1);
+	memcpy(p, s, n);
+	p[n] = '\0';
+	return p;
+}
+
+char *pcsi_xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		oom(0);
+	return s;
+}
+
+uint64_t pcsi_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t pcsi_now_ms(void)
+{
+	return pcsi_now_ns() / 1000000u;
+}

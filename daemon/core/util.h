@@ -1,0 +1,32 @@
+/* util.h: small helpers every module may use.
+ *
+ * OOM policy (decided once for the whole daemon): allocation failure aborts.
+ * The driver runs under Kubernetes, which restarts it; checking every malloc
+ * would add error paths that are never exercised. Use pcsi_xmalloc() and
+ * friends everywhere instead of malloc().
+ */
+#ifndef PCSI_UTIL_H
+#define PCSI_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PCSI_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define pcsi_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#define PCSI_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define PCSI_MAX(a, b)     ((a) > (b) ? (a) : (b))
+#define PCSI_UNUSED        __attribute__((unused))
+#define PCSI_PRINTF(f, a)  __attribute__((format(printf, f, a)))
+
+void *pcsi_xmalloc(size_t n);
+void *pcsi_xcalloc(size_t n, size_t size);
+void *pcsi_xrealloc(void *p, size_t n);
+char *pcsi_xstrdup(const char *s);
+char *pcsi_xstrndup(const char *s, size_t n);
+char *pcsi_xasprintf(const char *fmt, ...) PCSI_PRINTF(1, 2);
+
+/* Monotonic clock in milliseconds / nanoseconds (CLOCK_MONOTONIC). */
+uint64_t pcsi_now_ms(void);
+uint64_t pcsi_now_ns(void);
+
+#endif

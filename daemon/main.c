@@ -1,0 +1,171 @@
+/* main.c: pmem-csi-driver entry point.
+ *
+ * Parses the flags, sets up logging, builds the TLS contexts, starts the
+ * services of the chosen role on one libuv loop and runs it until SIGTERM or
+ * SIGINT; then shuts down gracefully (GOAWAY, calls in flight get
+ * -shutdownGrace seconds, socket files removed) and exits 0. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "../rpc/endpoint.h"
+#include "../rpc/server.h"
+#include "../rpc/tls.h"
+#include "config.h"
+#include "core/log.h"
+#include "identity.h"
+#include "registry.h"
+#include "version.h"
+
+struct daemon {
+	uv_loop_t *loop;
+	struct pcsi_config cfg;
+	struct pcsi_server *server;
+	struct pcsi_tls_ctx *server_tls;
+	struct pcsi_identity identity;
+	struct pcsi_registry registry;
+	uv_signal_t sigterm, sigint;
+	bool stopping;
+};
+
+static void on_server_closed(struct pcsi_server *srv, void *data)
+{
+	struct daemon *d = data;
+
+	(void)srv;
+	uv_close((uv_handle_t *)&d->sigterm, NULL);
+	uv_close((uv_handle_t *)&d->sigint, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct daemon *d = h->data;
+
+	if (d->stopping) {
+		pcsi_warn("second signal: exiting now", "signal=%d", signum);
+		exit(1);
+	}
+	d->stopping = true;
+	pcsi_info(1, "shutting down", "signal=%s grace_s=%u", signum == SIGTERM ? "SIGTERM" : "SIGINT",
+		  d->cfg.shutdown_grace_s);
+	pcsi_identity_set_ready(&d->identity, false);
+	pcsi_server_shutdown(d->server, (uint64_t)d->cfg.shutdown_grace_s * 1000, on_server_closed, d);
+}
+
+/* Listens on |url| with |services|; TCP listeners get mutual TLS unless -insecure. */
+static int serve(struct daemon *d, const char *what, const char *url,
+		 ProtobufCService *const *services, size_t n)
+{
+	struct pcsi_endpoint ep;
+	struct pcsi_tls_ctx *tls = NULL;
+	char err[256];
+	int rc;
+
+	if (pcsi_endpoint_parse(url, &ep, err, sizeof(err)) < 0) {
+		pcsi_err("bad endpoint", "what=%s err=\"%s\"", what, err);
+		return -1;
+	}
+	if (!ep.is_unix) {
+		if (d->server_tls)
+			tls = d->server_tls;
+		else
+			pcsi_warn("serving plaintext TCP without TLS (-insecure)", "what=%s endpoint=%s",
+				  what, url);
+	}
+	rc = pcsi_server_listen(d->server, &ep, tls, services, n);
+	if (rc < 0) {
+		pcsi_err("cannot listen", "what=%s endpoint=%s err=\"%s\"", what, url,
+			 rc == -EEXIST ? "path exists and is not a socket" : uv_strerror(rc));
+		return -1;
+	}
+	pcsi_info(1, "listening", "what=%s endpoint=%s tls=%s", what, url, tls ? "mutual" : "off");
+	return 0;
+}
+
+static int start_controller(struct daemon *d)
+{
+	static ProtobufCService *csi[1], *reg[2];
+
+	csi[0] = pcsi_identity_service(&d->identity);
+	reg[0] = pcsi_registry_service(&d->registry);
+	reg[1] = pcsi_identity_service(&d->identity);
+	if (serve(d, "csi", d->cfg.endpoint, csi, 1) < 0)
+		return -1;
+	if (d->cfg.registry_endpoint) {
+		if (serve(d, "registry", d->cfg.registry_endpoint, reg, 2) < 0)
+			return -1;
+	} else {
+		pcsi_warn("no -registryEndpoint: nodes cannot register", "%s", "");
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct daemon d;
+	struct pcsi_server_opts sopts = { 0 };
+	char err[512];
+	int rc;
+
+	memset(&d, 0, sizeof(d));
+	rc = pcsi_config_parse(&d.cfg, argc, argv, stdout, stderr);
+	if (rc != 0)
+		return rc > 0 ? 0 : 2;
+	pcsi_log_setup(d.cfg.log_format, d.cfg.verbosity);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (d.cfg.mode == PCSI_MODE_NODE) {
+		fprintf(stderr, "pmem-csi-driver: -mode=node is not available in this version yet "
+				"(the node role comes with the backends)\n");
+		return 2;
+	}
+	if (d.cfg.metrics_listen)
+		pcsi_warn("-metricsListen is not served by this version yet; ignored", "addr=%s",
+			  d.cfg.metrics_listen);
+
+	pcsi_info(1, "starting", "version=%s mode=%s driver=%s", PCSI_VERSION,
+		  pcsi_mode_name(d.cfg.mode), d.cfg.driver_name);
+	if (d.cfg.ca_file) {
+		d.server_tls = pcsi_tls_ctx_new(true, d.cfg.ca_file, d.cfg.cert_file, d.cfg.key_file,
+						pcsi_config_peer_name(&d.cfg), err, sizeof(err));
+		if (!d.server_tls) {
+			pcsi_err("TLS setup failed", "err=\"%s\"", err);
+			return 1;
+		}
+	}
+
+	d.loop = uv_default_loop();
+	pcsi_identity_init(&d.identity, d.cfg.driver_name);
+	pcsi_registry_init(&d.registry);
+	sopts.max_recv_msg = d.cfg.max_recv_msg;
+	sopts.max_streams = d.cfg.max_streams;
+	sopts.max_conns = d.cfg.max_conns;
+	d.server = pcsi_server_new(d.loop, &sopts);
+
+	uv_signal_init(d.loop, &d.sigterm);
+	uv_signal_init(d.loop, &d.sigint);
+	d.sigterm.data = d.sigint.data = &d;
+	uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+	uv_signal_start(&d.sigint, on_signal, SIGINT);
+
+	if (start_controller(&d) < 0) {
+		/* Close what was opened, then report the failure. */
+		d.stopping = true;
+		pcsi_server_shutdown(d.server, 0, on_server_closed, &d);
+		uv_run(d.loop, UV_RUN_DEFAULT);
+		rc = 1;
+	} else {
+		pcsi_identity_set_ready(&d.identity, true);
+		uv_run(d.loop, UV_RUN_DEFAULT);
+		pcsi_info(1, "stopped", "%s", "");
+		rc = 0;
+	}
+	pcsi_server_free(d.server);
+	pcsi_registry_done(&d.registry);
+	pcsi_tls_ctx_free(d.server_tls);
+	if (uv_loop_close(d.loop) != 0)
+		pcsi_warn("event loop closed with handles still open", "%s", "");
+	return rc;
+}

@@ -1,0 +1,345 @@
+/* conn.c: HTTP/2 over libuv streams with optional TLS. See conn.h. */
+#include "conn.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../daemon/core/log.h"
+#include "../daemon/core/util.h"
+
+struct wbuf {
+	uv_write_t req;
+	struct pcsi_conn *c;
+	size_t len;
+	char data[];
+};
+
+static void on_handle_closed(uv_handle_t *h);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_flush(uv_prepare_t *p);
+
+int pcsi_conn_init(struct pcsi_conn *c, uv_loop_t *loop, bool tcp,
+		   const struct pcsi_conn_ops *ops)
+{
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	c->ops = ops;
+	rc = tcp ? uv_tcp_init(loop, &c->io.tcp) : uv_pipe_init(loop, &c->io.pipe, 0);
+	if (rc < 0)
+		return rc;
+	uv_timer_init(loop, &c->timer);
+	uv_prepare_init(loop, &c->flush);
+	c->open_handles = 3;
+	snprintf(c->peer, sizeof(c->peer), "%s", tcp ? "tcp" : "unix");
+	return 0;
+}
+
+void pcsi_conn_describe_peer(struct pcsi_conn *c)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+	char host[48];
+
+	if (c->io.handle.type != UV_TCP)
+		return;
+	if (uv_tcp_getpeername(&c->io.tcp, (struct sockaddr *)&ss, &len) != 0)
+		return;
+	if (ss.ss_family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+		uv_ip4_name(in, host, sizeof(host));
+		snprintf(c->peer, sizeof(c->peer), "%s:%u", host, ntohs(in->sin_port));
+	} else if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+		uv_ip6_name(in6, host, sizeof(host));
+		snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host, ntohs(in6->sin6_port));
+	}
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	static char slab[64 * 1024]; /* one thread: one read is processed at a time */
+
+	(void)h;
+	(void)hint;
+	buf->base = slab;
+	buf->len = sizeof(slab);
+}
+
+static void read_start(struct pcsi_conn *c)
+{
+	if (!c->reading && !c->closing && uv_read_start(&c->io.stream, on_alloc, on_read) == 0)
+		c->reading = true;
+}
+
+static void read_stop(struct pcsi_conn *c)
+{
+	if (c->reading) {
+		uv_read_stop(&c->io.stream);
+		c->reading = false;
+	}
+}
+
+void pcsi_conn_kick(struct pcsi_conn *c)
+{
+	if (!c->closing)
+		uv_prepare_start(&c->flush, on_flush);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	struct pcsi_conn *c = pcsi_container_of(t, struct pcsi_conn, timer);
+
+	if (c->ops->on_timer)
+		c->ops->on_timer(c);
+	else
+		pcsi_conn_close(c, "timeout");
+}
+
+void pcsi_conn_set_timer(struct pcsi_conn *c, uint64_t ms)
+{
+	if (c->closing)
+		return;
+	if (ms)
+		uv_timer_start(&c->timer, on_timer, ms, 0);
+	else
+		uv_timer_stop(&c->timer);
+}
+
+void pcsi_conn_close(struct pcsi_conn *c, const char *reason)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	c->close_reason = reason;
+	read_stop(c);
+	uv_close(&c->io.handle, on_handle_closed);
+	uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+	uv_close((uv_handle_t *)&c->flush, on_handle_closed);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+	struct pcsi_conn *c;
+
+	if (h->type == UV_TIMER)
+		c = pcsi_container_of(h, struct pcsi_conn, timer);
+	else if (h->type == UV_PREPARE)
+		c = pcsi_container_of(h, struct pcsi_conn, flush);
+	else
+		c = pcsi_container_of(h, struct pcsi_conn, io.handle);
+	if (--c->open_handles > 0)
+		return;
+	nghttp2_session_del(c->ng);
+	c->ng = NULL;
+	pcsi_tls_free(c->tls);
+	c->tls = NULL;
+	c->ops->on_close(c, c->close_reason);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+	struct wbuf *wb = pcsi_container_of(req, struct wbuf, req);
+	struct pcsi_conn *c = wb->c;
+
+	c->queued -= wb->len;
+	free(wb);
+	if (c->closing)
+		return;
+	if (status < 0) {
+		pcsi_conn_close(c, "write failed");
+		return;
+	}
+	if (c->paused && c->queued < PCSI_CONN_LOW_WATER) {
+		c->paused = false;
+		read_start(c);
+	}
+	pcsi_conn_kick(c); /* re-check for teardown or more output */
+}
+
+/* Output collected in one flush, then handed to uv_write in one request. */
+struct obuf {
+	struct wbuf *wb;
+	size_t cap;
+};
+
+static void obuf_put(struct obuf *o, struct pcsi_conn *c, const void *p, size_t n)
+{
+	size_t need;
+
+	if (!o->wb) {
+		o->cap = PCSI_MAX(n, 16384u);
+		o->wb = pcsi_xmalloc(sizeof(struct wbuf) + o->cap);
+		o->wb->c = c;
+		o->wb->len = 0;
+	}
+	need = o->wb->len + n;
+	if (need > o->cap) {
+		o->cap = PCSI_MAX(need, o->cap * 2);
+		o->wb = pcsi_xrealloc(o->wb, sizeof(struct wbuf) + o->cap);
+	}
+	memcpy(o->wb->data + o->wb->len, p, n);
+	o->wb->len += n;
+}
+
+static int obuf_send(struct obuf *o, struct pcsi_conn *c)
+{
+	uv_buf_t b;
+	int rc;
+
+	if (!o->wb)
+		return 0;
+	b = uv_buf_init(o->wb->data, (unsigned)o->wb->len);
+	c->queued += o->wb->len;
+	rc = uv_write(&o->wb->req, &c->io.stream, &b, 1, on_written);
+	if (rc < 0) {
+		c->queued -= o->wb->len;
+		free(o->wb);
+	}
+	o->wb = NULL;
+	return rc;
+}
+
+static void on_flush(uv_prepare_t *p)
+{
+	struct pcsi_conn *c = pcsi_container_of(p, struct pcsi_conn, flush);
+	struct obuf o = { 0 };
+	char tmp[16384];
+
+	uv_prepare_stop(p);
+	if (c->closing)
+		return;
+	if (c->ready) {
+		for (;;) {
+			const uint8_t *data;
+			ssize_t n = nghttp2_session_mem_send(c->ng, &data);
+
+			if (n < 0) {
+				free(o.wb);
+				pcsi_conn_close(c, nghttp2_strerror((int)n));
+				return;
+			}
+			if (n == 0)
+				break;
+			if (c->tls) {
+				if (pcsi_tls_write(c->tls, data, (size_t)n) < 0) {
+					free(o.wb);
+					pcsi_conn_close(c, "TLS write failed");
+					return;
+				}
+			} else {
+				obuf_put(&o, c, data, (size_t)n);
+			}
+		}
+	}
+	if (c->tls) {
+		size_t n;
+		while ((n = pcsi_tls_take(c->tls, tmp, sizeof(tmp))) > 0)
+			obuf_put(&o, c, tmp, n);
+	}
+	if (obuf_send(&o, c) < 0) {
+		pcsi_conn_close(c, "write failed");
+		return;
+	}
+	if (c->queued > PCSI_CONN_HIGH_WATER && c->reading) {
+		c->paused = true;
+		read_stop(c);
+	}
+	if (c->ready && c->queued == 0 && !nghttp2_session_want_read(c->ng) &&
+	    !nghttp2_session_want_write(c->ng))
+		pcsi_conn_close(c, NULL);
+}
+
+static int become_ready(struct pcsi_conn *c)
+{
+	int rc;
+
+	c->ready = true;
+	rc = c->ops->on_ready ? c->ops->on_ready(c) : 0;
+	pcsi_conn_kick(c);
+	return rc;
+}
+
+void pcsi_conn_start(struct pcsi_conn *c)
+{
+	c->started = true;
+	read_start(c);
+	if (!c->tls) {
+		if (become_ready(c) < 0)
+			pcsi_conn_close(c, "session setup failed");
+		return;
+	}
+	/* A client speaks first: produce its ClientHello now. */
+	if (pcsi_tls_handshake(c->tls) < 0) {
+		pcsi_conn_close(c, pcsi_tls_error(c->tls));
+		return;
+	}
+	pcsi_conn_kick(c);
+}
+
+static int feed_h2(struct pcsi_conn *c, const uint8_t *p, size_t n)
+{
+	ssize_t rc = nghttp2_session_mem_recv(c->ng, p, n);
+
+	if (rc < 0) {
+		pcsi_info(4, "HTTP/2 protocol error", "peer=%s err=\"%s\"", c->peer,
+			  nghttp2_strerror((int)rc));
+		pcsi_conn_close(c, "HTTP/2 protocol error");
+		return -EPROTO;
+	}
+	return 0;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+	struct pcsi_conn *c = pcsi_container_of(s, struct pcsi_conn, io.stream);
+	uint8_t plain[16384];
+
+	if (nread == 0)
+		return;
+	if (nread < 0) {
+		pcsi_conn_close(c, nread == UV_EOF ? NULL : "read failed");
+		return;
+	}
+	if (!c->tls) {
+		if (feed_h2(c, (const uint8_t *)buf->base, (size_t)nread) == 0)
+			pcsi_conn_kick(c);
+		return;
+	}
+	pcsi_tls_feed(c->tls, buf->base, (size_t)nread);
+	if (!c->ready) {
+		int rc = pcsi_tls_handshake(c->tls);
+
+		if (rc < 0) {
+			pcsi_info(2, "TLS handshake refused", "peer=%s reason=\"%s\"", c->peer,
+				  pcsi_tls_error(c->tls));
+			/* Flush the alert, then close: on_flush runs before close. */
+			on_flush(&c->flush);
+			pcsi_conn_close(c, "TLS handshake failed");
+			return;
+		}
+		if (rc == 0) {
+			pcsi_conn_kick(c);
+			return;
+		}
+		if (become_ready(c) < 0) {
+			pcsi_conn_close(c, "session setup failed");
+			return;
+		}
+	}
+	for (;;) {
+		ssize_t n = pcsi_tls_read(c->tls, plain, sizeof(plain));
+
+		if (n == 0)
+			break;
+		if (n < 0) {
+			pcsi_conn_close(c, n == -ECONNRESET ? NULL : "TLS read failed");
+			return;
+		}
+		if (feed_h2(c, plain, (size_t)n) < 0 || c->closing)
+			return;
+	}
+	pcsi_conn_kick(c);
+}

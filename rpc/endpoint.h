@@ -1,0 +1,24 @@
+/* endpoint.h: parsing of endpoint strings.
+ *
+ *   unix:///abs/path/csi.sock   unix:/abs/path   /abs/path  -> a unix socket
+ *   tcp://host:port   tcp://:port   tcp://[::1]:port        -> TCP
+ *
+ * An empty host means every address (0.0.0.0) for a listener. Paths must be
+ * absolute, shorter than sun_path, and free of control characters. */
+#ifndef PCSI_ENDPOINT_H
+#define PCSI_ENDPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct pcsi_endpoint {
+	bool is_unix;
+	char path[108]; /* unix */
+	char host[256]; /* tcp; without brackets */
+	int port;       /* tcp */
+};
+
+/* Returns 0 or -EINVAL; |err| (may be NULL) then says what is wrong. */
+int pcsi_endpoint_parse(const char *s, struct pcsi_endpoint *ep, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,99 @@
+/* server.h: the gRPC server (unary calls over HTTP/2).
+ *
+ * A server owns listeners and their connections. Each listener serves its own
+ * set of protobuf-c services (Identity on every socket, Node only on the CSI
+ * socket, Registry only on the TCP port, ...); a TCP listener normally has a
+ * TLS context, a unix socket never has one.
+ *
+ * Dispatch: ":path" = "/<package.Service>/<Method>" is looked up among the
+ * listener's services by descriptor name; unknown service or method gives
+ * UNIMPLEMENTED, a content-type other than application/grpc[+proto|;...]
+ * gives HTTP 415. The request is unpacked with the method's input descriptor
+ * and the service's vtable slot is invoked as
+ *     method(service, input, closure, closure_data = struct pcsi_call *)
+ * The handler must end the call exactly once with pcsi_call_reply() or
+ * pcsi_call_fail(), now or later. The input message belongs to the call and
+ * lives until the call ends; the handler must not free it.
+ *
+ * Cancellation: when the client resets the stream, its grpc-timeout expires
+ * (the client then gets DEADLINE_EXCEEDED), or the connection is lost while a
+ * handler is running, the call is cancelled: the handler's cancel callback
+ * runs (once), and its eventual reply is discarded. The handler must still end
+ * the call.
+ *
+ * Shutdown: pcsi_server_shutdown() stops accepting, removes unix socket
+ * files, sends GOAWAY, lets calls in flight finish within |grace_ms| and then
+ * closes everything; |cb| runs once everything is closed.
+ */
+#ifndef PCSI_SERVER_H
+#define PCSI_SERVER_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "endpoint.h"
+#include "status.h"
+#include "tls.h"
+
+struct pcsi_server;
+struct pcsi_call;
+
+struct pcsi_server_opts {
+	size_t max_recv_msg;	      /* largest request message, bytes (default 4 MiB) */
+	uint32_t max_streams;	      /* concurrent streams per connection (default 128) */
+	uint32_t max_conns;	      /* connections across all listeners (default 1024) */
+	uint32_t max_header_list;     /* bytes of request headers (default 16 KiB) */
+	uint32_t idle_timeout_ms;     /* close a connection idle this long (default 5 min) */
+	uint32_t handshake_timeout_ms; /* TLS handshake + preface (default 10 s) */
+	/* Called when a call ends (for logs and metrics); may be NULL. */
+	void (*on_call_end)(const char *method, int status, uint64_t elapsed_ns, void *data);
+	void *on_call_end_data;
+};
+
+typedef void (*pcsi_call_cancel_cb)(struct pcsi_call *call, void *data);
+typedef void (*pcsi_server_closed_cb)(struct pcsi_server *srv, void *data);
+
+/* |opts| may be NULL for the defaults; zero fields take their default. */
+struct pcsi_server *pcsi_server_new(uv_loop_t *loop, const struct pcsi_server_opts *opts);
+
+/* Listens on |ep| and serves |services| there (the array and the services are
+ * borrowed and must outlive the server). |tls| (borrowed, may be NULL) turns on
+ * mutual TLS. A stale unix socket file is replaced; a path that exists and is
+ * not a socket is refused with -EEXIST. Returns 0 or -errno. */
+int pcsi_server_listen(struct pcsi_server *srv, const struct pcsi_endpoint *ep,
+		       struct pcsi_tls_ctx *tls, ProtobufCService *const *services, size_t n);
+
+/* Graceful stop, see above. Calls |cb| once, on a later loop turn. */
+void pcsi_server_shutdown(struct pcsi_server *srv, uint64_t grace_ms, pcsi_server_closed_cb cb,
+			  void *data);
+
+/* Frees a server that has been shut down (from or after the shutdown cb). */
+void pcsi_server_free(struct pcsi_server *srv);
+
+/* Ends |call| with status OK and |msg| as the reply (packed right away; the
+ * caller keeps ownership of |msg|). */
+void pcsi_call_reply(struct pcsi_call *call, const ProtobufCMessage *msg);
+
+/* Ends |call| with |code| (not OK) and a printf-style message. */
+void pcsi_call_fail(struct pcsi_call *call, enum pcsi_status code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Registers the cancel callback of a running handler (replaces any earlier). */
+void pcsi_call_on_cancel(struct pcsi_call *call, pcsi_call_cancel_cb cb, void *data);
+
+bool pcsi_call_is_cancelled(const struct pcsi_call *call);
+
+/* "/pkg.Service/Method" of the call. */
+const char *pcsi_call_path(const struct pcsi_call *call);
+
+/* Milliseconds left before the client's deadline; UINT64_MAX without one. */
+uint64_t pcsi_call_remaining_ms(const struct pcsi_call *call);
+
+/* The protobuf-c closure to hand to handlers: a non-NULL message replies, NULL
+ * fails the call with INTERNAL. */
+void pcsi_call_closure(const ProtobufCMessage *msg, void *closure_data);
+
+#endif

@@ -1,0 +1,56 @@
+/* tls.h: mutual TLS for the TCP links, OpenSSL driven through memory BIOs.
+ *
+ * A pcsi_tls_ctx holds the configuration of one side: its certificate and key,
+ * the CA that signs peers, and the name the peer must carry (SAN DNS names
+ * first, then the CN when the certificate has no DNS SAN). Servers require and
+ * verify a client certificate. Both sides speak TLS >= 1.2 with AEAD ciphers
+ * only, no renegotiation, and ALPN "h2" (a peer that does not offer h2 is
+ * refused).
+ *
+ * A pcsi_tls is one connection's TLS state. It does no I/O: ciphertext read
+ * from the socket goes in with pcsi_tls_feed(), plaintext comes out of
+ * pcsi_tls_read(); plaintext to send goes in with pcsi_tls_write() and the
+ * ciphertext to put on the socket comes out of pcsi_tls_take(). */
+#ifndef PCSI_TLS_H
+#define PCSI_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct pcsi_tls_ctx;
+struct pcsi_tls;
+
+/* Loads the files and builds a context. On failure returns NULL and writes a
+ * message a person can act on into |err|. |peer_name| is copied. */
+struct pcsi_tls_ctx *pcsi_tls_ctx_new(bool server, const char *ca_file, const char *cert_file,
+				      const char *key_file, const char *peer_name, char *err,
+				      size_t errlen);
+void pcsi_tls_ctx_free(struct pcsi_tls_ctx *ctx);
+
+struct pcsi_tls *pcsi_tls_new(struct pcsi_tls_ctx *ctx);
+void pcsi_tls_free(struct pcsi_tls *t);
+
+/* Hands ciphertext received from the peer to OpenSSL. */
+void pcsi_tls_feed(struct pcsi_tls *t, const void *buf, size_t n);
+
+/* Advances the handshake. Returns 1 when it is complete (and the peer has
+ * been verified), 0 when more input is needed, -EPROTO when it failed; then
+ * pcsi_tls_error() says why. */
+int pcsi_tls_handshake(struct pcsi_tls *t);
+
+/* Reads decrypted application data. Returns bytes read, 0 when none is
+ * available, or -EPROTO / -ECONNRESET (peer closed the TLS session). */
+ssize_t pcsi_tls_read(struct pcsi_tls *t, void *buf, size_t n);
+
+/* Encrypts application data; all of it is accepted. Returns 0 or -EPROTO. */
+int pcsi_tls_write(struct pcsi_tls *t, const void *buf, size_t n);
+
+/* Ciphertext waiting to be sent. pcsi_tls_take() copies up to |n| bytes out. */
+size_t pcsi_tls_pending(struct pcsi_tls *t);
+size_t pcsi_tls_take(struct pcsi_tls *t, void *buf, size_t n);
+
+/* Why the handshake or a read failed (static or internal storage). */
+const char *pcsi_tls_error(struct pcsi_tls *t);
+
+#endif

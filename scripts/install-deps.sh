@@ -1,0 +1,35 @@
+#!/bin/sh
+# Installs every Debian 12 package that the build, the tests, the benchmarks and the
+# demo need. The README's Quick start and .ci/run both call this script, so a fresh
+# machine and CI install exactly the same set.
+set -eu
+
+PKGS="
+  build-essential meson ninja-build pkg-config clang-format
+  libuv1-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev libssl-dev
+  libh2o-dev libndctl-dev libdaxctl-dev libjson-c-dev libmount-dev libblkid-dev
+  check valgrind openssl
+  python3 python3-grpcio python3-protobuf python3-h2 protobuf-compiler
+  nghttp2-client golang-go golang-google-grpc-dev golang-google-protobuf-dev
+  qemu-system-x86 qemu-utils ndctl lvm2 e2fsprogs xfsprogs util-linux
+  prometheus
+"
+
+if [ "$(id -u)" != 0 ]; then
+	echo "install-deps: run as root (apt-get)" >&2
+	exit 1
+fi
+
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+	echo "install-deps: all packages present"
+	exit 0
+fi
+echo "install-deps: installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,830 @@
+"""Helpers for pmem-csi-driver's integration tests.
+
+Run with Debian's /usr/bin/python3 (python3-grpcio, python3-protobuf, python3-h2).
+
+What is here:
+  * driver_path()            the binary under test: argv[1] or $PCSI_DRIVER
+  * protos()                 csi_pb2 / registry_pb2 generated with protoc into a temp dir
+  * rpc(mod, svc, method)    (path, request class, response class) from the descriptors
+  * free_port()              a currently free TCP port on 127.0.0.1
+  * Daemon                   start the driver, wait for Probe ready=true, SIGTERM it
+  * run_driver()             run the driver to completion (bad flags, --help, ...)
+  * Certs / certs()          setup-ca.sh output plus extra openssl-made certificates
+  * unix_channel(), tls_channel(), insecure_channel(), call()
+  * h2_request()             one raw HTTP/2 request (python3-h2) over unix or TCP
+  * TAP                      tiny TAP producer (ok / not ok / # SKIP, plan at the end)
+
+Every wait has a timeout; nothing here blocks forever when the driver is
+missing, crashes or hangs.
+"""
+
+import atexit
+import importlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import grpc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_DRIVER_NAME = "pmem-csi.intel.com"
+REGISTRY_NAME = "pmem-registry"
+NODE_CONTROLLER_NAME = "pmem-node-controller"
+
+# Default time limits (seconds).
+START_TIMEOUT = float(os.environ.get("PCSI_START_TIMEOUT", "10"))
+STOP_TIMEOUT = 10.0
+RPC_TIMEOUT = 5.0
+TEST_TIMEOUT = int(os.environ.get("PCSI_TEST_TIMEOUT", "60"))
+
+KEEP_TMP = bool(os.environ.get("PCSI_KEEP_TMP"))
+_tmpdirs = []
+_daemons = []
+
+
+class TestFailure(AssertionError):
+    """A check failed; the message is what the TAP output shows."""
+
+
+class Skip(Exception):
+    """Raise to report the current test as skipped."""
+
+
+class DaemonError(RuntimeError):
+    """The driver did not start, did not become ready, or misbehaved."""
+
+
+def check(cond, msg):
+    if not cond:
+        raise TestFailure(msg)
+
+
+def mkdtemp(prefix="pcsi-"):
+    # Short paths under /tmp: a unix socket path must stay below ~107 bytes.
+    d = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    _tmpdirs.append(d)
+    return d
+
+
+def _cleanup():
+    for d in list(_daemons):
+        d.kill()
+    if not KEEP_TMP:
+        for d in _tmpdirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+atexit.register(_cleanup)
+
+
+# --------------------------------------------------------------------------
+# The binary under test
+
+def driver_path():
+    """argv[1] or $PCSI_DRIVER; exits with a TAP 'Bail out!' if neither is given."""
+    p = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("PCSI_DRIVER")
+    if not p:
+        print("Bail out! usage: %s PATH-TO-pmem-csi-driver (or set PCSI_DRIVER)" % sys.argv[0])
+        sys.stdout.flush()
+        sys.exit(1)
+    return os.path.abspath(p)
+
+
+def _check_executable(path):
+    if not os.path.isfile(path):
+        raise DaemonError("driver binary not found: %s" % path)
+    if not os.access(path, os.X_OK):
+        raise DaemonError("driver binary is not executable: %s" % path)
+
+
+def run_driver(driver, args, timeout=5.0):
+    """Runs the driver to completion; returns (exit code, stdout, stderr).
+
+    If it is still running after `timeout` seconds it is killed and a
+    TestFailure says so (e.g. a bad flag that the driver silently accepted and
+    then started serving)."""
+    _check_executable(driver)
+    p = subprocess.Popen([driver] + list(args), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise TestFailure("`%s %s` was still running after %.0fs (killed); stderr:\n%s"
+                          % (os.path.basename(driver), " ".join(args), timeout,
+                             _tail(err.decode("utf-8", "replace"))))
+    return p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def _tail(text, lines=40):
+    ls = text.rstrip("\n").split("\n")
+    if len(ls) > lines:
+        ls = ["[... %d lines cut ...]" % (len(ls) - lines)] + ls[-lines:]
+    return "\n".join(ls) if text.strip() else "(empty)"
+
+
+# --------------------------------------------------------------------------
+# Protobuf modules
+
+_protos = None
+_protos_error = None
+
+
+class _Protos:
+    def __init__(self, csi, registry, outdir):
+        self.csi = csi
+        self.registry = registry
+        self.outdir = outdir
+
+
+def proto_dir():
+    return os.environ.get("PCSI_PROTO_DIR") or os.path.normpath(os.path.join(HERE, "..", "..", "proto"))
+
+
+def protos():
+    """Generates csi_pb2 and registry_pb2 once per process (cached, errors too)."""
+    global _protos, _protos_error
+    if _protos is not None:
+        return _protos
+    if _protos_error is not None:
+        raise _protos_error
+    try:
+        _protos = _generate_protos()
+        return _protos
+    except Exception as e:
+        _protos_error = e if isinstance(e, DaemonError) else DaemonError("protobuf generation failed: %s" % e)
+        raise _protos_error
+
+
+def _generate_protos():
+    pdir = proto_dir()
+    files = ["csi.proto", "registry.proto"]
+    for wk in ("google/protobuf/timestamp.proto", "google/protobuf/wrappers.proto"):
+        if os.path.exists(os.path.join(pdir, wk)):
+            files.append(wk)
+    missing = [f for f in files[:2] if not os.path.exists(os.path.join(pdir, f))]
+    if missing:
+        raise DaemonError("proto files missing in %s: %s (set PCSI_PROTO_DIR)" % (pdir, ", ".join(missing)))
+    protoc = shutil.which("protoc") or "/usr/bin/protoc"
+    out = mkdtemp("pcsi-pb-")
+    r = subprocess.run([protoc, "--python_out=" + out, "-I", pdir] + files,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    if r.returncode != 0:
+        raise DaemonError("protoc failed (exit %d) in %s:\n%s"
+                          % (r.returncode, pdir, r.stdout.decode("utf-8", "replace")))
+    # The well-known types come from python3-protobuf itself (google.protobuf.*_pb2);
+    # generated copies must not shadow or duplicate them in the descriptor pool.
+    shutil.rmtree(os.path.join(out, "google"), ignore_errors=True)
+    sys.path.insert(0, out)
+    try:
+        csi = importlib.import_module("csi_pb2")
+        registry = importlib.import_module("registry_pb2")
+    finally:
+        sys.path.remove(out)
+    return _Protos(csi, registry, out)
+
+
+def _message_class(module, desc):
+    # Top-level messages are attributes of the generated module; nested ones
+    # hang off their parent class.
+    names = desc.full_name[len(desc.file.package) + 1:].split(".") if desc.file.package else desc.full_name.split(".")
+    mod = module
+    if desc.file.name != module.DESCRIPTOR.name:
+        mod = importlib.import_module(os.path.splitext(desc.file.name)[0].replace("/", ".") + "_pb2")
+    obj = mod
+    for n in names:
+        obj = getattr(obj, n)
+    return obj
+
+
+def rpc(module, service, method):
+    """(path, request class, response class) of `service`.`method` in a generated module.
+
+    Message classes come from the method descriptor, so the tests do not depend on
+    request/response message names."""
+    sdesc = module.DESCRIPTOR.services_by_name.get(service)
+    if sdesc is None:
+        raise DaemonError("service %s not found in %s (has: %s)"
+                          % (service, module.DESCRIPTOR.name, ", ".join(module.DESCRIPTOR.services_by_name)))
+    mdesc = sdesc.methods_by_name.get(method)
+    if mdesc is None:
+        raise DaemonError("method %s not found in service %s (has: %s)"
+                          % (method, sdesc.full_name, ", ".join(sdesc.methods_by_name)))
+    return ("/%s/%s" % (sdesc.full_name, method),
+            _message_class(module, mdesc.input_type),
+            _message_class(module, mdesc.output_type))
+
+
+# --------------------------------------------------------------------------
+# Channels and calls
+
+def _channel_options(extra=()):
+    # Own subchannel pool: no sharing of connections (or of reconnect backoff)
+    # between channels of one process.
+    return [("grpc.use_local_subchannel_pool", 1),
+            ("grpc.enable_retries", 0),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 500)] + list(extra)
+
+
+def unix_channel(path):
+    return grpc.insecure_channel("unix://" + path, options=_channel_options())
+
+
+def insecure_channel(port, host="127.0.0.1"):
+    return grpc.insecure_channel("%s:%d" % (host, port), options=_channel_options())
+
+
+def tls_channel(port, ca=None, cert=None, key=None, server_name=REGISTRY_NAME, host="127.0.0.1"):
+    """mTLS channel to host:port; ca/cert/key are file paths (cert/key may be None)."""
+    def rd(p):
+        if p is None:
+            return None
+        with open(p, "rb") as f:
+            return f.read()
+    creds = grpc.ssl_channel_credentials(root_certificates=rd(ca), private_key=rd(key),
+                                         certificate_chain=rd(cert))
+    opts = _channel_options([("grpc.ssl_target_name_override", server_name),
+                             ("grpc.default_authority", server_name)])
+    return grpc.secure_channel("%s:%d" % (host, port), creds, options=opts)
+
+
+def call(channel, path, request, response_class, timeout=RPC_TIMEOUT, raw=False):
+    """Unary call by path. With raw=True `request` is bytes sent as they are."""
+    ser = (lambda b: b) if raw else (lambda m: m.SerializeToString())
+    fn = channel.unary_unary(path, request_serializer=ser,
+                             response_deserializer=(lambda b: b) if response_class is None else response_class.FromString)
+    return fn(request, timeout=timeout)
+
+
+def call_code(channel, path, request, response_class, timeout=RPC_TIMEOUT, raw=False):
+    """(status code, details, response or None) instead of raising."""
+    try:
+        r = call(channel, path, request, response_class, timeout=timeout, raw=raw)
+        return grpc.StatusCode.OK, "", r
+    except grpc.RpcError as e:
+        return e.code(), e.details(), None
+
+
+def probe(channel, timeout=RPC_TIMEOUT):
+    p = protos()
+    path, req, resp = rpc(p.csi, "Identity", "Probe")
+    return call(channel, path, req(), resp, timeout=timeout)
+
+
+# --------------------------------------------------------------------------
+# Ports
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (the driver does not take port 0)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def _port_of(endpoint):
+    return int(endpoint.rsplit(":", 1)[1])
+
+
+# --------------------------------------------------------------------------
+# The daemon
+
+def _flag_value(args, name):
+    for a in args:
+        for dash in ("--", "-"):
+            pre = dash + name + "="
+            if a.startswith(pre):
+                return a[len(pre):]
+    return None
+
+
+class Daemon:
+    """One pmem-csi-driver process.
+
+    d = Daemon(driver, ["-mode=controller", "-endpoint=unix://" + sock]).start()
+    ...
+    rc = d.stop()          # SIGTERM, wait, exit code (None if it had to be killed)
+    d.stderr_text()        # everything it logged
+
+    start() waits until Probe answers ready=true. By default it probes the unix
+    -endpoint; pass ready_channel=callable returning a grpc.Channel otherwise.
+    """
+
+    def __init__(self, driver, args, name="driver", ready_channel=None, workdir=None):
+        self.driver = driver
+        self.args = list(args)
+        self.name = name
+        self.workdir = workdir or mkdtemp("pcsi-d-")
+        self.stderr_path = os.path.join(self.workdir, name + ".stderr")
+        self.stdout_path = os.path.join(self.workdir, name + ".stdout")
+        self.proc = None
+        self.returncode = None
+        self._ready_channel = ready_channel
+
+    # -- helpers
+    @property
+    def endpoint(self):
+        return _flag_value(self.args, "endpoint")
+
+    @property
+    def socket_path(self):
+        ep = self.endpoint
+        if ep and ep.startswith("unix://"):
+            return ep[len("unix://"):]
+        return None
+
+    @property
+    def registry_port(self):
+        ep = _flag_value(self.args, "registryEndpoint")
+        return _port_of(ep) if ep else None
+
+    def stderr_text(self):
+        try:
+            with open(self.stderr_path, "r", encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def describe(self):
+        return "%s %s" % (os.path.basename(self.driver), " ".join(self.args))
+
+    def _stderr_tail(self):
+        return "--- %s stderr (%s) ---\n%s\n--- end ---" % (self.name, self.stderr_path, _tail(self.stderr_text()))
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- life cycle
+    def start(self, wait=True, timeout=START_TIMEOUT):
+        _check_executable(self.driver)
+        self.err_f = open(self.stderr_path, "wb")
+        self.out_f = open(self.stdout_path, "wb")
+        self.proc = subprocess.Popen([self.driver] + self.args, stdin=subprocess.DEVNULL,
+                                     stdout=self.out_f, stderr=self.err_f)
+        _daemons.append(self)
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def _channel(self):
+        if self._ready_channel is not None:
+            return self._ready_channel()
+        if self.socket_path:
+            return unix_channel(self.socket_path)
+        insecure = any(a.lstrip("-") in ("insecure", "insecure=true") for a in self.args)
+        if self.endpoint and self.endpoint.startswith("tcp://") and insecure:
+            return insecure_channel(_port_of(self.endpoint))
+        raise DaemonError("Daemon: no way to probe %s; pass ready_channel=" % self.describe())
+
+    def wait_ready(self, timeout=START_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        last = "no attempt"
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                self.returncode = rc
+                raise DaemonError("`%s` exited with code %d before answering Probe\n%s"
+                                  % (self.describe(), rc, self._stderr_tail()))
+            if time.monotonic() >= deadline:
+                break
+            ch = None
+            try:
+                ch = self._channel()
+                r = probe(ch, timeout=min(2.0, max(0.2, deadline - time.monotonic())))
+                if r.HasField("ready") and r.ready.value:
+                    return self
+                last = "Probe answered ready=%s" % (r.ready.value if r.HasField("ready") else "(unset)")
+            except grpc.RpcError as e:
+                last = "Probe failed: %s: %s" % (e.code(), e.details())
+            finally:
+                if ch is not None:
+                    ch.close()
+            time.sleep(0.1)
+        self.kill()
+        raise DaemonError("`%s` did not answer Probe with ready=true within %.0fs (last: %s)\n%s"
+                          % (self.describe(), timeout, last, self._stderr_tail()))
+
+    def signal(self, sig):
+        if self.running():
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout):
+        """Exit code, or None if still running after `timeout` seconds."""
+        try:
+            self.returncode = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._close_files()
+        return self.returncode
+
+    def stop(self, timeout=STOP_TIMEOUT):
+        """SIGTERM; returns the exit code, or None if it had to be SIGKILLed."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        rc = self.wait(timeout)
+        if rc is None:
+            self.kill()
+            return None
+        if self in _daemons:
+            _daemons.remove(self)
+        return rc
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self in _daemons:
+            _daemons.remove(self)
+        self._close_files()
+
+    def _close_files(self):
+        for f in (getattr(self, "err_f", None), getattr(self, "out_f", None)):
+            if f is not None and not f.closed:
+                f.close()
+
+
+class Lazy:
+    """A fixture built on first use; a failure is remembered and re-raised, so
+    later tests fail at once with the same message instead of waiting again."""
+
+    def __init__(self, make):
+        self._make = make
+        self._value = None
+        self._error = None
+
+    def get(self):
+        if self._value is not None:
+            return self._value
+        if self._error is not None:
+            raise DaemonError("(fixture failed earlier) %s" % self._error)
+        try:
+            self._value = self._make()
+        except Exception as e:
+            self._error = e
+            raise
+        return self._value
+
+    def peek(self):
+        return self._value
+
+
+# --------------------------------------------------------------------------
+# Certificates
+
+def setup_ca_path():
+    return os.environ.get("PCSI_SETUP_CA") or os.path.normpath(
+        os.path.join(HERE, "..", "..", "manifests", "certs", "setup-ca.sh"))
+
+
+def _openssl(*args, cwd=None):
+    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       cwd=cwd, timeout=60)
+    if r.returncode != 0:
+        raise DaemonError("openssl %s failed:\n%s" % (" ".join(args), r.stdout.decode("utf-8", "replace")))
+    return r.stdout
+
+
+def make_ca(dir, name, cn):
+    key = os.path.join(dir, name + ".key")
+    crt = os.path.join(dir, name + ".crt")
+    cnf = os.path.join(dir, name + ".cnf")
+    with open(cnf, "w") as f:
+        f.write("[req]\nprompt = no\ndistinguished_name = dn\nx509_extensions = v3\n"
+                "[dn]\nCN = %s\n[v3]\nbasicConstraints = critical, CA:TRUE\n"
+                "keyUsage = critical, keyCertSign, cRLSign\nsubjectKeyIdentifier = hash\n" % cn)
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key)
+    _openssl("req", "-new", "-x509", "-sha256", "-config", cnf, "-key", key, "-days", "30", "-out", crt)
+    os.chmod(key, 0o600)
+    return crt, key
+
+
+def make_leaf(dir, name, ca_crt, ca_key, cn, sans=None):
+    """Leaf cert NAME.crt/NAME.key signed by ca: CN=cn, SAN DNS:sans (list; [] = no SAN)."""
+    if sans is None:
+        sans = [cn]
+    key = os.path.join(dir, name + ".key")
+    crt = os.path.join(dir, name + ".crt")
+    csr = os.path.join(dir, name + ".csr")
+    cnf = os.path.join(dir, name + ".cnf")
+    ext = os.path.join(dir, name + ".ext")
+    with open(cnf, "w") as f:
+        f.write("[req]\nprompt = no\ndistinguished_name = dn\n[dn]\nCN = %s\n" % cn)
+    with open(ext, "w") as f:
+        f.write("basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature\n"
+                "extendedKeyUsage = serverAuth, clientAuth\n")
+        if sans:
+            f.write("subjectAltName = %s\n" % ", ".join("DNS:" + s for s in sans))
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key)
+    _openssl("req", "-new", "-sha256", "-config", cnf, "-key", key, "-out", csr)
+    _openssl("x509", "-req", "-sha256", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
+             "-set_serial", "0x%x" % (int.from_bytes(os.urandom(15), "big") | 1),
+             "-days", "30", "-extfile", ext, "-out", crt)
+    os.chmod(key, 0o600)
+    return crt, key
+
+
+class Certs:
+    """setup-ca.sh output in a temp dir plus extras:
+
+    ca, registry (pmem-registry), node (pmem-node-controller)   -- from setup-ca.sh
+    foreign_ca, foreign_node    -- another CA "pmem-ca" and a pmem-node-controller cert from it
+    someone_else                -- right CA, CN/SAN someone-else
+    node_cn_only                -- right CA, CN pmem-node-controller, no SAN
+    node_san_only               -- right CA, CN someone-else, SAN DNS pmem-node-controller
+    Each leaf is a (crt, key) pair of paths; ca / foreign_ca are (crt, key) too.
+    """
+
+    def __init__(self):
+        script = setup_ca_path()
+        if not os.path.exists(script):
+            raise DaemonError("setup-ca.sh not found: %s (set PCSI_SETUP_CA)" % script)
+        self.dir = mkdtemp("pcsi-certs-")
+        r = subprocess.run(["sh", script, self.dir, "30"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=120)
+        self.setup_output = r.stdout.decode("utf-8", "replace")
+        if r.returncode != 0:
+            raise DaemonError("%s %s failed (exit %d):\n%s" % (script, self.dir, r.returncode, self.setup_output))
+        j = lambda n: os.path.join(self.dir, n)
+        self.ca = (j("ca.crt"), j("ca.key"))
+        self.registry = (j("pmem-registry.crt"), j("pmem-registry.key"))
+        self.node = (j("pmem-node-controller.crt"), j("pmem-node-controller.key"))
+        for p in self.ca + self.registry + self.node:
+            if not os.path.exists(p):
+                raise DaemonError("setup-ca.sh did not create %s; its output:\n%s" % (p, self.setup_output))
+        x = os.path.join(self.dir, "extra")
+        os.mkdir(x)
+        self.foreign_ca = make_ca(x, "foreign-ca", "pmem-ca")
+        self.foreign_node = make_leaf(x, "foreign-node", *self.foreign_ca, cn=NODE_CONTROLLER_NAME)
+        self.someone_else = make_leaf(x, "someone-else", *self.ca, cn="someone-else")
+        self.node_cn_only = make_leaf(x, "node-cn-only", *self.ca, cn=NODE_CONTROLLER_NAME, sans=[])
+        self.node_san_only = make_leaf(x, "node-san-only", *self.ca, cn="someone-else",
+                                       sans=[NODE_CONTROLLER_NAME])
+
+    def server_flags(self, leaf):
+        """-caFile/-certFile/-keyFile for a server presenting `leaf`."""
+        return ["-caFile=" + self.ca[0], "-certFile=" + leaf[0], "-keyFile=" + leaf[1]]
+
+
+_certs = Lazy(Certs)
+
+
+def certs():
+    return _certs.get()
+
+
+# --------------------------------------------------------------------------
+# Raw TLS and HTTP/2
+
+def tls_client_context(ca=None, cert=None, key=None, alpn=("h2",)):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if ca:
+        ctx.load_verify_locations(ca)
+    else:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
+    return ctx
+
+
+def _connect(addr, timeout):
+    if isinstance(addr, str):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    else:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(addr)
+    return s
+
+
+def h2_request(addr, headers, body=b"", timeout=5.0, tls_context=None, server_name=REGISTRY_NAME,
+               want_settings=False):
+    """One HTTP/2 request with prior knowledge (h2c) or over TLS.
+
+    addr: unix socket path (str) or (host, port). headers: list of (name, value).
+    Returns a dict: status (str or None), headers, trailers (dicts, lower-case names),
+    data (bytes), reset (error code or None), ended (bool), goaway (error code or None),
+    settings (the server's SETTINGS as a dict) and alpn."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    deadline = time.monotonic() + timeout
+    sock = _connect(addr, timeout)
+    res = {"status": None, "headers": {}, "trailers": {}, "data": b"", "reset": None,
+           "ended": False, "goaway": None, "settings": None, "alpn": None}
+    try:
+        if tls_context is not None:
+            sock = tls_context.wrap_socket(sock, server_hostname=server_name)
+            res["alpn"] = sock.selected_alpn_protocol()
+        conn = h2.connection.H2Connection(config=h2.config.H2Configuration(
+            client_side=True, header_encoding="utf-8", validate_outbound_headers=False))
+        conn.initiate_connection()
+        sid = None
+        if headers is not None:
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, headers, end_stream=not body)
+            if body:
+                conn.send_data(sid, body, end_stream=True)
+        sock.sendall(conn.data_to_send())
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TestFailure("raw HTTP/2 request timed out after %.0fs; got so far: %r" % (timeout, res))
+            sock.settimeout(left)
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                continue
+            except (ConnectionResetError, ssl.SSLError) as e:
+                res["connection_error"] = str(e)
+                return res
+            if not chunk:
+                res["connection_error"] = "EOF"
+                return res
+            for ev in conn.receive_data(chunk):
+                if isinstance(ev, h2.events.RemoteSettingsChanged):
+                    res["settings"] = {k: v.new_value for k, v in ev.changed_settings.items()}
+                    if want_settings and headers is None:
+                        return res
+                elif isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
+                    res["headers"] = dict(ev.headers)
+                    res["status"] = res["headers"].get(":status")
+                elif isinstance(ev, h2.events.TrailersReceived) and ev.stream_id == sid:
+                    res["trailers"] = dict(ev.headers)
+                elif isinstance(ev, h2.events.DataReceived) and ev.stream_id == sid:
+                    res["data"] += ev.data
+                    conn.acknowledge_received_data(ev.flow_controlled_length, sid)
+                elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id == sid:
+                    res["ended"] = True
+                elif isinstance(ev, h2.events.StreamReset) and ev.stream_id == sid:
+                    res["reset"] = ev.error_code
+                elif isinstance(ev, h2.events.ConnectionTerminated):
+                    res["goaway"] = ev.error_code
+            out = conn.data_to_send()
+            if out:
+                try:
+                    sock.sendall(out)
+                except OSError:
+                    pass
+            if res["ended"] or res["reset"] is not None or res["goaway"] is not None:
+                return res
+    finally:
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+
+def grpc_request_headers(path, authority="localhost", scheme="http", content_type="application/grpc",
+                         extra=()):
+    return [(":method", "POST"), (":scheme", scheme), (":path", path), (":authority", authority),
+            ("content-type", content_type), ("te", "trailers")] + list(extra)
+
+
+def grpc_frame(payload):
+    """Length-prefixed gRPC message (uncompressed)."""
+    return b"\x00" + len(payload).to_bytes(4, "big") + payload
+
+
+def grpc_status_of(res):
+    """grpc-status from trailers, or from headers for a Trailers-Only response."""
+    return res["trailers"].get("grpc-status", res["headers"].get("grpc-status"))
+
+
+def padded_message(total_size, field=15):
+    """A protobuf encoding of exactly `total_size` bytes (>= 3) made of one unknown
+    length-delimited field: valid for any proto3 message whose schema lacks `field`
+    (all of the Identity requests), and free of zero bytes."""
+    tag = bytes([(field << 3) | 2])
+    for lenlen in (1, 2, 3):
+        n = total_size - 1 - lenlen
+        enc = _varint(n)
+        if n >= 0 and len(enc) == lenlen:
+            return tag + enc + b"x" * n
+    raise ValueError("cannot pad to %d bytes" % total_size)
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+# --------------------------------------------------------------------------
+# TAP
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout("test took longer than %ds" % TEST_TIMEOUT)
+
+
+class TAP:
+    """t = TAP(); @t.test("name") def f(): ...; sys.exit(t.main())
+
+    A test passes when it returns, is skipped when it raises Skip(reason), and
+    fails on any other exception (the message, and a traceback for unexpected
+    errors, are printed as '# ' diagnostics). Each test gets TEST_TIMEOUT
+    seconds (SIGALRM) as a last resort; all calls have their own timeouts."""
+
+    def __init__(self):
+        self.tests = []
+        self.n = 0
+        self.failed = 0
+        self.skipped = 0
+        self.passed = 0
+
+    def test(self, name):
+        def deco(fn):
+            self.tests.append((name, fn))
+            return fn
+        return deco
+
+    def _emit(self, line):
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    def diag(self, text):
+        for l in str(text).rstrip("\n").split("\n"):
+            self._emit("# " + l)
+
+    def ok(self, name):
+        self.n += 1
+        self.passed += 1
+        self._emit("ok %d - %s" % (self.n, name))
+
+    def not_ok(self, name, why=""):
+        self.n += 1
+        self.failed += 1
+        self._emit("not ok %d - %s" % (self.n, name))
+        if why:
+            self.diag(why)
+
+    def skip(self, name, reason):
+        self.n += 1
+        self.skipped += 1
+        self._emit("ok %d - %s # SKIP %s" % (self.n, name, reason))
+
+    def run_one(self, name, fn):
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(TEST_TIMEOUT)
+        try:
+            fn()
+        except Skip as e:
+            signal.alarm(0)
+            self.skip(name, str(e) or "skipped")
+        except (TestFailure, DaemonError) as e:
+            signal.alarm(0)
+            self.not_ok(name, str(e))
+        except _Timeout as e:
+            self.not_ok(name, "%s\n%s" % (e, traceback.format_exc()))
+        except Exception as e:
+            signal.alarm(0)
+            self.not_ok(name, "unexpected %s: %s\n%s" % (type(e).__name__, e, traceback.format_exc()))
+        else:
+            signal.alarm(0)
+            self.ok(name)
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+
+    def main(self, teardown=None):
+        """Runs all tests, then `teardown`; prints the plan; returns the exit status."""
+        for name, fn in self.tests:
+            self.run_one(name, fn)
+        if teardown is not None:
+            try:
+                teardown()
+            except Exception as e:
+                self.diag("teardown: %s: %s" % (type(e).__name__, e))
+        self._emit("1..%d" % self.n)
+        self.diag("%d passed, %d failed, %d skipped" % (self.passed, self.failed, self.skipped))
+        return 1 if self.failed else 0
