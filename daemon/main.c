@@ -125,16 +125,18 @@ int main(int argc, char **argv)
 		pcsi_warn("-metricsListen is not served by this version yet; ignored", "addr=%s",
 			  d.cfg.metrics_listen);
 
-	pcsi_info(1, "starting", "version=%s mode=%s driver=%s", PCSI_VERSION,
-		  pcsi_mode_name(d.cfg.mode), d.cfg.driver_name);
+	/* Unreadable or mismatched certificate files are flag errors too: one
+	 * line, exit 2, before anything is started. */
 	if (d.cfg.ca_file) {
 		d.server_tls = pcsi_tls_ctx_new(true, d.cfg.ca_file, d.cfg.cert_file, d.cfg.key_file,
 						pcsi_config_peer_name(&d.cfg), err, sizeof(err));
 		if (!d.server_tls) {
-			pcsi_err("TLS setup failed", "err=\"%s\"", err);
-			return 1;
+			fprintf(stderr, "pmem-csi-driver: TLS: %s\n", err);
+			return 2;
 		}
 	}
+	pcsi_info(1, "starting", "version=%s mode=%s driver=%s", PCSI_VERSION,
+		  pcsi_mode_name(d.cfg.mode), d.cfg.driver_name);
 
 	d.loop = uv_default_loop();
 	pcsi_identity_init(&d.identity, d.cfg.driver_name);

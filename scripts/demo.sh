@@ -7,7 +7,7 @@ set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
 [ -f build/build.ninja ] || meson setup build >/dev/null
-ninja -C build >/dev/null
+ninja -C build daemon/pmem-csi-driver >/dev/null
 work=$(mktemp -d /tmp/pmem-csi-demo.XXXXXX)
 pid=
 cleanup() {
@@ -31,7 +31,7 @@ pid=$!
 for _ in $(seq 50); do [ -S "$work/csi.sock" ] && break; sleep 0.1; done
 
 step "a node and the provisioner call the controller (python3-grpcio)"
-PCSI_PROTO_DIR="$top/proto" /usr/bin/python3 tests/integration/demo_client.py \
+GRPC_VERBOSITY=NONE PCSI_PROTO_DIR="$top/proto" /usr/bin/python3 tests/integration/demo_client.py \
 	"$work/csi.sock" "$port" "$work/certs"
 
 step "SIGTERM: graceful shutdown"

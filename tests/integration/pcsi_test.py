@@ -84,6 +84,14 @@ def _cleanup():
 atexit.register(_cleanup)
 
 
+def _on_sigterm(signum, frame):
+    # e.g. meson's test timeout: still stop the daemons started here (atexit).
+    sys.exit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 # --------------------------------------------------------------------------
 # The binary under test
 
@@ -361,7 +369,9 @@ class Daemon:
         return "%s %s" % (os.path.basename(self.driver), " ".join(self.args))
 
     def _stderr_tail(self):
-        return "--- %s stderr (%s) ---\n%s\n--- end ---" % (self.name, self.stderr_path, _tail(self.stderr_text()))
+        keep = "" if KEEP_TMP else "; removed at exit unless PCSI_KEEP_TMP=1"
+        return "--- %s stderr (%s%s) ---\n%s\n--- end ---" % (self.name, self.stderr_path, keep,
+                                                              _tail(self.stderr_text()))
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
@@ -369,13 +379,19 @@ class Daemon:
     # -- life cycle
     def start(self, wait=True, timeout=START_TIMEOUT):
         _check_executable(self.driver)
+        if wait:
+            protos()  # fail before starting anything if the protos are broken
         self.err_f = open(self.stderr_path, "wb")
         self.out_f = open(self.stdout_path, "wb")
         self.proc = subprocess.Popen([self.driver] + self.args, stdin=subprocess.DEVNULL,
                                      stdout=self.out_f, stderr=self.err_f)
         _daemons.append(self)
         if wait:
-            self.wait_ready(timeout)
+            try:
+                self.wait_ready(timeout)
+            except BaseException:
+                self.kill()
+                raise
         return self
 
     def _channel(self):
@@ -627,6 +643,7 @@ def h2_request(addr, headers, body=b"", timeout=5.0, tls_context=None, server_na
     import h2.config
     import h2.connection
     import h2.events
+    import h2.exceptions
 
     deadline = time.monotonic() + timeout
     sock = _connect(addr, timeout)
@@ -646,6 +663,7 @@ def h2_request(addr, headers, body=b"", timeout=5.0, tls_context=None, server_na
             if body:
                 conn.send_data(sid, body, end_stream=True)
         sock.sendall(conn.data_to_send())
+        buf = b""
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -661,33 +679,47 @@ def h2_request(addr, headers, body=b"", timeout=5.0, tls_context=None, server_na
             if not chunk:
                 res["connection_error"] = "EOF"
                 return res
-            for ev in conn.receive_data(chunk):
-                if isinstance(ev, h2.events.RemoteSettingsChanged):
-                    res["settings"] = {k: v.new_value for k, v in ev.changed_settings.items()}
-                    if want_settings and headers is None:
-                        return res
-                elif isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
-                    res["headers"] = dict(ev.headers)
-                    res["status"] = res["headers"].get(":status")
-                elif isinstance(ev, h2.events.TrailersReceived) and ev.stream_id == sid:
-                    res["trailers"] = dict(ev.headers)
-                elif isinstance(ev, h2.events.DataReceived) and ev.stream_id == sid:
-                    res["data"] += ev.data
-                    conn.acknowledge_received_data(ev.flow_controlled_length, sid)
-                elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id == sid:
-                    res["ended"] = True
-                elif isinstance(ev, h2.events.StreamReset) and ev.stream_id == sid:
-                    res["reset"] = ev.error_code
-                elif isinstance(ev, h2.events.ConnectionTerminated):
-                    res["goaway"] = ev.error_code
-            out = conn.data_to_send()
-            if out:
+            buf += chunk
+            # Feed h2 one frame at a time and stop at the first frame that ends
+            # the exchange, so that whatever a server sends after it cannot hide
+            # the answer.
+            while len(buf) >= 9:
+                flen = int.from_bytes(buf[0:3], "big")
+                if len(buf) < 9 + flen:
+                    break
+                frame, buf = buf[:9 + flen], buf[9 + flen:]
                 try:
-                    sock.sendall(out)
-                except OSError:
-                    pass
-            if res["ended"] or res["reset"] is not None or res["goaway"] is not None:
-                return res
+                    events = conn.receive_data(frame)
+                except h2.exceptions.ProtocolError as e:
+                    res["protocol_error"] = "%s: %s" % (type(e).__name__, e)
+                    return res
+                for ev in events:
+                    if isinstance(ev, h2.events.RemoteSettingsChanged):
+                        res["settings"] = {int(k): v.new_value for k, v in ev.changed_settings.items()}
+                    elif isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
+                        res["headers"] = dict(ev.headers)
+                        res["status"] = res["headers"].get(":status")
+                    elif isinstance(ev, h2.events.TrailersReceived) and ev.stream_id == sid:
+                        res["trailers"] = dict(ev.headers)
+                    elif isinstance(ev, h2.events.DataReceived) and ev.stream_id == sid:
+                        res["data"] += ev.data
+                        conn.acknowledge_received_data(ev.flow_controlled_length, sid)
+                    elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id == sid:
+                        res["ended"] = True
+                    elif isinstance(ev, h2.events.StreamReset) and ev.stream_id == sid:
+                        res["reset"] = ev.error_code
+                    elif isinstance(ev, h2.events.ConnectionTerminated):
+                        res["goaway"] = ev.error_code
+                out = conn.data_to_send()
+                if out:
+                    try:
+                        sock.sendall(out)
+                    except OSError:
+                        pass
+                if want_settings and headers is None and res["settings"] is not None:
+                    return res
+                if res["ended"] or res["reset"] is not None or res["goaway"] is not None:
+                    return res
     finally:
         try:
             sock.close()

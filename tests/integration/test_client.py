@@ -1,0 +1,261 @@
+#!/usr/bin/python3
+"""The daemon's own gRPC client (rpc/client.c, driven by tests/tools/pcsi-call)
+against an independent server: python3-grpcio serving registry.v1.Registry.
+TAP output.
+
+usage: test_client.py PATH-TO-pcsi-call
+"""
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+
+TOOL = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("PCSI_CALL", "")
+t = pt.TAP()
+UNICODE_MSG = "bad 100% \u00fcn\u00efcode\nsecond line"
+
+
+class Registry:
+    """A grpcio Registry server whose behaviour depends on node_id:
+    'slow' sleeps 2 s, 'fail' aborts with INVALID_ARGUMENT, anything else is OK."""
+
+    def __init__(self, port=None, creds=None):
+        self.port = port or pt.free_port()
+        self.seen = []  # (node_id, endpoint, time_remaining, peer_cn)
+        self.cancelled = threading.Event()
+        reg = pt.protos().registry
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        handlers = {
+            "RegisterNodeController": grpc.unary_unary_rpc_method_handler(
+                self._register,
+                request_deserializer=reg.RegisterNodeControllerRequest.FromString,
+                response_serializer=reg.RegisterNodeControllerReply.SerializeToString),
+            "UnregisterNodeController": grpc.unary_unary_rpc_method_handler(
+                self._unregister,
+                request_deserializer=reg.UnregisterNodeControllerRequest.FromString,
+                response_serializer=reg.UnregisterNodeControllerReply.SerializeToString),
+        }
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("registry.v1.Registry", handlers),))
+        addr = "127.0.0.1:%d" % self.port
+        if creds:
+            self.server.add_secure_port(addr, creds)
+        else:
+            self.server.add_insecure_port(addr)
+        self.server.start()
+
+    def _peer_cn(self, context):
+        auth = context.auth_context()
+        cn = auth.get("x509_common_name")
+        return cn[0].decode() if cn else None
+
+    def _register(self, req, context):
+        reg = pt.protos().registry
+        self.seen.append((req.node_id, req.endpoint, context.time_remaining(), self._peer_cn(context)))
+        if req.node_id == "slow":
+            context.add_callback(self.cancelled.set)
+            time.sleep(2)
+        elif req.node_id == "fail":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, UNICODE_MSG)
+        return reg.RegisterNodeControllerReply()
+
+    def _unregister(self, req, context):
+        self.seen.append((req.node_id, None, context.time_remaining(), self._peer_cn(context)))
+        return pt.protos().registry.UnregisterNodeControllerReply()
+
+    def stop(self, grace=None):
+        self.server.stop(grace).wait(5)
+
+
+def tool(args, timeout=30):
+    """Runs pcsi-call; returns a list of (status, message, elapsed_ms)."""
+    if not os.access(TOOL, os.X_OK):
+        raise pt.DaemonError("pcsi-call not found: %r" % TOOL)
+    r = subprocess.run([TOOL] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=timeout)
+    out = r.stdout.decode("utf-8", "replace")
+    pt.check("BUG" not in out, "pcsi-call reported a contract violation:\n" + out)
+    pt.check(r.returncode == 0, "pcsi-call exit %d\n%s%s" % (r.returncode, out, r.stderr.decode()))
+    calls = []
+    for line in out.splitlines():
+        m = re.match(r'call \d+ status=(\w+) message="(.*)" elapsed_ms=(\d+)$', line, re.S)
+        if m:
+            calls.append((m.group(1), m.group(2), int(m.group(3))))
+    # Messages may contain newlines: parse the whole output for those.
+    if not calls or len(calls) != out.count("\ncall ") + out.startswith("call "):
+        calls = [(m.group(1), m.group(2), int(m.group(3))) for m in
+                 re.finditer(r'call \d+ status=(\w+) message="(.*?)" elapsed_ms=(\d+)\n', out, re.S)]
+    return calls
+
+
+def plain(port):
+    return ["-endpoint=tcp://127.0.0.1:%d" % port]
+
+
+def mtls(port, leaf, peer="pmem-registry"):
+    c = pt.certs()
+    return plain(port) + ["-caFile=" + c.ca[0], "-certFile=" + leaf[0], "-keyFile=" + leaf[1],
+                          "-peer=" + peer]
+
+
+def server_creds(leaf):
+    c = pt.certs()
+    rd = lambda p: open(p, "rb").read()
+    return grpc.ssl_server_credentials([(rd(leaf[1]), rd(leaf[0]))], root_certificates=rd(c.ca[0]),
+                                       require_client_auth=True)
+
+
+@t.test("plaintext unary call: OK, the server sees both fields and a grpc-timeout")
+def _():
+    s = Registry()
+    try:
+        calls = tool(plain(s.port) + ["-node=n1", "-target=tcp://10.0.0.1:10001", "-timeout=4000"])
+        pt.check(calls and calls[0][0] == "OK", "calls: %r" % calls)
+        node, ep, remaining, _ = s.seen[0]
+        pt.check((node, ep) == ("n1", "tcp://10.0.0.1:10001"), "server saw %r" % (s.seen,))
+        pt.check(remaining is not None and 0 < remaining <= 4.0, "time_remaining %r" % remaining)
+    finally:
+        s.stop()
+
+
+@t.test("mutual TLS: OK; the server sees the client certificate pmem-node-controller")
+def _():
+    c = pt.certs()
+    s = Registry(creds=server_creds(c.registry))
+    try:
+        calls = tool(mtls(s.port, c.node) + ["-node=n2"])
+        pt.check(calls and calls[0][0] == "OK", "calls: %r" % calls)
+        pt.check(s.seen and s.seen[0][3] == "pmem-node-controller", "peer: %r" % (s.seen,))
+    finally:
+        s.stop()
+
+
+@t.test("mutual TLS: a server with the wrong name is refused (UNAVAILABLE, no call reaches it)")
+def _():
+    c = pt.certs()
+    s = Registry(creds=server_creds(c.node))  # a node cert where pmem-registry is expected
+    try:
+        calls = tool(mtls(s.port, c.node) + ["-node=n3"])
+        pt.check(calls and calls[0][0] == "UNAVAILABLE", "calls: %r" % calls)
+        pt.check("certificate" in calls[0][1] or "TLS" in calls[0][1], "message: %r" % calls[0][1])
+        pt.check(not s.seen, "the call reached the server: %r" % s.seen)
+    finally:
+        s.stop()
+
+
+@t.test("mutual TLS: a server from a foreign CA is refused")
+def _():
+    c = pt.certs()
+    rd = lambda p: open(p, "rb").read()
+    foreign = make = pt.make_leaf(pt.mkdtemp(), "foreign-registry", *c.foreign_ca, cn="pmem-registry",
+                                  sans=["pmem-registry"])
+    creds = grpc.ssl_server_credentials([(rd(foreign[1]), rd(foreign[0]))],
+                                        root_certificates=rd(c.ca[0]), require_client_auth=True)
+    s = Registry(creds=creds)
+    try:
+        calls = tool(mtls(s.port, c.node) + ["-node=n4"])
+        pt.check(calls and calls[0][0] == "UNAVAILABLE", "calls: %r" % calls)
+        pt.check(not s.seen, "the call reached the server: %r" % s.seen)
+    finally:
+        s.stop()
+
+
+@t.test("error status and a percent-encoded, non-ASCII grpc-message round trip exactly")
+def _():
+    s = Registry()
+    try:
+        calls = tool(plain(s.port) + ["-node=fail"])
+        pt.check(calls and calls[0][0] == "INVALID_ARGUMENT", "calls: %r" % calls)
+        pt.check(calls[0][1] == UNICODE_MSG, "message %r, want %r" % (calls[0][1], UNICODE_MSG))
+    finally:
+        s.stop()
+
+
+@t.test("deadline: a slow server gives DEADLINE_EXCEEDED after ~300 ms, and the server is told")
+def _():
+    s = Registry()
+    try:
+        calls = tool(plain(s.port) + ["-node=slow", "-timeout=300"])
+        pt.check(calls and calls[0][0] == "DEADLINE_EXCEEDED", "calls: %r" % calls)
+        pt.check(250 <= calls[0][2] < 1500, "elapsed %d ms" % calls[0][2])
+        pt.check(s.seen[0][2] <= 0.3, "server-side time_remaining %r > 0.3 s" % s.seen[0][2])
+        pt.check(s.cancelled.wait(3), "the server never saw the call end")
+    finally:
+        s.stop()
+
+
+@t.test("cancel: CANCELLED after ~100 ms, and the server sees the call cancelled")
+def _():
+    s = Registry()
+    try:
+        calls = tool(plain(s.port) + ["-node=slow", "-cancelAfter=100", "-timeout=5000"])
+        pt.check(calls and calls[0][0] == "CANCELLED", "calls: %r" % calls)
+        pt.check(calls[0][2] < 1500, "elapsed %d ms" % calls[0][2])
+        pt.check(s.cancelled.wait(3), "the server never saw the cancellation")
+    finally:
+        s.stop()
+
+
+@t.test("no server: UNAVAILABLE fast; reconnects with backoff once the server is up")
+def _():
+    port = pt.free_port()
+    p = subprocess.Popen([TOOL] + plain(port) + ["-node=n5", "-count=12", "-interval=250",
+                                                  "-backoff=100", "-timeout=1000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    s = Registry(port=port)
+    try:
+        out, err = p.communicate(timeout=30)
+        out = out.decode()
+        statuses = re.findall(r"status=(\w+)", out)
+        pt.check(p.returncode == 0 and "BUG" not in out, out + err.decode())
+        pt.check(statuses and statuses[0] == "UNAVAILABLE", "first: %r" % statuses)
+        pt.check(statuses[-1] == "OK", "never recovered: %r" % statuses)
+        fast = [int(x) for x, st in zip(re.findall(r"elapsed_ms=(\d+)", out), statuses)
+                if st == "UNAVAILABLE"]
+        pt.check(all(ms < 900 for ms in fast), "UNAVAILABLE was not fast: %r" % fast)
+    finally:
+        s.stop()
+
+
+@t.test("server restart (GOAWAY / connection loss): later calls succeed on a new connection")
+def _():
+    port = pt.free_port()
+    s = Registry(port=port)
+    p = subprocess.Popen([TOOL] + plain(port) + ["-node=n6", "-count=8", "-interval=300",
+                                                  "-backoff=100", "-timeout=1000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(0.7)
+        s.stop(grace=0.5)
+        s = Registry(port=port)
+        out, err = p.communicate(timeout=30)
+        out = out.decode()
+        statuses = re.findall(r"status=(\w+)", out)
+        pt.check(p.returncode == 0 and "BUG" not in out, out + err.decode())
+        pt.check(statuses[0] == "OK" and statuses[-1] == "OK", "statuses %r" % statuses)
+        pt.check(set(statuses) <= {"OK", "UNAVAILABLE"}, "statuses %r" % statuses)
+    finally:
+        s.stop()
+
+
+@t.test("unregister call: OK")
+def _():
+    s = Registry()
+    try:
+        calls = tool(plain(s.port) + ["-node=n7", "-unregister"])
+        pt.check(calls and calls[0][0] == "OK", "calls: %r" % calls)
+        pt.check(s.seen and s.seen[0][0] == "n7" and s.seen[0][1] is None, "seen %r" % s.seen)
+    finally:
+        s.stop()
+
+
+sys.exit(t.main())
