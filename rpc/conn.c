@@ -159,87 +159,104 @@ static void on_written(uv_write_t *req, int status)
 	pcsi_conn_kick(c); /* re-check for teardown or more output */
 }
 
-/* Output collected in one flush, then handed to uv_write in one request. */
-struct obuf {
+/* Output of one flush is gathered in one static buffer (one thread, one flush
+ * at a time) and written with uv_try_write(); only what the socket does not
+ * take at once is copied to the heap and queued with uv_write(). Bytes are
+ * queued whenever earlier ones still are, so the order is kept. */
+static char ostage[64 * 1024];
+static size_t ostage_len;
+
+static int queue_write(struct pcsi_conn *c, const char *p, size_t n)
+{
 	struct wbuf *wb;
-	size_t cap;
-};
-
-static void obuf_put(struct obuf *o, struct pcsi_conn *c, const void *p, size_t n)
-{
-	size_t need;
-
-	if (!o->wb) {
-		o->cap = PCSI_MAX(n, 16384u);
-		o->wb = pcsi_xmalloc(sizeof(struct wbuf) + o->cap);
-		o->wb->c = c;
-		o->wb->len = 0;
-	}
-	need = o->wb->len + n;
-	if (need > o->cap) {
-		o->cap = PCSI_MAX(need, o->cap * 2);
-		o->wb = pcsi_xrealloc(o->wb, sizeof(struct wbuf) + o->cap);
-	}
-	memcpy(o->wb->data + o->wb->len, p, n);
-	o->wb->len += n;
-}
-
-static int obuf_send(struct obuf *o, struct pcsi_conn *c)
-{
 	uv_buf_t b;
 	int rc;
 
-	if (!o->wb)
-		return 0;
-	b = uv_buf_init(o->wb->data, (unsigned)o->wb->len);
-	c->queued += o->wb->len;
-	rc = uv_write(&o->wb->req, &c->io.stream, &b, 1, on_written);
-	if (rc < 0) {
-		c->queued -= o->wb->len;
-		free(o->wb);
+	if (c->queued == 0) {
+		b = uv_buf_init((char *)p, (unsigned)n);
+		rc = uv_try_write(&c->io.stream, &b, 1);
+		if (rc >= 0) {
+			p += rc;
+			n -= (size_t)rc;
+		} else if (rc != UV_EAGAIN) {
+			return rc;
+		}
+		if (n == 0)
+			return 0;
 	}
-	o->wb = NULL;
+	wb = pcsi_xmalloc(sizeof(*wb) + n);
+	wb->c = c;
+	wb->len = n;
+	memcpy(wb->data, p, n);
+	b = uv_buf_init(wb->data, (unsigned)n);
+	c->queued += n;
+	rc = uv_write(&wb->req, &c->io.stream, &b, 1, on_written);
+	if (rc < 0) {
+		c->queued -= n;
+		free(wb);
+	}
 	return rc;
+}
+
+static int ostage_flush(struct pcsi_conn *c)
+{
+	int rc = 0;
+
+	if (ostage_len)
+		rc = queue_write(c, ostage, ostage_len);
+	ostage_len = 0;
+	return rc;
+}
+
+static int ostage_put(struct pcsi_conn *c, const void *p, size_t n)
+{
+	int rc;
+
+	if (ostage_len + n > sizeof(ostage)) {
+		rc = ostage_flush(c);
+		if (rc < 0)
+			return rc;
+		if (n > sizeof(ostage))
+			return queue_write(c, p, n);
+	}
+	memcpy(ostage + ostage_len, p, n);
+	ostage_len += n;
+	return 0;
 }
 
 static void on_flush(uv_prepare_t *p)
 {
 	struct pcsi_conn *c = pcsi_container_of(p, struct pcsi_conn, flush);
-	struct obuf o = { 0 };
 	char tmp[16384];
+	int rc = 0;
 
 	uv_prepare_stop(p);
 	if (c->closing)
 		return;
-	if (c->ready) {
-		for (;;) {
-			const uint8_t *data;
-			ssize_t n = nghttp2_session_mem_send(c->ng, &data);
+	ostage_len = 0;
+	while (c->ready && rc == 0) {
+		const uint8_t *data;
+		ssize_t n = nghttp2_session_mem_send(c->ng, &data);
 
-			if (n < 0) {
-				free(o.wb);
-				pcsi_conn_close(c, nghttp2_strerror((int)n));
-				return;
-			}
-			if (n == 0)
-				break;
-			if (c->tls) {
-				if (pcsi_tls_write(c->tls, data, (size_t)n) < 0) {
-					free(o.wb);
-					pcsi_conn_close(c, "TLS write failed");
-					return;
-				}
-			} else {
-				obuf_put(&o, c, data, (size_t)n);
-			}
+		if (n < 0) {
+			pcsi_conn_close(c, nghttp2_strerror((int)n));
+			return;
 		}
+		if (n == 0)
+			break;
+		if (c->tls)
+			rc = pcsi_tls_write(c->tls, data, (size_t)n);
+		else
+			rc = ostage_put(c, data, (size_t)n);
 	}
 	if (c->tls) {
 		size_t n;
-		while ((n = pcsi_tls_take(c->tls, tmp, sizeof(tmp))) > 0)
-			obuf_put(&o, c, tmp, n);
+		while (rc == 0 && (n = pcsi_tls_take(c->tls, tmp, sizeof(tmp))) > 0)
+			rc = ostage_put(c, tmp, n);
 	}
-	if (obuf_send(&o, c) < 0) {
+	if (rc == 0)
+		rc = ostage_flush(c);
+	if (rc < 0) {
 		pcsi_conn_close(c, "write failed");
 		return;
 	}
