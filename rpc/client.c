@@ -18,6 +18,7 @@ struct cconn {
 	struct pcsi_conn c;
 	struct pcsi_channel *chan;
 	uv_connect_t connect_req;
+	struct cconn *next; /* in chan->conns */
 	bool was_ready;
 };
 
@@ -27,7 +28,9 @@ struct pcsi_channel {
 	struct pcsi_tls_ctx *tls;
 	struct pcsi_channel_opts opts;
 	enum chan_state state;
-	struct cconn *conn; /* the connection new calls use */
+	struct cconn *conn;  /* the connection new calls use */
+	struct cconn *conns; /* all open ones, including those draining after GOAWAY */
+	struct addrinfo *ai, *ai_next; /* resolved addresses, the next one to try */
 	uv_getaddrinfo_t gai;
 	uv_timer_t backoff_timer;
 	uint32_t backoff_ms;
@@ -47,6 +50,26 @@ static const struct pcsi_channel_opts defaults = {
 
 static void chan_connect(struct pcsi_channel *chan);
 static void start_stream(struct pcsi_client_call *call);
+
+static void connect_next(struct pcsi_channel *chan, const char *why);
+
+static void forget_addresses(struct pcsi_channel *chan)
+{
+	if (chan->ai)
+		uv_freeaddrinfo(chan->ai);
+	chan->ai = chan->ai_next = NULL;
+}
+
+/* True when some call waits for a connection. */
+static bool has_queued(const struct pcsi_channel *chan)
+{
+	const struct pcsi_client_call *call;
+
+	for (call = chan->calls; call; call = call->next)
+		if (!call->active && !call->finishing)
+			return true;
+	return false;
+}
 
 /* ---- completion ---------------------------------------------------------------- */
 
@@ -72,8 +95,9 @@ static void complete(struct pcsi_client_call *call, enum pcsi_status status, con
 	call->finishing = true;
 	if (call->active) {
 		/* Stop the stream; the RST_STREAM goes out on the next flush. */
-		struct cconn *cc = chan->conn;
+		struct cconn *cc = call->conn;
 		call->active = false;
+		call->conn = NULL;
 		if (call->stream_id > 0 && cc && !cc->c.closing) {
 			nghttp2_session_set_stream_user_data(cc->c.ng, call->stream_id, NULL);
 			nghttp2_submit_rst_stream(cc->c.ng, NGHTTP2_FLAG_NONE, call->stream_id,
@@ -137,7 +161,7 @@ static void fail_calls(struct pcsi_channel *chan, struct cconn *cc, bool queued,
 
 	for (call = chan->calls; call; call = next) {
 		next = call->next;
-		if ((call->active && cc && chan->conn == cc) || (!call->active && queued))
+		if ((call->active && cc && call->conn == cc) || (!call->active && queued))
 			complete(call, status, msg);
 	}
 }
@@ -223,6 +247,7 @@ static int on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t erro
 	if (!call || call->finishing)
 		return 0;
 	call->active = false;
+	call->conn = NULL;
 	if (call->got_status) {
 		if (call->status == PCSI_OK && !call->reply)
 			complete(call, PCSI_INTERNAL, "OK status without a reply message");
@@ -251,13 +276,16 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *
 	(void)ng;
 	if (frame->hd.type != NGHTTP2_GOAWAY || chan->conn != cc)
 		return 0;
-	/* No new streams on this connection: detach it so the next call makes
-	 * a new one; it closes by itself once its last stream ends. Calls still
-	 * queued (none normally) go to the next connection. */
-	pcsi_info(4, "server sent GOAWAY", "endpoint=%s:%d", chan->ep.host, chan->ep.port);
-	fail_calls(chan, cc, false, PCSI_UNAVAILABLE, "server is going away");
+	/* No new streams on this connection: detach it so that new calls make
+	 * another one. Calls already running on it continue (the server
+	 * finishes them); those it will not process are closed by nghttp2 with
+	 * REFUSED_STREAM and fail UNAVAILABLE. It closes by itself once its last
+	 * stream ends. */
+	pcsi_info(4, "server sent GOAWAY", "endpoint=%s", chan->authority);
 	chan->conn = NULL;
 	chan->state = CH_IDLE;
+	if (has_queued(chan))
+		chan_connect(chan);
 	return 0;
 }
 
@@ -334,6 +362,7 @@ static void start_stream(struct pcsi_client_call *call)
 	}
 	call->stream_id = id;
 	call->active = true;
+	call->conn = cc;
 	pcsi_conn_kick(&cc->c);
 }
 
@@ -393,14 +422,10 @@ void pcsi_channel_call(struct pcsi_channel *chan, struct pcsi_client_call *call,
 static void on_backoff(uv_timer_t *t)
 {
 	struct pcsi_channel *chan = pcsi_container_of(t, struct pcsi_channel, backoff_timer);
-	struct pcsi_client_call *call;
 
 	chan->state = CH_IDLE;
-	for (call = chan->calls; call; call = call->next)
-		if (!call->active && !call->finishing) {
-			chan_connect(chan);
-			break;
-		}
+	if (has_queued(chan))
+		chan_connect(chan);
 }
 
 static void connect_failed(struct pcsi_channel *chan, const char *why)
@@ -432,6 +457,7 @@ static int cconn_ready(struct pcsi_conn *c)
 	if (nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, NULL, 0) != 0)
 		return -EPROTO;
 	pcsi_conn_set_timer(c, 0);
+	forget_addresses(chan);
 	cc->was_ready = true;
 	chan->state = CH_READY;
 	chan->backoff_ms = 0;
@@ -445,19 +471,23 @@ static int cconn_ready(struct pcsi_conn *c)
 
 static void cconn_closed(struct pcsi_conn *c, const char *reason)
 {
-	struct cconn *cc = pcsi_container_of(c, struct cconn, c);
+	struct cconn *cc = pcsi_container_of(c, struct cconn, c), **pp;
 	struct pcsi_channel *chan = cc->chan;
 	char msg[160];
 
-	if (chan->conn == cc) {
-		snprintf(msg, sizeof(msg), "connection lost: %s", reason ? reason : "closed");
-		fail_calls(chan, cc, false, PCSI_UNAVAILABLE, msg);
-		chan->conn = NULL;
-		if (cc->was_ready) {
-			chan->state = CH_IDLE;
-		} else {
-			connect_failed(chan, reason ? reason : "closed");
+	for (pp = &chan->conns; *pp; pp = &(*pp)->next)
+		if (*pp == cc) {
+			*pp = cc->next;
+			break;
 		}
+	snprintf(msg, sizeof(msg), "connection lost: %s", reason ? reason : "closed");
+	fail_calls(chan, cc, false, PCSI_UNAVAILABLE, msg);
+	if (chan->conn == cc) {
+		chan->conn = NULL;
+		if (cc->was_ready)
+			chan->state = CH_IDLE;
+		else if (!chan->closing)
+			connect_next(chan, reason ? reason : "closed");
 	}
 	free(cc);
 	chan->pending--;
@@ -499,6 +529,8 @@ static struct cconn *cconn_new(struct pcsi_channel *chan, bool tcp)
 		return NULL;
 	}
 	cc->chan = chan;
+	cc->next = chan->conns;
+	chan->conns = cc;
 	chan->conn = cc;
 	chan->pending++;
 	chan->state = CH_CONNECTING;
@@ -506,11 +538,30 @@ static struct cconn *cconn_new(struct pcsi_channel *chan, bool tcp)
 	return cc;
 }
 
+/* Tries the next resolved address; when none is left, the attempt failed. */
+static void connect_next(struct pcsi_channel *chan, const char *why)
+{
+	while (chan->ai_next) {
+		struct addrinfo *ai = chan->ai_next;
+		struct cconn *cc;
+		int rc;
+
+		chan->ai_next = ai->ai_next;
+		cc = cconn_new(chan, true);
+		if (!cc)
+			break;
+		rc = uv_tcp_connect(&cc->connect_req, &cc->c.io.tcp, ai->ai_addr, on_connected);
+		if (rc < 0)
+			pcsi_conn_close(&cc->c, uv_strerror(rc)); /* comes back here */
+		return;
+	}
+	forget_addresses(chan);
+	connect_failed(chan, why);
+}
+
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *ai)
 {
 	struct pcsi_channel *chan = pcsi_container_of(req, struct pcsi_channel, gai);
-	struct cconn *cc;
-	int rc;
 
 	chan->pending--;
 	if (chan->closing) {
@@ -522,16 +573,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *ai)
 		connect_failed(chan, uv_strerror(status));
 		return;
 	}
-	cc = cconn_new(chan, true);
-	if (!cc) {
-		uv_freeaddrinfo(ai);
-		connect_failed(chan, "out of handles");
-		return;
-	}
-	rc = uv_tcp_connect(&cc->connect_req, &cc->c.io.tcp, ai->ai_addr, on_connected);
-	uv_freeaddrinfo(ai);
-	if (rc < 0)
-		pcsi_conn_close(&cc->c, uv_strerror(rc));
+	chan->ai = chan->ai_next = ai;
+	connect_next(chan, "no address");
 }
 
 static void chan_connect(struct pcsi_channel *chan)
@@ -611,6 +654,7 @@ static void on_backoff_closed(uv_handle_t *h)
 void pcsi_channel_close(struct pcsi_channel *chan)
 {
 	struct pcsi_client_call *call, *next;
+	struct cconn *cc;
 
 	if (chan->closing)
 		return;
@@ -619,8 +663,9 @@ void pcsi_channel_close(struct pcsi_channel *chan)
 		next = call->next;
 		complete(call, PCSI_CANCELLED, "channel closed");
 	}
-	if (chan->conn)
-		pcsi_conn_close(&chan->conn->c, "channel closed");
+	for (cc = chan->conns; cc; cc = cc->next)
+		pcsi_conn_close(&cc->c, "channel closed");
+	forget_addresses(chan);
 	if (chan->state == CH_RESOLVING)
 		uv_cancel((uv_req_t *)&chan->gai);
 	uv_close((uv_handle_t *)&chan->backoff_timer, on_backoff_closed);

@@ -61,6 +61,8 @@ int pcsi_endpoint_parse(const char *s, struct pcsi_endpoint *ep, char *err, size
 		if (strchr(ep->host, '/') || strchr(ep->host, ':'))
 			return bad(err, errlen, s, "malformed host");
 	}
+	if (colon[1] < '0' || colon[1] > '9')
+		return bad(err, errlen, s, "port must be 1..65535");
 	errno = 0;
 	port = strtol(colon + 1, &end, 10);
 	if (errno || end == colon + 1 || *end || port < 1 || port > 65535)

@@ -35,6 +35,7 @@ struct sconn {
 	struct pcsi_server *srv;
 	struct listener *l;
 	struct pcsi_call *calls; /* calls whose stream is open */
+	uint64_t last_active;	 /* loop time of the last stream opened or closed */
 	struct sconn *prev, *next;
 };
 
@@ -404,6 +405,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, voi
 
 	if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
 		return 0;
+	sc->last_active = uv_now(sc->srv->loop);
 	call = pcsi_xcalloc(1, sizeof(*call));
 	call->sc = sc;
 	call->stream_id = frame->hd.stream_id;
@@ -600,6 +602,7 @@ static int on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t erro
 	(void)user_data;
 	if (!call)
 		return 0;
+	call->sc->last_active = uv_now(call->sc->srv->loop);
 	nghttp2_session_set_stream_user_data(ng, stream_id, NULL);
 	call_detach(call);
 	return 0;
@@ -616,6 +619,7 @@ static int sconn_ready(struct pcsi_conn *c)
 		{ NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 20 },
 	};
 
+	sc->last_active = uv_now(sc->srv->loop);
 	pcsi_conn_set_timer(c, sc->srv->opts.idle_timeout_ms);
 	if (nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, PCSI_ARRAY_SIZE(iv)) != 0)
 		return -EPROTO;
@@ -627,14 +631,17 @@ static int sconn_ready(struct pcsi_conn *c)
 static void sconn_timer(struct pcsi_conn *c)
 {
 	struct sconn *sc = pcsi_container_of(c, struct sconn, c);
+	uint64_t idle;
 
 	if (!c->ready) {
 		pcsi_info(2, "connection closed: handshake timeout", "peer=%s", c->peer);
 		pcsi_conn_close(c, "handshake timeout");
 		return;
 	}
-	if (sc->calls) {
-		pcsi_conn_set_timer(c, sc->srv->opts.idle_timeout_ms);
+	idle = uv_now(sc->srv->loop) - sc->last_active;
+	if (sc->calls || idle < sc->srv->opts.idle_timeout_ms) {
+		pcsi_conn_set_timer(c, sc->calls ? sc->srv->opts.idle_timeout_ms
+						 : sc->srv->opts.idle_timeout_ms - idle);
 		return;
 	}
 	nghttp2_submit_goaway(c->ng, NGHTTP2_FLAG_NONE,
@@ -779,13 +786,25 @@ static int listen_tcp(struct pcsi_server *srv, struct listener *l, const struct 
 	int rc;
 
 	/* Start-up only: resolving synchronously is fine before the loop runs. */
-	snprintf(port, sizeof(port), "%d", ep->port);
-	rc = uv_getaddrinfo(srv->loop, &req, NULL, ep->host[0] ? ep->host : NULL, port, &hints);
+	rc = uv_tcp_init(srv->loop, &l->io.tcp);
 	if (rc < 0)
 		return rc;
-	rc = uv_tcp_init(srv->loop, &l->io.tcp);
-	if (rc == 0)
-		rc = uv_tcp_bind(&l->io.tcp, req.addrinfo->ai_addr, 0);
+	if (!ep->host[0]) {
+		/* Every address: IPv6 "::" is dual-stack, IPv4-only hosts get 0.0.0.0. */
+		struct sockaddr_in6 in6;
+		struct sockaddr_in in4;
+
+		uv_ip6_addr("::", ep->port, &in6);
+		if (uv_tcp_bind(&l->io.tcp, (struct sockaddr *)&in6, 0) == 0)
+			return 0;
+		uv_ip4_addr("0.0.0.0", ep->port, &in4);
+		return uv_tcp_bind(&l->io.tcp, (struct sockaddr *)&in4, 0);
+	}
+	snprintf(port, sizeof(port), "%d", ep->port);
+	rc = uv_getaddrinfo(srv->loop, &req, NULL, ep->host, port, &hints);
+	if (rc < 0)
+		return rc;
+	rc = uv_tcp_bind(&l->io.tcp, req.addrinfo->ai_addr, 0);
 	uv_freeaddrinfo(req.addrinfo);
 	return rc;
 }
@@ -862,11 +881,12 @@ static void on_grace_expired(uv_timer_t *t)
 	struct pcsi_server *srv = pcsi_container_of(t, struct pcsi_server, grace_timer);
 	struct sconn *sc;
 
-	if (srv->nconns)
-		pcsi_warn("grace period over: closing connections with calls in flight", "conns=%u",
-			  srv->nconns);
-	for (sc = srv->conns; sc; sc = sc->next)
+	for (sc = srv->conns; sc; sc = sc->next) {
+		if (sc->calls)
+			pcsi_warn("grace period over: closing a connection with calls in flight",
+				  "peer=%s", sc->c.peer);
 		pcsi_conn_close(&sc->c, "server shutdown");
+	}
 }
 
 void pcsi_server_shutdown(struct pcsi_server *srv, uint64_t grace_ms, pcsi_server_closed_cb cb,

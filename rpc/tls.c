@@ -88,10 +88,6 @@ struct pcsi_tls_ctx *pcsi_tls_ctx_new(bool server, const char *ca_file, const ch
 		ssl_errors(err, errlen, key_file);
 		goto fail;
 	}
-	if (SSL_CTX_check_private_key(c) != 1) {
-		ssl_errors(err, errlen, "certificate and key do not match");
-		goto fail;
-	}
 	if (SSL_CTX_load_verify_locations(c, ca_file, NULL) != 1) {
 		ssl_errors(err, errlen, ca_file);
 		goto fail;

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Builds pmem-csi and runs every test suite: once in a normal build (unit,
 # integration, vm) and once more with AddressSanitizer + UndefinedBehaviorSanitizer
-# (unit, integration). Ends with one line "N passed, N failed, N skipped".
+# (unit, integration). Ends with one line "N passed, N failed, N skipped",
+# counting TAP subtests.
 #
 # Usage: scripts/run-tests.sh [meson test args...]   (e.g. --suite unit)
 set -u
@@ -52,7 +53,10 @@ fi
 
 # One summary line over every run: a test counts once per build it ran in.
 /usr/bin/python3 - "${results[@]}" <<'PY'
-import json, sys
+# Counts TAP subtests (ok / not ok / # SKIP) where a test speaks TAP, and the
+# test itself otherwise; a TAP test that failed without a "not ok" line (a
+# crash, a timeout) counts as one more failure.
+import json, re, sys
 passed = failed = skipped = 0
 for path in sys.argv[1:]:
     try:
@@ -63,10 +67,24 @@ for path in sys.argv[1:]:
     for line in lines:
         if not line.strip():
             continue
-        r = json.loads(line)["result"]
-        if r in ("OK", "EXPECTEDFAIL"):
+        t = json.loads(line)
+        out = t.get("stdout") or ""
+        oks = re.findall(r"^(ok|not ok)\b.*$", out, re.M)
+        if oks:
+            p = f = s = 0
+            for m in re.finditer(r"^(ok|not ok)\b(.*)$", out, re.M):
+                if m.group(1) == "not ok":
+                    f += 1
+                elif re.search(r"#\s*SKIP", m.group(2), re.I):
+                    s += 1
+                else:
+                    p += 1
+            if t["result"] not in ("OK", "EXPECTEDFAIL", "SKIP") and f == 0:
+                f = 1
+            passed, failed, skipped = passed + p, failed + f, skipped + s
+        elif t["result"] in ("OK", "EXPECTEDFAIL"):
             passed += 1
-        elif r == "SKIP":
+        elif t["result"] == "SKIP":
             skipped += 1
         else:
             failed += 1
