@@ -102,8 +102,8 @@ const char *pcsi_config_peer_name(const struct pcsi_config *cfg)
 	return cfg->mode == PCSI_MODE_NODE ? "pmem-registry" : "pmem-node-controller";
 }
 
-static int parse_num(const char *name, const char *s, long long min, long long max,
-		     long long *ret, FILE *err)
+static int parse_num(const char *name, const char *s, long long min, long long max, long long *ret,
+		     FILE *err)
 {
 	char *end;
 	long long v;
@@ -168,13 +168,15 @@ static int validate(struct pcsi_config *c, FILE *err)
 	}
 	if (check_endpoint("endpoint", c->endpoint, false, err) < 0)
 		return -EINVAL;
-	if (c->registry_endpoint && check_endpoint("registryEndpoint", c->registry_endpoint, true, err) < 0)
+	if (c->registry_endpoint &&
+	    check_endpoint("registryEndpoint", c->registry_endpoint, true, err) < 0)
 		return -EINVAL;
 	if (c->controller_endpoint &&
 	    check_endpoint("controllerEndpoint", c->controller_endpoint, true, err) < 0)
 		return -EINVAL;
 	if (tls && !(c->ca_file && c->cert_file && c->key_file)) {
-		fprintf(err, "pmem-csi-driver: mutual TLS needs all of -caFile, -certFile and -keyFile\n");
+		fprintf(err, "pmem-csi-driver: mutual TLS needs all of -caFile, -certFile and "
+			     "-keyFile\n");
 		return -EINVAL;
 	}
 	if (!c->client_cert_file)
@@ -182,7 +184,8 @@ static int validate(struct pcsi_config *c, FILE *err)
 	if (!c->client_key_file)
 		c->client_key_file = c->key_file;
 	if (!tls && !c->insecure &&
-	    (is_tcp(c->endpoint) || is_tcp(c->registry_endpoint) || is_tcp(c->controller_endpoint))) {
+	    (is_tcp(c->endpoint) || is_tcp(c->registry_endpoint) ||
+	     is_tcp(c->controller_endpoint))) {
 		fprintf(err, "pmem-csi-driver: TCP endpoints need -caFile, -certFile and -keyFile "
 			     "(mutual TLS), or -insecure to allow plaintext\n");
 		return -EINVAL;
@@ -223,7 +226,8 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			else if (!strcmp(optarg, "node"))
 				cfg->mode = PCSI_MODE_NODE;
 			else {
-				fprintf(err, "pmem-csi-driver: -mode=%s: expected controller or node\n",
+				fprintf(err,
+					"pmem-csi-driver: -mode=%s: expected controller or node\n",
 					optarg);
 				return -EINVAL;
 			}
@@ -272,7 +276,8 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			else if (!strcmp(optarg, "false") || !strcmp(optarg, "0"))
 				cfg->insecure = false;
 			else {
-				fprintf(err, "pmem-csi-driver: -insecure=%s: expected true or false\n",
+				fprintf(err,
+					"pmem-csi-driver: -insecure=%s: expected true or false\n",
 					optarg);
 				return -EINVAL;
 			}
@@ -291,7 +296,8 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			else if (!strcmp(optarg, "json"))
 				cfg->log_format = PCSI_LOG_JSON;
 			else {
-				fprintf(err, "pmem-csi-driver: -logFormat=%s: expected text or json\n",
+				fprintf(err,
+					"pmem-csi-driver: -logFormat=%s: expected text or json\n",
 					optarg);
 				return -EINVAL;
 			}

@@ -27,7 +27,7 @@ struct pcsi_config {
 	int pmem_percentage;
 	const char *ca_file, *cert_file, *key_file;
 	const char *client_cert_file, *client_key_file; /* default: cert/key */
-	bool insecure;		/* allow plaintext TCP */
+	bool insecure;					/* allow plaintext TCP */
 	const char *metrics_listen;
 	int verbosity;
 	enum pcsi_log_format log_format;

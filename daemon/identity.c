@@ -33,7 +33,8 @@ static void identity_get_plugin_capabilities(Csi__V1__Identity_Service *svc,
 		CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__CONTROLLER_SERVICE,
 		CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__VOLUME_ACCESSIBILITY_CONSTRAINTS,
 	};
-	Csi__V1__GetPluginCapabilitiesResponse out = CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__GetPluginCapabilitiesResponse out =
+		CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
 	Csi__V1__PluginCapability caps[PCSI_ARRAY_SIZE(types)];
 	Csi__V1__PluginCapability *capp[PCSI_ARRAY_SIZE(types)];
 	Csi__V1__PluginCapability__Service services[PCSI_ARRAY_SIZE(types)];

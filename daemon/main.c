@@ -48,10 +48,11 @@ static void on_signal(uv_signal_t *h, int signum)
 		exit(1);
 	}
 	d->stopping = true;
-	pcsi_info(1, "shutting down", "signal=%s grace_s=%u", signum == SIGTERM ? "SIGTERM" : "SIGINT",
-		  d->cfg.shutdown_grace_s);
+	pcsi_info(1, "shutting down", "signal=%s grace_s=%u",
+		  signum == SIGTERM ? "SIGTERM" : "SIGINT", d->cfg.shutdown_grace_s);
 	pcsi_identity_set_ready(&d->identity, false);
-	pcsi_server_shutdown(d->server, (uint64_t)d->cfg.shutdown_grace_s * 1000, on_server_closed, d);
+	pcsi_server_shutdown(d->server, (uint64_t)d->cfg.shutdown_grace_s * 1000, on_server_closed,
+			     d);
 }
 
 /* Listens on |url| with |services|; TCP listeners get mutual TLS unless -insecure. */
@@ -71,8 +72,8 @@ static int serve(struct daemon *d, const char *what, const char *url,
 		if (d->server_tls)
 			tls = d->server_tls;
 		else
-			pcsi_warn("serving plaintext TCP without TLS (-insecure)", "what=%s endpoint=%s",
-				  what, url);
+			pcsi_warn("serving plaintext TCP without TLS (-insecure)",
+				  "what=%s endpoint=%s", what, url);
 	}
 	rc = pcsi_server_listen(d->server, &ep, tls, services, n);
 	if (rc < 0) {
@@ -128,8 +129,9 @@ int main(int argc, char **argv)
 	/* Unreadable or mismatched certificate files are flag errors too: one
 	 * line, exit 2, before anything is started. */
 	if (d.cfg.ca_file) {
-		d.server_tls = pcsi_tls_ctx_new(true, d.cfg.ca_file, d.cfg.cert_file, d.cfg.key_file,
-						pcsi_config_peer_name(&d.cfg), err, sizeof(err));
+		d.server_tls =
+			pcsi_tls_ctx_new(true, d.cfg.ca_file, d.cfg.cert_file, d.cfg.key_file,
+					 pcsi_config_peer_name(&d.cfg), err, sizeof(err));
 		if (!d.server_tls) {
 			fprintf(stderr, "pmem-csi-driver: TLS: %s\n", err);
 			return 2;

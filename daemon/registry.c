@@ -50,12 +50,12 @@ const struct pcsi_registry_node *pcsi_registry_lookup(const struct pcsi_registry
 	return *find((struct pcsi_registry *)r, node_id);
 }
 
-static void registry_register_node_controller(Registry__V1__Registry_Service *svc,
-					      const Registry__V1__RegisterNodeControllerRequest *in,
-					      Registry__V1__RegisterNodeControllerReply_Closure closure,
-					      void *call)
+static void registry_register_node_controller(
+	Registry__V1__Registry_Service *svc, const Registry__V1__RegisterNodeControllerRequest *in,
+	Registry__V1__RegisterNodeControllerReply_Closure closure, void *call)
 {
-	Registry__V1__RegisterNodeControllerReply out = REGISTRY__V1__REGISTER_NODE_CONTROLLER_REPLY__INIT;
+	Registry__V1__RegisterNodeControllerReply out =
+		REGISTRY__V1__REGISTER_NODE_CONTROLLER_REPLY__INIT;
 	struct pcsi_registry *r = from_svc(svc);
 	struct pcsi_registry_node **p, *n;
 	struct pcsi_endpoint ep;
@@ -102,9 +102,11 @@ static void registry_register_node_controller(Registry__V1__Registry_Service *sv
 	pcsi_call_reply(call, &out.base);
 }
 
-static void registry_unregister_node_controller(
-	Registry__V1__Registry_Service *svc, const Registry__V1__UnregisterNodeControllerRequest *in,
-	Registry__V1__UnregisterNodeControllerReply_Closure closure, void *call)
+static void
+registry_unregister_node_controller(Registry__V1__Registry_Service *svc,
+				    const Registry__V1__UnregisterNodeControllerRequest *in,
+				    Registry__V1__UnregisterNodeControllerReply_Closure closure,
+				    void *call)
 {
 	Registry__V1__UnregisterNodeControllerReply out =
 		REGISTRY__V1__UNREGISTER_NODE_CONTROLLER_REPLY__INIT;

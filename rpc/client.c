@@ -28,8 +28,8 @@ struct pcsi_channel {
 	struct pcsi_tls_ctx *tls;
 	struct pcsi_channel_opts opts;
 	enum chan_state state;
-	struct cconn *conn;  /* the connection new calls use */
-	struct cconn *conns; /* all open ones, including those draining after GOAWAY */
+	struct cconn *conn;	       /* the connection new calls use */
+	struct cconn *conns;	       /* all open ones, including those draining after GOAWAY */
 	struct addrinfo *ai, *ai_next; /* resolved addresses, the next one to try */
 	uv_getaddrinfo_t gai;
 	uv_timer_t backoff_timer;
@@ -172,7 +172,8 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint
 		     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
 		     void *user_data)
 {
-	struct pcsi_client_call *call = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
+	struct pcsi_client_call *call =
+		nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
 
 	(void)flags;
 	(void)user_data;
@@ -196,8 +197,8 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint
 	return 0;
 }
 
-static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
-			 const uint8_t *data, size_t len, void *user_data)
+static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id, const uint8_t *data,
+			 size_t len, void *user_data)
 {
 	struct pcsi_client_call *call = nghttp2_session_get_stream_user_data(ng, stream_id);
 	struct pcsi_msgdec *dec;
@@ -224,9 +225,9 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
 				complete(call, PCSI_INTERNAL, "more than one reply message");
 				return 0;
 			}
-			call->reply = protobuf_c_message_unpack(call->method->output, NULL, dec->len,
-								dec->buf ? dec->buf
-									 : (const uint8_t *)"");
+			call->reply = protobuf_c_message_unpack(
+				call->method->output, NULL, dec->len,
+				dec->buf ? dec->buf : (const uint8_t *)"");
 			pcsi_msgdec_reset(dec);
 			if (!call->reply) {
 				complete(call, PCSI_INTERNAL, "cannot parse the reply message");
@@ -327,9 +328,9 @@ static ssize_t on_body_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf
 	return (ssize_t)n;
 }
 
-#define NV(n, v)                                                                                   \
-	{                                                                                          \
-		(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE     \
+#define NV(n, v)                                                                               \
+	{                                                                                      \
+		(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE \
 	}
 
 static void start_stream(struct pcsi_client_call *call)

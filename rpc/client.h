@@ -53,7 +53,7 @@ struct pcsi_client_call {
 	size_t body_len, body_off;
 	uint64_t timeout_ms;
 	int32_t stream_id;
-	void *conn; /* the connection carrying the stream, while active */
+	void *conn;	  /* the connection carrying the stream, while active */
 	uv_timer_t timer; /* deadline; closing it delivers the completion */
 	pcsi_client_cb cb;
 	void *data;

@@ -20,8 +20,7 @@ static void on_handle_closed(uv_handle_t *h);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void on_flush(uv_prepare_t *p);
 
-int pcsi_conn_init(struct pcsi_conn *c, uv_loop_t *loop, bool tcp,
-		   const struct pcsi_conn_ops *ops)
+int pcsi_conn_init(struct pcsi_conn *c, uv_loop_t *loop, bool tcp, const struct pcsi_conn_ops *ops)
 {
 	int rc;
 

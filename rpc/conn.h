@@ -52,7 +52,7 @@ struct pcsi_conn {
 	} io;
 	uv_timer_t timer;
 	uv_prepare_t flush;
-	nghttp2_session *ng; /* owned; set by the owner before pcsi_conn_start() */
+	nghttp2_session *ng;  /* owned; set by the owner before pcsi_conn_start() */
 	struct pcsi_tls *tls; /* owned; NULL for plaintext */
 	const struct pcsi_conn_ops *ops;
 	size_t queued; /* bytes passed to uv_write and not yet written */
@@ -64,8 +64,7 @@ struct pcsi_conn {
 
 /* Initializes the stream (TCP when |tcp|, else a unix pipe) and the helper
  * handles. Returns 0 or a libuv error. */
-int pcsi_conn_init(struct pcsi_conn *c, uv_loop_t *loop, bool tcp,
-		   const struct pcsi_conn_ops *ops);
+int pcsi_conn_init(struct pcsi_conn *c, uv_loop_t *loop, bool tcp, const struct pcsi_conn_ops *ops);
 
 /* Starts reading (and the TLS handshake, if c->tls). c->ng must be set. */
 void pcsi_conn_start(struct pcsi_conn *c);

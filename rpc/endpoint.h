@@ -15,7 +15,7 @@ struct pcsi_endpoint {
 	bool is_unix;
 	char path[108]; /* unix */
 	char host[256]; /* tcp; without brackets */
-	int port;       /* tcp */
+	int port;	/* tcp */
 };
 
 /* Returns 0 or -EINVAL; |err| (may be NULL) then says what is wrong. */

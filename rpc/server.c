@@ -62,8 +62,8 @@ struct pcsi_call {
 	ProtobufCMessage *input;
 	struct pcsi_msgdec dec;
 	bool have_msg, bad_content_type, bad_method, headers_too_big, bad_timeout;
-	bool dispatched;   /* handler invoked and not yet ended */
-	bool responded;    /* response headers submitted */
+	bool dispatched; /* handler invoked and not yet ended */
+	bool responded;	 /* response headers submitted */
 	bool cancelled;
 	bool timer_open;
 	uint32_t header_bytes;
@@ -94,8 +94,8 @@ struct pcsi_server *pcsi_server_new(uv_loop_t *loop, const struct pcsi_server_op
 
 	srv->loop = loop;
 	srv->opts = opts ? *opts : defaults;
-#define DEF(f)                                                                                     \
-	if (!srv->opts.f)                                                                          \
+#define DEF(f)            \
+	if (!srv->opts.f) \
 	srv->opts.f = defaults.f
 	DEF(max_recv_msg);
 	DEF(max_streams);
@@ -197,9 +197,9 @@ static void call_detach(struct pcsi_call *call)
 		call_free(call);
 }
 
-#define NV(n, v)                                                                                   \
-	{                                                                                          \
-		(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE     \
+#define NV(n, v)                                                                               \
+	{                                                                                      \
+		(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE \
 	}
 
 /* Trailers-Only: one HEADERS frame with END_STREAM carrying the status. */
@@ -465,7 +465,8 @@ static void dispatch(struct pcsi_call *call)
 	ProtobufCMessage *input;
 
 	if (call->deadline_ms && call->deadline_ms <= uv_now(call->sc->srv->loop)) {
-		send_status_only(call, PCSI_DEADLINE_EXCEEDED, "deadline exceeded before the call started");
+		send_status_only(call, PCSI_DEADLINE_EXCEEDED,
+				 "deadline exceeded before the call started");
 		return;
 	}
 	if (pcsi_msgdec_partial(&call->dec) || !call->have_msg) {
@@ -531,8 +532,8 @@ static void on_request_headers(struct pcsi_call *call)
 	}
 }
 
-static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id,
-			 const uint8_t *data, size_t len, void *user_data)
+static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id, const uint8_t *data,
+			 size_t len, void *user_data)
 {
 	struct pcsi_call *call = nghttp2_session_get_stream_user_data(ng, stream_id);
 	size_t used;

@@ -42,11 +42,11 @@ struct pcsi_server;
 struct pcsi_call;
 
 struct pcsi_server_opts {
-	size_t max_recv_msg;	      /* largest request message, bytes (default 4 MiB) */
-	uint32_t max_streams;	      /* concurrent streams per connection (default 128) */
-	uint32_t max_conns;	      /* connections across all listeners (default 1024) */
-	uint32_t max_header_list;     /* bytes of request headers (default 16 KiB) */
-	uint32_t idle_timeout_ms;     /* close a connection idle this long (default 5 min) */
+	size_t max_recv_msg;	       /* largest request message, bytes (default 4 MiB) */
+	uint32_t max_streams;	       /* concurrent streams per connection (default 128) */
+	uint32_t max_conns;	       /* connections across all listeners (default 1024) */
+	uint32_t max_header_list;      /* bytes of request headers (default 16 KiB) */
+	uint32_t idle_timeout_ms;      /* close a connection idle this long (default 5 min) */
 	uint32_t handshake_timeout_ms; /* TLS handshake + preface (default 10 s) */
 	/* Called when a call ends (for logs and metrics); may be NULL. */
 	void (*on_call_end)(const char *method, int status, uint64_t elapsed_ns, void *data);

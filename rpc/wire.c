@@ -119,7 +119,8 @@ void pcsi_timeout_format(char *buf, size_t cap, uint64_t ms)
 	else if (ms / 1000 < 100000000ull)
 		snprintf(buf, cap, "%lluS", (unsigned long long)(ms / 1000));
 	else
-		snprintf(buf, cap, "%lluH", (unsigned long long)PCSI_MIN(ms / 3600000, 99999999ull));
+		snprintf(buf, cap, "%lluH",
+			 (unsigned long long)PCSI_MIN(ms / 3600000, 99999999ull));
 }
 
 char *pcsi_pct_encode(const char *in, size_t n)
@@ -160,7 +161,8 @@ char *pcsi_pct_decode(const char *in, size_t n)
 
 	for (i = 0; i < n; i++) {
 		int hi, lo;
-		if (in[i] == '%' && i + 2 < n && (hi = hexval(in[i + 1])) >= 0 && (lo = hexval(in[i + 2])) >= 0) {
+		if (in[i] == '%' && i + 2 < n && (hi = hexval(in[i + 1])) >= 0 &&
+		    (lo = hexval(in[i + 2])) >= 0) {
 			*o++ = (char)(hi << 4 | lo);
 			i += 2;
 		} else {

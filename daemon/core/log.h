@@ -37,10 +37,10 @@ void pcsi_log_emit(enum pcsi_log_level level, const char *file, int line, const 
 
 #define pcsi_err(msg, ...)  pcsi_log_emit(PCSI_LOG_ERROR, __FILE__, __LINE__, msg, __VA_ARGS__)
 #define pcsi_warn(msg, ...) pcsi_log_emit(PCSI_LOG_WARN, __FILE__, __LINE__, msg, __VA_ARGS__)
-#define pcsi_info(v, msg, ...)                                                                     \
-	do {                                                                                       \
-		if (pcsi_log_enabled(v))                                                           \
-			pcsi_log_emit(PCSI_LOG_INFO, __FILE__, __LINE__, msg, __VA_ARGS__);        \
+#define pcsi_info(v, msg, ...)                                                              \
+	do {                                                                                \
+		if (pcsi_log_enabled(v))                                                    \
+			pcsi_log_emit(PCSI_LOG_INFO, __FILE__, __LINE__, msg, __VA_ARGS__); \
 	} while (0)
 
 #endif

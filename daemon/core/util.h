@@ -11,12 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PCSI_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define PCSI_ARRAY_SIZE(a)		     (sizeof(a) / sizeof((a)[0]))
 #define pcsi_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-#define PCSI_MIN(a, b)     ((a) < (b) ? (a) : (b))
-#define PCSI_MAX(a, b)     ((a) > (b) ? (a) : (b))
-#define PCSI_UNUSED        __attribute__((unused))
-#define PCSI_PRINTF(f, a)  __attribute__((format(printf, f, a)))
+#define PCSI_MIN(a, b)			     ((a) < (b) ? (a) : (b))
+#define PCSI_MAX(a, b)			     ((a) > (b) ? (a) : (b))
+#define PCSI_UNUSED			     __attribute__((unused))
+#define PCSI_PRINTF(f, a)		     __attribute__((format(printf, f, a)))
 
 void *pcsi_xmalloc(size_t n);
 void *pcsi_xcalloc(size_t n, size_t size);

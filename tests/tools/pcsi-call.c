@@ -26,8 +26,13 @@ static struct {
 	uint64_t timeout, cancel_after, interval, backoff;
 	int count;
 	bool unregister;
-} o = { .peer = "pmem-registry", .node = "node-1", .target = "tcp://127.0.0.1:10001",
-	.timeout = 5000, .count = 1, .interval = 0, .backoff = 200 };
+} o = { .peer = "pmem-registry",
+	.node = "node-1",
+	.target = "tcp://127.0.0.1:10001",
+	.timeout = 5000,
+	.count = 1,
+	.interval = 0,
+	.backoff = 200 };
 
 static struct pcsi_channel *chan;
 static struct pcsi_client_call call;
@@ -66,7 +71,8 @@ static void on_cancel_timer(uv_timer_t *t)
 
 static void start_call(void)
 {
-	Registry__V1__RegisterNodeControllerRequest reg = REGISTRY__V1__REGISTER_NODE_CONTROLLER_REQUEST__INIT;
+	Registry__V1__RegisterNodeControllerRequest reg =
+		REGISTRY__V1__REGISTER_NODE_CONTROLLER_REQUEST__INIT;
 	Registry__V1__UnregisterNodeControllerRequest unreg =
 		REGISTRY__V1__UNREGISTER_NODE_CONTROLLER_REQUEST__INIT;
 	const ProtobufCServiceDescriptor *d = &registry__v1__registry__descriptor;
@@ -89,13 +95,19 @@ static void start_call(void)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "endpoint", required_argument, NULL, 'e' }, { "caFile", required_argument, NULL, 'a' },
-		{ "certFile", required_argument, NULL, 'c' }, { "keyFile", required_argument, NULL, 'k' },
-		{ "peer", required_argument, NULL, 'p' },     { "node", required_argument, NULL, 'n' },
-		{ "target", required_argument, NULL, 't' },   { "timeout", required_argument, NULL, 'T' },
+		{ "endpoint", required_argument, NULL, 'e' },
+		{ "caFile", required_argument, NULL, 'a' },
+		{ "certFile", required_argument, NULL, 'c' },
+		{ "keyFile", required_argument, NULL, 'k' },
+		{ "peer", required_argument, NULL, 'p' },
+		{ "node", required_argument, NULL, 'n' },
+		{ "target", required_argument, NULL, 't' },
+		{ "timeout", required_argument, NULL, 'T' },
 		{ "cancelAfter", required_argument, NULL, 'C' },
-		{ "count", required_argument, NULL, 'N' },    { "interval", required_argument, NULL, 'i' },
-		{ "backoff", required_argument, NULL, 'b' },  { "unregister", no_argument, NULL, 'u' },
+		{ "count", required_argument, NULL, 'N' },
+		{ "interval", required_argument, NULL, 'i' },
+		{ "backoff", required_argument, NULL, 'b' },
+		{ "unregister", no_argument, NULL, 'u' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pcsi_channel_opts copts = { 0 };
@@ -106,20 +118,48 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long_only(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 'e': o.endpoint = optarg; break;
-		case 'a': o.ca = optarg; break;
-		case 'c': o.cert = optarg; break;
-		case 'k': o.key = optarg; break;
-		case 'p': o.peer = optarg; break;
-		case 'n': o.node = optarg; break;
-		case 't': o.target = optarg; break;
-		case 'T': o.timeout = strtoull(optarg, NULL, 10); break;
-		case 'C': o.cancel_after = strtoull(optarg, NULL, 10); break;
-		case 'N': o.count = atoi(optarg); break;
-		case 'i': o.interval = strtoull(optarg, NULL, 10); break;
-		case 'b': o.backoff = strtoull(optarg, NULL, 10); break;
-		case 'u': o.unregister = true; break;
-		default: fprintf(stderr, "pcsi-call: bad flag\n"); return 2;
+		case 'e':
+			o.endpoint = optarg;
+			break;
+		case 'a':
+			o.ca = optarg;
+			break;
+		case 'c':
+			o.cert = optarg;
+			break;
+		case 'k':
+			o.key = optarg;
+			break;
+		case 'p':
+			o.peer = optarg;
+			break;
+		case 'n':
+			o.node = optarg;
+			break;
+		case 't':
+			o.target = optarg;
+			break;
+		case 'T':
+			o.timeout = strtoull(optarg, NULL, 10);
+			break;
+		case 'C':
+			o.cancel_after = strtoull(optarg, NULL, 10);
+			break;
+		case 'N':
+			o.count = atoi(optarg);
+			break;
+		case 'i':
+			o.interval = strtoull(optarg, NULL, 10);
+			break;
+		case 'b':
+			o.backoff = strtoull(optarg, NULL, 10);
+			break;
+		case 'u':
+			o.unregister = true;
+			break;
+		default:
+			fprintf(stderr, "pcsi-call: bad flag\n");
+			return 2;
 		}
 	}
 	if (!o.endpoint || o.count < 1) {

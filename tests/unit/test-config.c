@@ -60,21 +60,21 @@ static int count_lines(const char *s)
 
 /* The parse failed with -EINVAL, said so in exactly one line on |err| and
  * wrote nothing to |out|. */
-#define ASSERT_REFUSED(...)                                                                        \
-	do {                                                                                       \
-		int rc_ = parse(__VA_ARGS__, NULL);                                                \
-		ck_assert_int_eq(rc_, -EINVAL);                                                    \
-		ck_assert_msg(count_lines(err_text) == 1, "err: \"%s\"", err_text);                \
-		ck_assert_msg(err_text[strlen(err_text) - 1] == '\n', "err: \"%s\"", err_text);    \
-		ck_assert_str_eq(out_text, "");                                                    \
+#define ASSERT_REFUSED(...)                                                                     \
+	do {                                                                                    \
+		int rc_ = parse(__VA_ARGS__, NULL);                                             \
+		ck_assert_int_eq(rc_, -EINVAL);                                                 \
+		ck_assert_msg(count_lines(err_text) == 1, "err: \"%s\"", err_text);             \
+		ck_assert_msg(err_text[strlen(err_text) - 1] == '\n', "err: \"%s\"", err_text); \
+		ck_assert_str_eq(out_text, "");                                                 \
 	} while (0)
 
-#define ASSERT_OK(...)                                                                             \
-	do {                                                                                       \
-		int rc_ = parse(__VA_ARGS__, NULL);                                                \
-		ck_assert_msg(rc_ == 0, "rc %d, err: \"%s\"", rc_, err_text);                      \
-		ck_assert_str_eq(err_text, "");                                                    \
-		ck_assert_str_eq(out_text, "");                                                    \
+#define ASSERT_OK(...)                                                        \
+	do {                                                                  \
+		int rc_ = parse(__VA_ARGS__, NULL);                           \
+		ck_assert_msg(rc_ == 0, "rc %d, err: \"%s\"", rc_, err_text); \
+		ck_assert_str_eq(err_text, "");                               \
+		ck_assert_str_eq(out_text, "");                               \
 	} while (0)
 
 static void teardown(void)
@@ -158,12 +158,12 @@ END_TEST
 START_TEST(test_every_flag)
 {
 	ASSERT_OK("-mode=node", "-endpoint=unix:///run/csi.sock",
-		  "-registryEndpoint=tcp://pmem-registry:10000",
-		  "-controllerEndpoint=tcp://:10001", "-nodeid=n1", "-drivername=pmem.example.com",
-		  "-deviceManager=direct", "-pmemPercentage=50", "-caFile=/c/ca.crt",
-		  "-certFile=/c/n.crt", "-keyFile=/c/n.key", "-metricsListen=:9090", "-v=4",
-		  "-logFormat=json", "-maxRecvMsgSize=1024", "-maxConcurrentStreams=7",
-		  "-maxConnections=9", "-shutdownGrace=0");
+		  "-registryEndpoint=tcp://pmem-registry:10000", "-controllerEndpoint=tcp://:10001",
+		  "-nodeid=n1", "-drivername=pmem.example.com", "-deviceManager=direct",
+		  "-pmemPercentage=50", "-caFile=/c/ca.crt", "-certFile=/c/n.crt",
+		  "-keyFile=/c/n.key", "-metricsListen=:9090", "-v=4", "-logFormat=json",
+		  "-maxRecvMsgSize=1024", "-maxConcurrentStreams=7", "-maxConnections=9",
+		  "-shutdownGrace=0");
 	ck_assert_int_eq(cfg.mode, PCSI_MODE_NODE);
 	ck_assert_str_eq(cfg.endpoint, "unix:///run/csi.sock");
 	ck_assert_str_eq(cfg.registry_endpoint, "tcp://pmem-registry:10000");

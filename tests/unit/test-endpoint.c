@@ -162,11 +162,11 @@ END_TEST
 
 START_TEST(test_tcp_malformed_host_refused)
 {
-	assert_refused("tcp://[::1]");	    /* no port */
-	assert_refused("tcp://[::1:80");    /* no ] */
-	assert_refused("tcp://[::1]80");    /* no : after ] */
-	assert_refused("tcp://::1:80");	    /* IPv6 without brackets */
-	assert_refused("tcp://host/x:80");  /* path */
+	assert_refused("tcp://[::1]");	   /* no port */
+	assert_refused("tcp://[::1:80");   /* no ] */
+	assert_refused("tcp://[::1]80");   /* no : after ] */
+	assert_refused("tcp://::1:80");	   /* IPv6 without brackets */
+	assert_refused("tcp://host/x:80"); /* path */
 	assert_refused("tcp://");
 }
 END_TEST

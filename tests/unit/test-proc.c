@@ -89,7 +89,8 @@ END_TEST
 
 START_TEST(output_is_bounded)
 {
-	const char *argv[] = { "/bin/sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x; echo e >&2", NULL };
+	const char *argv[] = { "/bin/sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x; echo e >&2",
+			       NULL };
 	struct pcsi_proc_opts o = { .max_output = 10 };
 
 	run(argv, &o);
@@ -119,8 +120,8 @@ END_TEST
 
 START_TEST(timeout_escalates_to_sigkill)
 {
-	const char *argv[] = { "/bin/sh", "-c", "trap '' TERM; echo armed; sleep 30 & wait; sleep 30",
-			       NULL };
+	const char *argv[] = { "/bin/sh", "-c",
+			       "trap '' TERM; echo armed; sleep 30 & wait; sleep 30", NULL };
 	struct pcsi_proc_opts o = { .timeout_ms = 200, .kill_grace_ms = 200 };
 
 	run(argv, &o);
@@ -177,7 +178,8 @@ END_TEST
 
 START_TEST(environment_is_fixed)
 {
-	const char *argv[] = { "/bin/sh", "-c", "echo \"$LC_ALL|$PATH|${HOME-unset}|$EXTRA\"", NULL };
+	const char *argv[] = { "/bin/sh", "-c", "echo \"$LC_ALL|$PATH|${HOME-unset}|$EXTRA\"",
+			       NULL };
 	const char *env[] = { "EXTRA=yes", NULL };
 	struct pcsi_proc_opts o = { .env = env };
 

@@ -56,7 +56,7 @@ struct fixture {
 
 	struct pcsi_server *srv;
 	struct pcsi_server_opts sopts;
-	bool srv_shut; /* pcsi_server_shutdown() called */
+	bool srv_shut;	/* pcsi_server_shutdown() called */
 	int srv_closed; /* times the shutdown callback ran */
 	struct pcsi_channel *chan, *chan2;
 	struct raw *raw;
@@ -86,14 +86,14 @@ static char base_dir[64]; /* made by main(), removed by main(), even after failu
 static char certs[96];	  /* base_dir/certs, from setup-ca.sh */
 
 /* Runs the loop until |cond| holds or |ms| pass; evaluates to |cond|. */
-#define RUN_UNTIL(cond, ms)                                                                        \
-	({                                                                                         \
-		fx->watchdog_fired = false;                                                        \
-		uv_timer_start(&fx->watchdog, on_watchdog, (ms), 0);                               \
-		while (!(cond) && !fx->watchdog_fired)                                             \
-			uv_run(&fx->loop, UV_RUN_ONCE);                                            \
-		uv_timer_stop(&fx->watchdog);                                                      \
-		(bool)(cond);                                                                      \
+#define RUN_UNTIL(cond, ms)                                          \
+	({                                                           \
+		fx->watchdog_fired = false;                          \
+		uv_timer_start(&fx->watchdog, on_watchdog, (ms), 0); \
+		while (!(cond) && !fx->watchdog_fired)               \
+			uv_run(&fx->loop, UV_RUN_ONCE);              \
+		uv_timer_stop(&fx->watchdog);                        \
+		(bool)(cond);                                        \
 	})
 
 static void on_watchdog(uv_timer_t *t)
@@ -231,14 +231,14 @@ static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
 	closure(NULL, call); /* the protobuf-c way of saying "no reply" */
 }
 
-#define UNIMPLEMENTED_SLOT(slot, Req, Closure)                                                     \
-	static void ctl_##slot(Csi__V1__Controller_Service *svc, const Req *in, Closure closure,   \
-			       void *call)                                                         \
-	{                                                                                          \
-		(void)svc;                                                                         \
-		(void)in;                                                                          \
-		(void)closure;                                                                     \
-		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "%s", #slot);                             \
+#define UNIMPLEMENTED_SLOT(slot, Req, Closure)                                                   \
+	static void ctl_##slot(Csi__V1__Controller_Service *svc, const Req *in, Closure closure, \
+			       void *call)                                                       \
+	{                                                                                        \
+		(void)svc;                                                                       \
+		(void)in;                                                                        \
+		(void)closure;                                                                   \
+		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "%s", #slot);                           \
 	}
 UNIMPLEMENTED_SLOT(controller_publish_volume, Csi__V1__ControllerPublishVolumeRequest,
 		   Csi__V1__ControllerPublishVolumeResponse_Closure)
@@ -269,7 +269,8 @@ UNIMPLEMENTED_SLOT(controller_modify_volume, Csi__V1__ControllerModifyVolumeRequ
 static const ProtobufCMethodDescriptor *method(const ProtobufCServiceDescriptor *d,
 					       const char *name)
 {
-	const ProtobufCMethodDescriptor *m = protobuf_c_service_descriptor_get_method_by_name(d, name);
+	const ProtobufCMethodDescriptor *m =
+		protobuf_c_service_descriptor_get_method_by_name(d, name);
 
 	ck_assert_ptr_nonnull(m);
 	return m;
@@ -335,9 +336,9 @@ static void start_call(struct result *r, const char *m, uint64_t timeout_ms)
 	Csi__V1__GetPluginInfoRequest info = CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT;
 	Csi__V1__GetPluginCapabilitiesRequest caps = CSI__V1__GET_PLUGIN_CAPABILITIES_REQUEST__INIT;
 	Csi__V1__ProbeRequest probe = CSI__V1__PROBE_REQUEST__INIT;
-	const ProtobufCMessage *in = !strcmp(m, "GetPluginInfo")	? &info.base
+	const ProtobufCMessage *in = !strcmp(m, "GetPluginInfo")	   ? &info.base
 				     : !strcmp(m, "GetPluginCapabilities") ? &caps.base
-									    : &probe.base;
+									   : &probe.base;
 
 	start_call_on(fx->chan, r, "csi.v1.Identity", IDENTITY(m), in, timeout_ms);
 }
@@ -350,7 +351,8 @@ static void start_create_volume(struct result *r, size_t name_len)
 	memset(name, 'v', name_len);
 	name[name_len] = '\0';
 	req.name = name;
-	start_call_on(fx->chan, r, "csi.v1.Controller", CONTROLLER("CreateVolume"), &req.base, 5000);
+	start_call_on(fx->chan, r, "csi.v1.Controller", CONTROLLER("CreateVolume"), &req.base,
+		      5000);
 	free(name); /* packed before pcsi_channel_call() returns */
 }
 
@@ -367,8 +369,8 @@ static void warm_up(void)
 	ck_assert_int_eq(r.status, PCSI_OK);
 }
 
-#define ASSERT_STATUS(r, want)                                                                     \
-	ck_assert_msg((r)->status == (want), "status %s (\"%s\"), want %s",                        \
+#define ASSERT_STATUS(r, want)                                              \
+	ck_assert_msg((r)->status == (want), "status %s (\"%s\"), want %s", \
 		      pcsi_status_name((r)->status), (r)->message, pcsi_status_name(want))
 
 /* ---- server helpers ------------------------------------------------------------------------ */
@@ -526,8 +528,8 @@ static int raw_on_ready(struct pcsi_conn *c)
 
 	if (nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, NULL, 0) != 0)
 		return -EPROTO;
-	r->stream_id = nghttp2_submit_request(c->ng, NULL, r->hdrs, r->nhdrs,
-					      r->no_body ? NULL : &prd, r);
+	r->stream_id =
+		nghttp2_submit_request(c->ng, NULL, r->hdrs, r->nhdrs, r->no_body ? NULL : &prd, r);
 	return r->stream_id > 0 ? 0 : -EPROTO;
 }
 
@@ -1022,10 +1024,12 @@ START_TEST(test_callback_never_runs_inside_call)
 	snprintf(missing, sizeof(missing), "unix://%s/missing.sock", fx->dir);
 	fx->chan2 = new_channel(missing, NULL, &o);
 	start_call_on(fx->chan2, &r3, "csi.v1.Identity", IDENTITY("GetPluginInfo"),
-		      &(Csi__V1__GetPluginInfoRequest)CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT.base, 0);
+		      &(Csi__V1__GetPluginInfoRequest)CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT.base,
+		      0);
 	WAIT_DONE(&r3, 5000);
 	start_call_on(fx->chan2, &r4, "csi.v1.Identity", IDENTITY("GetPluginInfo"),
-		      &(Csi__V1__GetPluginInfoRequest)CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT.base, 0);
+		      &(Csi__V1__GetPluginInfoRequest)CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT.base,
+		      0);
 	WAIT_DONE(&r4, 5000);
 
 	ck_assert(!r1.sync && !r2.sync && !r3.sync && !r4.sync);
@@ -1072,7 +1076,8 @@ START_TEST(test_channel_new_bad_endpoint)
 
 	ck_assert_ptr_null(pcsi_channel_new(&fx->loop, "bogus://x", NULL, NULL, err, sizeof(err)));
 	ck_assert_str_ne(err, "");
-	ck_assert_ptr_null(pcsi_channel_new(&fx->loop, "tcp://host:0", NULL, NULL, err, sizeof(err)));
+	ck_assert_ptr_null(
+		pcsi_channel_new(&fx->loop, "tcp://host:0", NULL, NULL, err, sizeof(err)));
 }
 END_TEST
 
@@ -1178,7 +1183,8 @@ START_TEST(test_max_connections)
 	warm_up();
 	fx->chan2 = new_channel(fx->endpoint, NULL, NULL);
 	start_call_on(fx->chan2, &r2, "csi.v1.Identity", IDENTITY("GetPluginInfo"),
-		      &(Csi__V1__GetPluginInfoRequest)CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT.base, 5000);
+		      &(Csi__V1__GetPluginInfoRequest)CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT.base,
+		      5000);
 	WAIT_DONE(&r2, 5000);
 	ASSERT_STATUS(&r2, PCSI_UNAVAILABLE);
 	/* The first connection is unaffected. */
@@ -1191,7 +1197,8 @@ END_TEST
 START_TEST(test_client_connect_timeout)
 {
 	struct pcsi_channel_opts o = { .connect_timeout_ms = 200 };
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(sa);
 	char url[64], err[512] = "";
 	struct result r;
@@ -1219,7 +1226,8 @@ END_TEST
 START_TEST(test_tls_handshake_timeout)
 {
 	const char *url;
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	char c;
 	int fd;
 
@@ -1309,7 +1317,8 @@ START_TEST(test_graceful_shutdown_lets_call_in_flight_finish)
 	/* A new connection is refused. */
 	fx->chan2 = new_channel(fx->endpoint, NULL, NULL);
 	start_call_on(fx->chan2, &late, "csi.v1.Identity", IDENTITY("GetPluginInfo"),
-		      &(Csi__V1__GetPluginInfoRequest)CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT.base, 0);
+		      &(Csi__V1__GetPluginInfoRequest)CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT.base,
+		      0);
 	WAIT_DONE(&late, 5000);
 	ASSERT_STATUS(&late, PCSI_UNAVAILABLE);
 
@@ -1320,7 +1329,8 @@ START_TEST(test_graceful_shutdown_lets_call_in_flight_finish)
 	ck_assert_int_eq(fx->probe_cancelled, 0);
 
 	ck_assert(RUN_UNTIL(fx->srv_closed == 1, 3000));
-	ck_assert_msg(uv_now(&fx->loop) - t0 < 1500, "closed after %llu ms, not when the call ended",
+	ck_assert_msg(uv_now(&fx->loop) - t0 < 1500,
+		      "closed after %llu ms, not when the call ended",
 		      (unsigned long long)(uv_now(&fx->loop) - t0));
 }
 END_TEST
@@ -1571,7 +1581,8 @@ static const char *cert(const char *name)
 
 static int free_tcp_port(void)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(sa);
 	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
 
@@ -1711,11 +1722,11 @@ static Suite *rpc_suite(void)
 	Suite *s = suite_create("rpc");
 	TCase *tc;
 
-#define TC(name)                                                                                   \
-	do {                                                                                       \
-		tc = tcase_create(name);                                                           \
-		tcase_add_checked_fixture(tc, setup, teardown);                                    \
-		suite_add_tcase(s, tc);                                                            \
+#define TC(name)                                                \
+	do {                                                    \
+		tc = tcase_create(name);                        \
+		tcase_add_checked_fixture(tc, setup, teardown); \
+		suite_add_tcase(s, tc);                         \
 	} while (0)
 
 	TC("calls");

@@ -10,10 +10,22 @@
 START_TEST(test_status_names_for_every_code)
 {
 	static const char *const want[] = {
-		"OK",		     "CANCELLED",	  "UNKNOWN",	       "INVALID_ARGUMENT",
-		"DEADLINE_EXCEEDED", "NOT_FOUND",	  "ALREADY_EXISTS",    "PERMISSION_DENIED",
-		"RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",	       "OUT_OF_RANGE",
-		"UNIMPLEMENTED",     "INTERNAL",	  "UNAVAILABLE",       "DATA_LOSS",
+		"OK",
+		"CANCELLED",
+		"UNKNOWN",
+		"INVALID_ARGUMENT",
+		"DEADLINE_EXCEEDED",
+		"NOT_FOUND",
+		"ALREADY_EXISTS",
+		"PERMISSION_DENIED",
+		"RESOURCE_EXHAUSTED",
+		"FAILED_PRECONDITION",
+		"ABORTED",
+		"OUT_OF_RANGE",
+		"UNIMPLEMENTED",
+		"INTERNAL",
+		"UNAVAILABLE",
+		"DATA_LOSS",
 		"UNAUTHENTICATED",
 	};
 	int code;
@@ -90,17 +102,27 @@ START_TEST(test_status_from_http)
 		int http;
 		enum pcsi_status status;
 	} table[] = {
-		{ 400, PCSI_INTERNAL },	   { 401, PCSI_UNAUTHENTICATED }, { 403, PCSI_PERMISSION_DENIED },
-		{ 404, PCSI_UNIMPLEMENTED }, { 429, PCSI_UNAVAILABLE },   { 502, PCSI_UNAVAILABLE },
-		{ 503, PCSI_UNAVAILABLE },   { 504, PCSI_UNAVAILABLE },   { 415, PCSI_UNKNOWN },
-		{ 405, PCSI_UNKNOWN },	   { 500, PCSI_UNKNOWN },	  { 200, PCSI_UNKNOWN },
-		{ 0, PCSI_UNKNOWN },	   { -1, PCSI_UNKNOWN },
+		{ 400, PCSI_INTERNAL },
+		{ 401, PCSI_UNAUTHENTICATED },
+		{ 403, PCSI_PERMISSION_DENIED },
+		{ 404, PCSI_UNIMPLEMENTED },
+		{ 429, PCSI_UNAVAILABLE },
+		{ 502, PCSI_UNAVAILABLE },
+		{ 503, PCSI_UNAVAILABLE },
+		{ 504, PCSI_UNAVAILABLE },
+		{ 415, PCSI_UNKNOWN },
+		{ 405, PCSI_UNKNOWN },
+		{ 500, PCSI_UNKNOWN },
+		{ 200, PCSI_UNKNOWN },
+		{ 0, PCSI_UNKNOWN },
+		{ -1, PCSI_UNKNOWN },
 	};
 	size_t i;
 
 	for (i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-		ck_assert_msg(pcsi_status_from_http(table[i].http) == table[i].status, "HTTP %d -> %s",
-			      table[i].http, pcsi_status_name(pcsi_status_from_http(table[i].http)));
+		ck_assert_msg(pcsi_status_from_http(table[i].http) == table[i].status,
+			      "HTTP %d -> %s", table[i].http,
+			      pcsi_status_name(pcsi_status_from_http(table[i].http)));
 }
 END_TEST
 

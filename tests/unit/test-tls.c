@@ -53,24 +53,27 @@ static void make_certs(void)
 	run(cmd);
 
 	/* leaf DIR NAME CA: an ECDSA leaf with CN and SAN DNS NAME, signed by CA. */
-	snprintf(cmd, sizeof(cmd),
-		 "set -e; cd '%s'; exec 2>/dev/null >/dev/null\n"
-		 "leaf() {\n"
-		 "  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out $1.key\n"
-		 "  openssl req -new -key $1.key -subj /CN=$2 -out $1.csr\n"
-		 "  printf 'basicConstraints=critical,CA:FALSE\\nkeyUsage=critical,digitalSignature\\n"
-		 "extendedKeyUsage=serverAuth,clientAuth\\nsubjectAltName=DNS:%%s\\n' $2 > $1.ext\n"
-		 "  openssl x509 -req -in $1.csr -CA $3.crt -CAkey $3.key -set_serial 0x$(openssl rand -hex 8)"
-		 " -days 2 -extfile $1.ext -out $1.crt\n"
-		 "}\n"
-		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
-		 " -keyout foreign-ca.key -out foreign-ca.crt -subj /CN=pmem-ca -days 2"
-		 " -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign\n"
-		 "leaf foreign-registry pmem-registry foreign-ca\n"
-		 "leaf foreign-node pmem-node-controller foreign-ca\n"
-		 "leaf someone-else someone-else ca\n"
-		 "printf 'not a certificate\\n' > garbage.pem\n",
-		 dir);
+	snprintf(
+		cmd, sizeof(cmd),
+		"set -e; cd '%s'; exec 2>/dev/null >/dev/null\n"
+		"leaf() {\n"
+		"  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out $1.key\n"
+		"  openssl req -new -key $1.key -subj /CN=$2 -out $1.csr\n"
+		"  printf "
+		"'basicConstraints=critical,CA:FALSE\\nkeyUsage=critical,digitalSignature\\n"
+		"extendedKeyUsage=serverAuth,clientAuth\\nsubjectAltName=DNS:%%s\\n' $2 > $1.ext\n"
+		"  openssl x509 -req -in $1.csr -CA $3.crt -CAkey $3.key -set_serial 0x$(openssl "
+		"rand -hex 8)"
+		" -days 2 -extfile $1.ext -out $1.crt\n"
+		"}\n"
+		"openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+		" -keyout foreign-ca.key -out foreign-ca.crt -subj /CN=pmem-ca -days 2"
+		" -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign\n"
+		"leaf foreign-registry pmem-registry foreign-ca\n"
+		"leaf foreign-node pmem-node-controller foreign-ca\n"
+		"leaf someone-else someone-else ca\n"
+		"printf 'not a certificate\\n' > garbage.pem\n",
+		dir);
 	run(cmd);
 }
 
@@ -371,7 +374,8 @@ END_TEST
 START_TEST(test_refuses_server_cert_with_wrong_name)
 {
 	/* The server presents the node controller's (valid) certificate. */
-	struct pcsi_tls_ctx *sctx = ctx(true, "ca.crt", "pmem-node-controller", "pmem-node-controller");
+	struct pcsi_tls_ctx *sctx =
+		ctx(true, "ca.crt", "pmem-node-controller", "pmem-node-controller");
 	struct pcsi_tls_ctx *cctx = client_ctx();
 
 	assert_refused(cctx, sctx, false, "pmem-registry");

@@ -362,10 +362,14 @@ START_TEST(test_timeout_parse_every_unit)
 		const char *v;
 		uint64_t ns;
 	} cases[] = {
-		{ "1H", 3600ull * 1000000000ull }, { "2M", 120ull * 1000000000ull },
-		{ "3S", 3000000000ull },	   { "100m", 100000000ull },
-		{ "5u", 5000ull },		   { "7n", 7ull },
-		{ "0m", 0 },			   { "00000001S", 1000000000ull },
+		{ "1H", 3600ull * 1000000000ull },
+		{ "2M", 120ull * 1000000000ull },
+		{ "3S", 3000000000ull },
+		{ "100m", 100000000ull },
+		{ "5u", 5000ull },
+		{ "7n", 7ull },
+		{ "0m", 0 },
+		{ "00000001S", 1000000000ull },
 	};
 	size_t i;
 
@@ -454,7 +458,7 @@ END_TEST
 
 START_TEST(test_timeout_format_long_values_stay_valid)
 {
-	static const uint64_t ms[] = { 100000000ull, 123456789012ull, 99999999999ull,
+	static const uint64_t ms[] = { 100000000ull,	123456789012ull,    99999999999ull,
 				       100000000000ull, 360000000000000ull, UINT64_MAX };
 	size_t i;
 
@@ -577,10 +581,9 @@ START_TEST(test_pct_decode_keeps_invalid_escapes)
 	static const struct {
 		const char *in, *out;
 	} cases[] = {
-		{ "%", "%" },	      { "%4", "%4" },	      { "%zz", "%zz" },
-		{ "abc%A", "abc%A" }, { "%4g", "%4g" },	      { "%g4", "%g4" },
-		{ "100%", "100%" },   { "%%41", "%A" },	      { "a%2", "a%2" },
-		{ "%41", "A" },	      { "x%41%", "xA%" },
+		{ "%", "%" },	  { "%4", "%4" },   { "%zz", "%zz" },	{ "abc%A", "abc%A" },
+		{ "%4g", "%4g" }, { "%g4", "%g4" }, { "100%", "100%" }, { "%%41", "%A" },
+		{ "a%2", "a%2" }, { "%41", "A" },   { "x%41%", "xA%" },
 	};
 	size_t i;
 
