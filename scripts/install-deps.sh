@@ -11,7 +11,8 @@ PKGS="
   check valgrind openssl
   python3 python3-grpcio python3-protobuf python3-h2 protobuf-compiler
   nghttp2-client golang-go golang-google-grpc-dev golang-google-protobuf-dev
-  qemu-system-x86 qemu-utils ndctl lvm2 e2fsprogs xfsprogs util-linux
+  qemu-system-x86 linux-image-amd64 busybox-static kmod cpio udev xz-utils
+  ndctl daxctl lvm2 e2fsprogs xfsprogs util-linux uuid-dev
   prometheus
 "
 

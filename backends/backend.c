@@ -1,0 +1,514 @@
+/* backend.c: the backend front end (queue, validation, zeroing, erase, busy
+ * check, delivery). See backend.h and backend_internal.h. */
+#include "backend_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../daemon/core/log.h"
+#include "../daemon/core/util.h"
+
+enum op { OP_OPEN, OP_CAPACITY, OP_CREATE, OP_GET, OP_DELETE, OP_LIST };
+
+/* Delete runs in steps: find the device (queued), check it is not busy and
+ * erase it (not queued), remove it (queued again). */
+enum { DEL_FIND, DEL_REMOVE };
+
+static const struct pcsi_backend_ops *const all_ops[] = {
+#ifdef PCSI_HAVE_DIRECT
+	&pcsi_direct_ops,
+#endif
+#ifdef PCSI_HAVE_LVM
+	&pcsi_lvm_ops,
+#endif
+	NULL,
+};
+
+const char *const pcsi_backend_names[] = {
+#ifdef PCSI_HAVE_DIRECT
+	"direct",
+#endif
+#ifdef PCSI_HAVE_LVM
+	"lvm",
+#endif
+	NULL,
+};
+
+bool pcsi_volume_id_valid(const char *id)
+{
+	size_t n = 0;
+
+	if (!id || !*id || id[0] == '-' || id[0] == '.')
+		return false;
+	for (; id[n]; n++) {
+		char c = id[n];
+		if (n >= PCSI_VOLUME_ID_MAX)
+			return false;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '+' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+uint64_t pcsi_align_up(uint64_t v, uint64_t align)
+{
+	uint64_t r = v % align;
+
+	if (r == 0)
+		return v;
+	return v > UINT64_MAX - (align - r) ? UINT64_MAX : v + (align - r);
+}
+
+uint64_t pcsi_lcm(uint64_t a, uint64_t b)
+{
+	uint64_t x = a, y = b, t;
+
+	if (!a || !b)
+		return 0;
+	while (y) {
+		t = x % y;
+		x = y;
+		y = t;
+	}
+	return a / x * b;
+}
+
+int pcsi_backend_new(uv_loop_t *loop, const struct pcsi_backend_config *cfg,
+		     struct pcsi_backend **ret, char *err, size_t errlen)
+{
+	const char *name = !strcmp(cfg->name, "ndctl") ? "direct" : cfg->name;
+	struct pcsi_backend *be;
+	size_t i;
+	int rc;
+
+	if (strcmp(name, "direct") && strcmp(name, "lvm")) {
+		snprintf(err, errlen, "unknown device manager \"%s\" (expected direct or lvm)",
+			 cfg->name);
+		return -EINVAL;
+	}
+	for (i = 0; all_ops[i]; i++)
+		if (!strcmp(all_ops[i]->name, name))
+			break;
+	if (!all_ops[i]) {
+		snprintf(err, errlen, "device manager \"%s\" is not part of this build", name);
+		return -ENOTSUP;
+	}
+	be = pcsi_xcalloc(1, sizeof(*be));
+	be->ops = all_ops[i];
+	be->loop = loop;
+	be->cfg = *cfg;
+	be->cfg.name = be->ops->name;
+	rc = be->ops->init ? be->ops->init(be) : 0;
+	if (rc < 0) {
+		snprintf(err, errlen, "%s: cannot initialize: %s", name, strerror(-rc));
+		free(be);
+		return rc;
+	}
+	*ret = be;
+	return 0;
+}
+
+const char *pcsi_backend_name(const struct pcsi_backend *be)
+{
+	return be->ops->name;
+}
+
+void pcsi_backend_free(struct pcsi_backend *be)
+{
+	if (!be)
+		return;
+	if (be->ops->fini)
+		be->ops->fini(be);
+	free(be);
+}
+
+void pcsi_backend_req_done(struct pcsi_backend_req *req)
+{
+	free(req->vols);
+	req->vols = NULL;
+	req->n_vols = 0;
+}
+
+void pcsi_backend_msg(struct pcsi_backend_req *req, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(req->msg, sizeof(req->msg), fmt, ap);
+	va_end(ap);
+}
+
+/* ---- delivery and the queue ------------------------------------------------ */
+
+static void on_deliver(uv_handle_t *h)
+{
+	struct pcsi_backend_req *req = pcsi_container_of(h, struct pcsi_backend_req, timer);
+
+	req->cb(req, req->data);
+}
+
+/* Hands |req| back to its owner on a later loop turn. */
+static void deliver(struct pcsi_backend_req *req, int error)
+{
+	req->error = error;
+	if (error && !req->msg[0])
+		snprintf(req->msg, sizeof(req->msg), "%s", strerror(-error));
+	uv_timer_init(req->be->loop, &req->timer);
+	uv_close((uv_handle_t *)&req->timer, on_deliver);
+}
+
+static void run_next(struct pcsi_backend *be);
+
+static void start(struct pcsi_backend_req *req)
+{
+	struct pcsi_backend *be = req->be;
+
+	switch (req->op) {
+	case OP_OPEN:
+		be->ops->open(be, req);
+		break;
+	case OP_CAPACITY:
+		be->ops->capacity(be, req);
+		break;
+	case OP_CREATE:
+		be->ops->create(be, req);
+		break;
+	case OP_GET:
+		be->ops->get(be, req);
+		break;
+	case OP_DELETE:
+		if (req->step == DEL_FIND)
+			be->ops->get(be, req);
+		else
+			be->ops->remove(be, req);
+		break;
+	case OP_LIST:
+		be->ops->list(be, req);
+		break;
+	}
+}
+
+static void enqueue(struct pcsi_backend_req *req)
+{
+	struct pcsi_backend *be = req->be;
+
+	req->next = NULL;
+	if (be->tail)
+		be->tail->next = req;
+	else
+		be->head = req;
+	be->tail = req;
+	run_next(be);
+}
+
+static void run_next(struct pcsi_backend *be)
+{
+	struct pcsi_backend_req *req = be->head;
+
+	if (be->running || !req)
+		return;
+	if (!be->opened && req->op != OP_OPEN) {
+		/* Nothing works before a successful open. */
+		be->head = req->next;
+		if (!be->head)
+			be->tail = NULL;
+		pcsi_backend_msg(req, "the %s device manager is not ready", be->ops->name);
+		deliver(req, -EAGAIN);
+		run_next(be);
+		return;
+	}
+	be->running = true;
+	start(req);
+}
+
+static void after_create(struct pcsi_backend_req *req);
+static void after_find(struct pcsi_backend_req *req, int error);
+static void after_remove(struct pcsi_backend_req *req, int error);
+
+void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
+{
+	struct pcsi_backend *be = req->be;
+
+	/* The queue slot is released first: what follows runs unqueued. */
+	be->head = req->next;
+	if (!be->head)
+		be->tail = NULL;
+	be->running = false;
+	req->next = NULL;
+
+	switch (req->op) {
+	case OP_OPEN:
+		be->opened = error == 0;
+		deliver(req, error);
+		break;
+	case OP_CREATE:
+		if (error == 0 && !req->existed)
+			after_create(req);
+		else
+			deliver(req, error);
+		break;
+	case OP_DELETE:
+		if (req->step == DEL_FIND)
+			after_find(req, error);
+		else
+			after_remove(req, error);
+		break;
+	default:
+		deliver(req, error);
+	}
+	run_next(be);
+}
+
+/* ---- child processes and thread-pool jobs -------------------------------------- */
+
+static void on_tool_done(struct pcsi_proc *p, void *data)
+{
+	struct pcsi_backend_req *req = pcsi_container_of(p, struct pcsi_backend_req, proc);
+	void (*cb)(struct pcsi_backend_req *) = data;
+
+	pcsi_info(4, "tool", "cmd=%s status=%lld error=%d elapsed_ms=%llu", p->name,
+		  (long long)p->exit_status, p->error, (unsigned long long)p->elapsed_ms);
+	cb(req);
+}
+
+/* The few variables of the daemon's own environment that tools must see:
+ * DM_DISABLE_UDEV where no udev runs (containers), LVM_SYSTEM_DIR for a
+ * non-default lvm.conf. Everything else is left out (proc.h). */
+static const char *const *tool_env(void)
+{
+	static const char *const names[] = { "DM_DISABLE_UDEV", "LVM_SYSTEM_DIR" };
+	static char *env[PCSI_ARRAY_SIZE(names) + 1];
+	static bool done;
+	size_t i, n = 0;
+
+	if (!done) {
+		for (i = 0; i < PCSI_ARRAY_SIZE(names); i++) {
+			const char *v = getenv(names[i]);
+			if (v)
+				env[n++] = pcsi_xasprintf("%s=%s", names[i], v);
+		}
+		env[n] = NULL;
+		done = true;
+	}
+	return (const char *const *)env;
+}
+
+static void run_tool(struct pcsi_backend_req *req, const char *const *argv, uint64_t timeout_ms,
+		     void (*cb)(struct pcsi_backend_req *req))
+{
+	struct pcsi_proc_opts o = { .timeout_ms = timeout_ms, .env = tool_env() };
+
+	pcsi_proc_run(req->be->loop, &req->proc, argv, &o, on_tool_done, (void *)cb);
+}
+
+void pcsi_backend_run(struct pcsi_backend_req *req, const char *const *argv,
+		      void (*cb)(struct pcsi_backend_req *req))
+{
+	run_tool(req, argv, req->be->cfg.tool_timeout_ms ? req->be->cfg.tool_timeout_ms : 120000,
+		 cb);
+}
+
+struct work_fns {
+	void (*fn)(struct pcsi_backend_req *req);
+	void (*after)(struct pcsi_backend_req *req);
+};
+
+static void on_work(uv_work_t *w)
+{
+	struct pcsi_backend_req *req = pcsi_container_of(w, struct pcsi_backend_req, work);
+	struct work_fns *f = w->data;
+
+	f->fn(req);
+}
+
+static void on_work_done(uv_work_t *w, int status)
+{
+	struct pcsi_backend_req *req = pcsi_container_of(w, struct pcsi_backend_req, work);
+	struct work_fns *f = w->data;
+	void (*after)(struct pcsi_backend_req *) = f->after;
+
+	(void)status; /* jobs are never cancelled */
+	free(f);
+	after(req);
+}
+
+void pcsi_backend_work(struct pcsi_backend_req *req, void (*fn)(struct pcsi_backend_req *req),
+		       void (*after)(struct pcsi_backend_req *req))
+{
+	struct work_fns *f = pcsi_xmalloc(sizeof(*f));
+
+	f->fn = fn;
+	f->after = after;
+	req->work.data = f;
+	uv_queue_work(req->be->loop, &req->work, on_work, on_work_done);
+}
+
+/* ---- create: zero the first 4 KiB of a new volume ---------------------------- */
+
+static void on_zeroed(struct pcsi_backend_req *req)
+{
+	char why[256];
+	int rc = 0;
+
+	if (!pcsi_proc_ok(&req->proc)) {
+		pcsi_proc_describe(&req->proc, why, sizeof(why));
+		pcsi_backend_msg(req, "clearing the start of %s: %s", req->vol.path, why);
+		rc = -EIO;
+	}
+	pcsi_proc_done(&req->proc);
+	deliver(req, rc);
+}
+
+/* Zeroes the first 4 KiB of req->vol.path (or the whole device with |all|),
+ * then calls |cb|. */
+static void zero_device(struct pcsi_backend_req *req, bool all, void (*cb)(struct pcsi_backend_req *))
+{
+	char of[160];
+	const char *head[] = { "dd", "if=/dev/zero", of, "bs=4096", "count=1", "oflag=direct,sync",
+			       "conv=notrunc", "status=none", NULL };
+	const char *whole[] = { "shred", "-n", "0", "-z", req->vol.path, NULL };
+
+	snprintf(of, sizeof(of), "of=%s", req->vol.path);
+	/* Erasing a large device takes as long as it takes: no time limit. */
+	if (all)
+		run_tool(req, whole, 0, cb);
+	else
+		pcsi_backend_run(req, head, cb);
+}
+
+static void after_create(struct pcsi_backend_req *req)
+{
+	zero_device(req, false, on_zeroed);
+}
+
+/* ---- delete ----------------------------------------------------------------- */
+
+static void on_erased(struct pcsi_backend_req *req)
+{
+	char why[256];
+
+	if (!pcsi_proc_ok(&req->proc)) {
+		pcsi_proc_describe(&req->proc, why, sizeof(why));
+		pcsi_backend_msg(req, "erasing %s: %s", req->vol.path, why);
+		pcsi_proc_done(&req->proc);
+		deliver(req, -EIO);
+		return;
+	}
+	pcsi_proc_done(&req->proc);
+	req->step = DEL_REMOVE;
+	enqueue(req);
+}
+
+static void on_busy_checked(uv_fs_t *fs)
+{
+	struct pcsi_backend_req *req = pcsi_container_of(fs, struct pcsi_backend_req, fs);
+	int fd = (int)fs->result;
+	uv_fs_t close_req;
+
+	uv_fs_req_cleanup(fs);
+	if (fd == UV_EBUSY) {
+		pcsi_backend_msg(req, "%s is in use (mounted or open)", req->vol.path);
+		deliver(req, -EBUSY);
+		return;
+	}
+	if (fd < 0) {
+		pcsi_backend_msg(req, "cannot open %s: %s", req->vol.path, uv_strerror(fd));
+		deliver(req, -EIO);
+		return;
+	}
+	/* Closing a just-opened read-only descriptor does not block. */
+	uv_fs_close(NULL, &close_req, fd, NULL);
+	uv_fs_req_cleanup(&close_req);
+	zero_device(req, req->erase, on_erased);
+}
+
+static void after_find(struct pcsi_backend_req *req, int error)
+{
+	if (error == -ENOENT) {
+		req->existed = false;
+		deliver(req, 0);
+		return;
+	}
+	if (error) {
+		deliver(req, error);
+		return;
+	}
+	req->existed = true;
+	/* O_EXCL on a block device fails with EBUSY while it is mounted or held
+	 * open exclusively by someone else (the kernel's bd_claim). */
+	uv_fs_open(req->be->loop, &req->fs, req->vol.path, O_RDONLY | O_EXCL | O_CLOEXEC, 0,
+		   on_busy_checked);
+}
+
+static void after_remove(struct pcsi_backend_req *req, int error)
+{
+	deliver(req, error);
+}
+
+/* ---- entry points ----------------------------------------------------------------- */
+
+static void submit(struct pcsi_backend *be, struct pcsi_backend_req *req, int op,
+		   pcsi_backend_cb cb, void *data)
+{
+	req->be = be;
+	req->op = op;
+	req->step = 0;
+	req->cb = cb;
+	req->data = data;
+	req->error = 0;
+	req->existed = false;
+	req->msg[0] = '\0';
+	req->vols = NULL;
+	req->n_vols = 0;
+	memset(&req->vol, 0, sizeof(req->vol));
+	if (op == OP_CREATE || op == OP_GET || op == OP_DELETE) {
+		if (!pcsi_volume_id_valid(req->id)) {
+			pcsi_backend_msg(req, "invalid volume id");
+			deliver(req, -EINVAL);
+			return;
+		}
+		snprintf(req->vol.id, sizeof(req->vol.id), "%s", req->id);
+	}
+	enqueue(req);
+}
+
+void pcsi_backend_open(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+		       void *data)
+{
+	submit(be, req, OP_OPEN, cb, data);
+}
+
+void pcsi_backend_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req,
+			   pcsi_backend_cb cb, void *data)
+{
+	submit(be, req, OP_CAPACITY, cb, data);
+}
+
+void pcsi_backend_create(struct pcsi_backend *be, struct pcsi_backend_req *req,
+			 pcsi_backend_cb cb, void *data)
+{
+	submit(be, req, OP_CREATE, cb, data);
+}
+
+void pcsi_backend_delete(struct pcsi_backend *be, struct pcsi_backend_req *req,
+			 pcsi_backend_cb cb, void *data)
+{
+	submit(be, req, OP_DELETE, cb, data);
+}
+
+void pcsi_backend_get(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+		      void *data)
+{
+	submit(be, req, OP_GET, cb, data);
+}
+
+void pcsi_backend_list(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+		       void *data)
+{
+	submit(be, req, OP_LIST, cb, data);
+}

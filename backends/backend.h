@@ -1,0 +1,135 @@
+/* backend.h: the device-manager vtable and its contract.
+ *
+ * A backend turns volume ids into block devices on this node's PMEM:
+ *   direct (alias ndctl): one fsdax namespace per volume, named by the id;
+ *   lvm:                  one logical volume per volume in a volume group per
+ *                         PMEM region, named by the id.
+ * Identity lives on the medium: a new process finds every volume again from
+ * namespace or LV names alone. Nothing else is ever touched: namespaces and
+ * LVs with other names, and VGs that are not ours, are left alone.
+ *
+ * Every operation is asynchronous: the caller fills a struct pcsi_backend_req
+ * (caller-owned, valid until the callback), and the callback runs exactly once,
+ * always on a later loop turn, with req->error = 0 or -errno. Operations are
+ * queued and run one at a time per backend (libndctl is not thread-safe, LVM
+ * misbehaves under concurrent commands); the loop itself never blocks: libndctl
+ * calls run on the libuv thread pool, one at a time, and lvm2, wipefs, dd and
+ * shred run as child processes. Erasing a deleted volume runs outside the
+ * queue, so a long erase does not hold up other volumes.
+ *
+ * Errors, per operation:
+ *   open:     -ENODEV (no usable PMEM region), -EIO (setup command failed),
+ *             -ENOTSUP (this backend was left out of the build)
+ *   create:   -EINVAL (bad id), -EEXIST (id exists with another size;
+ *             with a size that fits, create returns the existing volume and
+ *             sets req->existed), -ENOSPC (no region/VG has room for the
+ *             aligned size), -EIO (a tool failed; req->msg says which)
+ *   delete:   -EINVAL, -EBUSY (the device is open or mounted), -EIO;
+ *             an unknown id is not an error (req->existed = false)
+ *   get:      -EINVAL, -ENOENT
+ *   list, capacity: -EIO
+ * Where a tool failed, req->msg carries a one-line reason for people.
+ */
+#ifndef PCSI_BACKEND_H
+#define PCSI_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "../daemon/core/proc.h"
+
+#define PCSI_VOLUME_ID_MAX 63 /* ndctl namespace names are at most 63 bytes */
+#define PCSI_LVM_ALIGN	   (4ull << 20)
+
+struct pcsi_backend;
+struct pcsi_backend_req;
+
+typedef void (*pcsi_backend_cb)(struct pcsi_backend_req *req, void *data);
+
+struct pcsi_capacity {
+	uint64_t total;		  /* all PMEM of the node */
+	uint64_t managed;	  /* the part this backend may use */
+	uint64_t available;	  /* free for new volumes */
+	uint64_t max_volume_size; /* the largest volume that can be created now */
+};
+
+struct pcsi_volume {
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	char path[128]; /* the block device, e.g. /dev/pmem0.1 or /dev/<vg>/<id> */
+	uint64_t size;	/* actual size in bytes */
+};
+
+struct pcsi_backend_config {
+	const char *name;    /* "direct", "ndctl" or "lvm" */
+	int pmem_percentage; /* lvm: share of each region to use, 1..100 */
+	/* For tests: time limits of child processes (0 = defaults). */
+	uint64_t tool_timeout_ms;
+};
+
+struct pcsi_backend_req {
+	/* inputs */
+	const char *id; /* create, delete, get; borrowed until the callback */
+	uint64_t size;	/* create: requested bytes; 0 = the smallest volume */
+	bool erase;	/* delete: overwrite the whole device (else the first 4 KiB) */
+	/* results */
+	int error;
+	bool existed;		  /* create: the volume was already there; delete: it was found */
+	struct pcsi_volume vol;	  /* create, get */
+	struct pcsi_volume *vols; /* list: owned, freed by pcsi_backend_req_done() */
+	size_t n_vols;
+	struct pcsi_capacity cap; /* capacity */
+	char msg[256];		  /* a reason when a tool failed */
+	/* private */
+	pcsi_backend_cb cb;
+	void *data;
+	struct pcsi_backend *be;
+	int op, step;
+	struct pcsi_backend_req *next; /* in the backend's queue */
+	struct pcsi_proc proc;
+	uv_work_t work;
+	uv_fs_t fs;
+	uv_timer_t timer;
+	void *priv;
+};
+
+/* Names of the backends this build contains, NULL-terminated. */
+extern const char *const pcsi_backend_names[];
+
+/* Creates a backend; returns 0, -EINVAL for an unknown name, or -ENOTSUP for
+ * a backend this build left out (with a message in |err|). */
+int pcsi_backend_new(uv_loop_t *loop, const struct pcsi_backend_config *cfg,
+		     struct pcsi_backend **ret, char *err, size_t errlen);
+
+/* Name of the backend ("direct", "lvm"). */
+const char *pcsi_backend_name(const struct pcsi_backend *be);
+
+/* Finds the PMEM, prepares it (lvm: namespaces and volume groups) and reads
+ * the existing volumes. Other operations wait for it. */
+void pcsi_backend_open(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+		       void *data);
+
+void pcsi_backend_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req,
+			   pcsi_backend_cb cb, void *data);
+void pcsi_backend_create(struct pcsi_backend *be, struct pcsi_backend_req *req,
+			 pcsi_backend_cb cb, void *data);
+void pcsi_backend_delete(struct pcsi_backend *be, struct pcsi_backend_req *req,
+			 pcsi_backend_cb cb, void *data);
+void pcsi_backend_get(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+		      void *data);
+void pcsi_backend_list(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+		       void *data);
+
+/* Frees what a completed request holds (the list). */
+void pcsi_backend_req_done(struct pcsi_backend_req *req);
+
+/* Frees the backend. No request may be pending. */
+void pcsi_backend_free(struct pcsi_backend *be);
+
+/* True when |id| is acceptable as a volume id: 1..63 bytes of [A-Za-z0-9_.+-],
+ * not starting with '-' or '.'. Everything that reaches a command line or a
+ * device name passes this check. */
+bool pcsi_volume_id_valid(const char *id);
+
+#endif

@@ -1,0 +1,660 @@
+/* lvm.c: the lvm backend. See backend.h.
+ *
+ * At open, every active pmem region gets one fsdax namespace named
+ * "pmem-csi" (pmemPercentage of the region; made once, found again after a
+ * restart; wipefs on a new one) and one volume group named
+ * <bus><region>fsdax (e.g. ndbus0region0fsdax) holding it. A volume is a
+ * logical volume named by the volume id in the first VG with room; its size is
+ * rounded up to 4 MiB. LVM is driven through its command-line tools as child
+ * processes, one command at a time (the backend queue), reading reports with
+ * --reportformat json. Only LVs in our VGs count as volumes. */
+#include "backend_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../daemon/core/log.h"
+#include "../daemon/core/util.h"
+#include "lvm_report.h"
+#include "pmem.h"
+
+#define MAX_REGIONS 32
+#define NS_NAME	    "pmem-csi"
+
+struct vg {
+	char name[128];
+	uint64_t size, free;
+	bool exists;
+};
+
+struct pv_setup {
+	char vg[128];
+	char dev[64]; /* /dev/pmemX.Y of a pmem-csi namespace */
+	bool fresh;   /* created by this open: wipe it first */
+};
+
+struct lvm {
+	struct pcsi_pmem *pmem;
+	uint64_t total; /* all regions, any state */
+	struct vg vgs[MAX_REGIONS];
+	int nvgs;
+	struct pcsi_volume *vols;
+	size_t nvols;
+	/* open */
+	struct pv_setup setup[MAX_REGIONS];
+	int nsetup, isetup;
+	int work_rc;
+	char work_err[256];
+	/* create */
+	int ivg;
+	uint64_t want;
+};
+
+enum open_step { O_WIPE, O_PVS, O_VGS_ALL, O_ADD_PVS, O_VGS, O_LVS, O_DONE };
+
+static struct lvm *impl(struct pcsi_backend *be)
+{
+	return be->impl;
+}
+
+static int lvm_init(struct pcsi_backend *be)
+{
+	be->impl = pcsi_xcalloc(1, sizeof(struct lvm));
+	return 0;
+}
+
+static void lvm_fini(struct pcsi_backend *be)
+{
+	struct lvm *l = impl(be);
+
+	if (l->pmem)
+		pcsi_pmem_close(l->pmem);
+	free(l->vols);
+	free(l);
+}
+
+/* A command line built from pieces, stored in one buffer. */
+struct cmd {
+	const char *argv[40];
+	int n;
+	char store[4096];
+	size_t used;
+};
+
+static void cmd_add(struct cmd *c, const char *s)
+{
+	size_t len = strlen(s) + 1;
+
+	if (c->n >= (int)PCSI_ARRAY_SIZE(c->argv) - 1 || c->used + len > sizeof(c->store))
+		abort(); /* programming error: commands are small and bounded */
+	memcpy(c->store + c->used, s, len);
+	c->argv[c->n++] = c->store + c->used;
+	c->argv[c->n] = NULL;
+	c->used += len;
+}
+
+static void cmd_report(struct cmd *c, const char *tool, const char *fields)
+{
+	cmd_add(c, tool);
+	cmd_add(c, "--reportformat");
+	cmd_add(c, "json");
+	cmd_add(c, "--units");
+	cmd_add(c, "b");
+	cmd_add(c, "--nosuffix");
+	cmd_add(c, "-o");
+	cmd_add(c, fields);
+}
+
+/* Adds the names of our VGs that exist. */
+static void cmd_our_vgs(struct cmd *c, struct lvm *l)
+{
+	int i;
+
+	for (i = 0; i < l->nvgs; i++)
+		if (l->vgs[i].exists)
+			cmd_add(c, l->vgs[i].name);
+}
+
+/* Checks a finished tool; on failure fills req->msg and returns -EIO. */
+static int tool_result(struct pcsi_backend_req *req)
+{
+	char why[200];
+
+	if (pcsi_proc_ok(&req->proc))
+		return 0;
+	pcsi_proc_describe(&req->proc, why, sizeof(why));
+	pcsi_backend_msg(req, "%s", why);
+	return -EIO;
+}
+
+static struct vg *find_vg(struct lvm *l, const char *name)
+{
+	int i;
+
+	for (i = 0; i < l->nvgs; i++)
+		if (!strcmp(l->vgs[i].name, name))
+			return &l->vgs[i];
+	return NULL;
+}
+
+static struct pcsi_volume *find_vol(struct lvm *l, const char *id)
+{
+	size_t i;
+
+	for (i = 0; i < l->nvols; i++)
+		if (!strcmp(l->vols[i].id, id))
+			return &l->vols[i];
+	return NULL;
+}
+
+/* Applies a vgs report to our VGs. */
+static int apply_vgs(struct pcsi_backend_req *req, struct lvm *l, bool all)
+{
+	struct pcsi_lvm_vg rows[64];
+	int n, i;
+
+	n = pcsi_lvm_parse_vgs(req->proc.out.data, rows, PCSI_ARRAY_SIZE(rows));
+	if (n < 0 || n > (int)PCSI_ARRAY_SIZE(rows)) {
+		pcsi_backend_msg(req, "vgs: unexpected report");
+		return -EIO;
+	}
+	if (all)
+		for (i = 0; i < l->nvgs; i++)
+			l->vgs[i].exists = false;
+	for (i = 0; i < n; i++) {
+		struct vg *vg = find_vg(l, rows[i].name);
+		if (vg) {
+			vg->exists = true;
+			vg->size = rows[i].size;
+			vg->free = rows[i].free;
+		}
+	}
+	return 0;
+}
+
+/* Replaces the volume cache with an lvs report of our VGs. */
+static int apply_lvs(struct pcsi_backend_req *req, struct lvm *l)
+{
+	struct pcsi_lvm_lv *rows;
+	int n, i, cap = 16;
+
+	for (;;) {
+		rows = pcsi_xcalloc((size_t)cap, sizeof(*rows));
+		n = pcsi_lvm_parse_lvs(req->proc.out.data, rows, (size_t)cap);
+		if (n <= cap)
+			break;
+		free(rows);
+		cap = n;
+	}
+	if (n < 0) {
+		free(rows);
+		pcsi_backend_msg(req, "lvs: unexpected report");
+		return -EIO;
+	}
+	free(l->vols);
+	l->vols = pcsi_xcalloc((size_t)(n ? n : 1), sizeof(*l->vols));
+	l->nvols = 0;
+	for (i = 0; i < n; i++) {
+		struct pcsi_volume *v = &l->vols[l->nvols];
+		if (!find_vg(l, rows[i].vg) || !pcsi_volume_id_valid(rows[i].name) ||
+		    strlen(rows[i].path) >= sizeof(v->path))
+			continue;
+		snprintf(v->id, sizeof(v->id), "%s", rows[i].name);
+		snprintf(v->path, sizeof(v->path), "%s", rows[i].path);
+		v->size = rows[i].size;
+		l->nvols++;
+	}
+	free(rows);
+	return 0;
+}
+
+/* ---- open ----------------------------------------------------------------------- */
+
+static void open_regions_job(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct pcsi_pmem_region regions[MAX_REGIONS];
+	struct pcsi_pmem_ns nss[MAX_REGIONS * 4];
+	int nr, nn, i, j, rc;
+
+	l->work_rc = 0;
+	l->nsetup = l->nvgs = 0;
+	l->total = 0;
+	if (!l->pmem && (rc = pcsi_pmem_open(&l->pmem)) < 0) {
+		l->work_rc = rc;
+		snprintf(l->work_err, sizeof(l->work_err), "libndctl: %s", strerror(-rc));
+		return;
+	}
+	nr = pcsi_pmem_regions(l->pmem, regions, MAX_REGIONS);
+	if (nr < 0) {
+		l->work_rc = nr;
+		snprintf(l->work_err, sizeof(l->work_err), "listing regions: %s", strerror(-nr));
+		return;
+	}
+	nr = PCSI_MIN(nr, MAX_REGIONS);
+	for (i = 0; i < nr; i++) {
+		struct pcsi_pmem_region *r = &regions[i];
+		uint64_t use, used = 0;
+		struct vg *vg;
+
+		l->total += r->size;
+		if (!r->active)
+			continue;
+		vg = &l->vgs[l->nvgs++];
+		memset(vg, 0, sizeof(*vg));
+		/* The original's naming, e.g. ndbus0region0fsdax. */
+		strcpy(vg->name, r->bus);
+		strcat(vg->name, r->name);
+		strcat(vg->name, "fsdax");
+
+		nn = pcsi_pmem_namespaces(l->pmem, NS_NAME, nss, PCSI_ARRAY_SIZE(nss));
+		nn = PCSI_MIN(PCSI_MAX(nn, 0), (int)PCSI_ARRAY_SIZE(nss));
+		for (j = 0; j < nn; j++)
+			if (!strcmp(nss[j].region, r->name) && !strcmp(nss[j].bus, r->bus))
+				used += nss[j].size;
+		if (used == 0) {
+			/* First start on this region: make our namespace. */
+			struct pcsi_pmem_ns ns;
+			use = r->size / 100 * (uint64_t)req->be->cfg.pmem_percentage;
+			use = PCSI_MIN(use, r->available);
+			use = PCSI_MIN(use, r->max_extent);
+			if (r->align)
+				use -= use % r->align;
+			if (use == 0 || use < r->align)
+				continue;
+			rc = pcsi_pmem_create(l->pmem, r->name, NS_NAME, use, &ns, l->work_err,
+					      sizeof(l->work_err));
+			if (rc < 0) {
+				l->work_rc = rc;
+				return;
+			}
+			if (l->nsetup < MAX_REGIONS) {
+				struct pv_setup *s = &l->setup[l->nsetup++];
+				memcpy(s->vg, vg->name, sizeof(s->vg));
+				snprintf(s->dev, sizeof(s->dev), "/dev/%s", ns.blockdev);
+				s->fresh = true;
+			}
+			continue;
+		}
+		for (j = 0; j < nn && l->nsetup < MAX_REGIONS; j++) {
+			struct pv_setup *s;
+			if (strcmp(nss[j].region, r->name) || strcmp(nss[j].bus, r->bus) ||
+			    !nss[j].blockdev[0])
+				continue;
+			s = &l->setup[l->nsetup++];
+			memcpy(s->vg, vg->name, sizeof(s->vg));
+			snprintf(s->dev, sizeof(s->dev), "/dev/%s", nss[j].blockdev);
+			s->fresh = false;
+		}
+	}
+}
+
+static void open_next(struct pcsi_backend_req *req);
+
+static void open_tool_done(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	int rc = 0;
+
+	switch (req->step) {
+	case O_WIPE:
+	case O_ADD_PVS:
+		rc = tool_result(req);
+		l->isetup++;
+		break;
+	case O_PVS:
+		rc = tool_result(req);
+		if (rc == 0) {
+			struct pcsi_lvm_pv pvs[64];
+			int n = pcsi_lvm_parse_pvs(req->proc.out.data, pvs, PCSI_ARRAY_SIZE(pvs)), i,
+			    j;
+			if (n < 0 || n > (int)PCSI_ARRAY_SIZE(pvs)) {
+				pcsi_backend_msg(req, "pvs: unexpected report");
+				rc = -EIO;
+				break;
+			}
+			/* A device that is already a PV needs no vgcreate/vgextend;
+			 * one in a VG that is not ours is left alone. */
+			for (i = 0; i < l->nsetup; i++)
+				for (j = 0; j < n; j++)
+					if (!strcmp(pvs[j].name, l->setup[i].dev) && pvs[j].vg[0]) {
+						if (strcmp(pvs[j].vg, l->setup[i].vg))
+							pcsi_warn("PMEM namespace belongs to a foreign "
+								  "volume group; not used",
+								  "dev=%s vg=%s", pvs[j].name,
+								  pvs[j].vg);
+						l->setup[i].dev[0] = '\0';
+					}
+			l->isetup = 0;
+			req->step = O_VGS_ALL;
+		}
+		break;
+	case O_VGS_ALL:
+		rc = tool_result(req);
+		if (rc == 0)
+			rc = apply_vgs(req, l, true);
+		l->isetup = 0;
+		req->step = O_ADD_PVS;
+		break;
+	case O_VGS:
+		rc = tool_result(req);
+		if (rc == 0)
+			rc = apply_vgs(req, l, true);
+		req->step = O_LVS;
+		break;
+	case O_LVS:
+		rc = tool_result(req);
+		if (rc == 0)
+			rc = apply_lvs(req, l);
+		req->step = O_DONE;
+		break;
+	}
+	pcsi_proc_done(&req->proc);
+	if (rc < 0) {
+		pcsi_backend_op_done(req, rc);
+		return;
+	}
+	open_next(req);
+}
+
+static void open_next(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct cmd c = { .n = 0 };
+	int i;
+
+	switch (req->step) {
+	case O_WIPE:
+		while (l->isetup < l->nsetup && !l->setup[l->isetup].fresh)
+			l->isetup++;
+		if (l->isetup < l->nsetup) {
+			/* Stale LVM or filesystem signatures on a new namespace would
+			 * confuse pvcreate; the space is ours now. */
+			cmd_add(&c, "wipefs");
+			cmd_add(&c, "--all");
+			cmd_add(&c, "--force");
+			cmd_add(&c, l->setup[l->isetup].dev);
+			pcsi_backend_run(req, c.argv, open_tool_done);
+			return;
+		}
+		req->step = O_PVS;
+		/* fall through */
+	case O_PVS:
+		cmd_report(&c, "pvs", "pv_name,vg_name");
+		pcsi_backend_run(req, c.argv, open_tool_done);
+		return;
+	case O_VGS_ALL:
+		cmd_report(&c, "vgs", "vg_name,vg_size,vg_free");
+		pcsi_backend_run(req, c.argv, open_tool_done);
+		return;
+	case O_ADD_PVS:
+		while (l->isetup < l->nsetup && !l->setup[l->isetup].dev[0])
+			l->isetup++;
+		if (l->isetup < l->nsetup) {
+			struct pv_setup *s = &l->setup[l->isetup];
+			struct vg *vg = find_vg(l, s->vg);
+			cmd_add(&c, vg->exists ? "vgextend" : "vgcreate");
+			cmd_add(&c, "--force");
+			cmd_add(&c, s->vg);
+			cmd_add(&c, s->dev);
+			pcsi_info(2, vg->exists ? "adding PMEM to volume group" : "creating volume group",
+				  "vg=%s dev=%s", s->vg, s->dev);
+			vg->exists = true;
+			pcsi_backend_run(req, c.argv, open_tool_done);
+			return;
+		}
+		req->step = O_VGS;
+		/* fall through */
+	case O_VGS:
+		for (i = 0; i < l->nvgs && !l->vgs[i].exists; i++)
+			;
+		if (i == l->nvgs) {
+			pcsi_backend_msg(req, "no PMEM region has space for an LVM volume group");
+			pcsi_backend_op_done(req, -ENODEV);
+			return;
+		}
+		cmd_report(&c, "vgs", "vg_name,vg_size,vg_free");
+		cmd_our_vgs(&c, l);
+		pcsi_backend_run(req, c.argv, open_tool_done);
+		return;
+	case O_LVS:
+		cmd_report(&c, "lvs", "lv_name,vg_name,lv_path,lv_size");
+		cmd_our_vgs(&c, l);
+		pcsi_backend_run(req, c.argv, open_tool_done);
+		return;
+	case O_DONE:
+		pcsi_info(2, "lvm device manager ready", "vgs=%d volumes=%zu", l->nvgs, l->nvols);
+		pcsi_backend_op_done(req, 0);
+		return;
+	}
+}
+
+static void open_regions_done(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+
+	if (l->work_rc < 0) {
+		pcsi_backend_msg(req, "%s", l->work_err);
+		pcsi_backend_op_done(req, l->work_rc == -ENOSPC ? -ENODEV : -EIO);
+		return;
+	}
+	if (l->nvgs == 0) {
+		pcsi_backend_msg(req, "no active PMEM region");
+		pcsi_backend_op_done(req, -ENODEV);
+		return;
+	}
+	l->isetup = 0;
+	req->step = O_WIPE;
+	open_next(req);
+}
+
+static void lvm_open(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	(void)be;
+	pcsi_backend_work(req, open_regions_job, open_regions_done);
+}
+
+/* ---- capacity ------------------------------------------------------------------ */
+
+static void capacity_done(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	int rc = tool_result(req), i;
+
+	if (rc == 0)
+		rc = apply_vgs(req, l, false);
+	pcsi_proc_done(&req->proc);
+	if (rc == 0) {
+		memset(&req->cap, 0, sizeof(req->cap));
+		req->cap.total = l->total;
+		for (i = 0; i < l->nvgs; i++) {
+			if (!l->vgs[i].exists)
+				continue;
+			req->cap.managed += l->vgs[i].size;
+			req->cap.available += l->vgs[i].free;
+			req->cap.max_volume_size =
+				PCSI_MAX(req->cap.max_volume_size,
+					 l->vgs[i].free - l->vgs[i].free % PCSI_LVM_ALIGN);
+		}
+	}
+	pcsi_backend_op_done(req, rc);
+}
+
+static void lvm_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct cmd c = { .n = 0 };
+
+	cmd_report(&c, "vgs", "vg_name,vg_size,vg_free");
+	cmd_our_vgs(&c, impl(be));
+	pcsi_backend_run(req, c.argv, capacity_done);
+}
+
+/* ---- create -------------------------------------------------------------------- */
+
+static void create_try(struct pcsi_backend_req *req);
+
+static void create_lvs_done(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct pcsi_lvm_lv lv;
+	int rc = tool_result(req), n;
+
+	if (rc == 0) {
+		n = pcsi_lvm_parse_lvs(req->proc.out.data, &lv, 1);
+		if (n != 1 || strcmp(lv.name, req->id) || strlen(lv.path) >= sizeof(req->vol.path)) {
+			pcsi_backend_msg(req, "lvs: no report for the new volume");
+			rc = -EIO;
+		}
+	}
+	pcsi_proc_done(&req->proc);
+	if (rc == 0) {
+		l->vols = pcsi_xrealloc(l->vols, (l->nvols + 1) * sizeof(*l->vols));
+		snprintf(req->vol.path, sizeof(req->vol.path), "%s", lv.path);
+		req->vol.size = lv.size;
+		l->vols[l->nvols++] = req->vol;
+		l->vgs[l->ivg].free -= PCSI_MIN(l->vgs[l->ivg].free, lv.size);
+	}
+	pcsi_backend_op_done(req, rc);
+}
+
+static void create_done(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct cmd c = { .n = 0 };
+	char full[300];
+
+	if (!pcsi_proc_ok(&req->proc)) {
+		/* Perhaps the VG had less room than we thought: try the next. */
+		tool_result(req);
+		pcsi_info(2, "lvcreate failed, trying the next volume group", "vg=%s reason=\"%s\"",
+			  l->vgs[l->ivg].name, req->msg);
+		pcsi_proc_done(&req->proc);
+		l->ivg++;
+		create_try(req);
+		return;
+	}
+	pcsi_proc_done(&req->proc);
+	snprintf(full, sizeof(full), "%s/%s", l->vgs[l->ivg].name, req->id);
+	cmd_report(&c, "lvs", "lv_name,vg_name,lv_path,lv_size");
+	cmd_add(&c, full);
+	pcsi_backend_run(req, c.argv, create_lvs_done);
+}
+
+static void create_try(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct cmd c = { .n = 0 };
+	char size[32];
+
+	while (l->ivg < l->nvgs && (!l->vgs[l->ivg].exists || l->vgs[l->ivg].free < l->want))
+		l->ivg++;
+	if (l->ivg >= l->nvgs) {
+		if (!req->msg[0])
+			pcsi_backend_msg(req, "no volume group has %llu bytes free",
+					 (unsigned long long)l->want);
+		pcsi_backend_op_done(req, -ENOSPC);
+		return;
+	}
+	snprintf(size, sizeof(size), "%lluB", (unsigned long long)l->want);
+	/* -Zn: we zero the first 4 KiB ourselves; -Wy --yes: wipe old
+	 * signatures without asking (stdin is /dev/null). */
+	cmd_add(&c, "lvcreate");
+	cmd_add(&c, "-Zn");
+	cmd_add(&c, "-Wy");
+	cmd_add(&c, "--yes");
+	cmd_add(&c, "-L");
+	cmd_add(&c, size);
+	cmd_add(&c, "-n");
+	cmd_add(&c, req->id);
+	cmd_add(&c, l->vgs[l->ivg].name);
+	pcsi_backend_run(req, c.argv, create_done);
+}
+
+static void lvm_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(be);
+	struct pcsi_volume *v = find_vol(l, req->id);
+
+	l->want = pcsi_align_up(req->size ? req->size : PCSI_LVM_ALIGN, PCSI_LVM_ALIGN);
+	if (v) {
+		req->vol = *v;
+		req->existed = true;
+		if (v->size < l->want) {
+			pcsi_backend_msg(req, "volume %s exists with %llu bytes", req->id,
+					 (unsigned long long)v->size);
+			pcsi_backend_op_done(req, -EEXIST);
+			return;
+		}
+		pcsi_backend_op_done(req, 0);
+		return;
+	}
+	l->ivg = 0;
+	create_try(req);
+}
+
+/* ---- get, list, remove ---------------------------------------------------------- */
+
+static void lvm_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct pcsi_volume *v = find_vol(impl(be), req->id);
+
+	if (!v) {
+		pcsi_backend_op_done(req, -ENOENT);
+		return;
+	}
+	req->vol = *v;
+	pcsi_backend_op_done(req, 0);
+}
+
+static void lvm_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(be);
+
+	req->vols = pcsi_xcalloc(l->nvols ? l->nvols : 1, sizeof(*req->vols));
+	memcpy(req->vols, l->vols, l->nvols * sizeof(*l->vols));
+	req->n_vols = l->nvols;
+	pcsi_backend_op_done(req, 0);
+}
+
+static void remove_done(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct pcsi_volume *v;
+	int rc = tool_result(req);
+
+	pcsi_proc_done(&req->proc);
+	if (rc == 0 && (v = find_vol(l, req->id))) {
+		struct vg *vg;
+		char vgname[128];
+		/* lv_path is /dev/<vg>/<lv>: credit the space back to its VG. */
+		if (sscanf(v->path, "/dev/%127[^/]/", vgname) == 1 && (vg = find_vg(l, vgname)))
+			vg->free += v->size;
+		*v = l->vols[--l->nvols];
+	}
+	pcsi_backend_op_done(req, rc);
+}
+
+static void lvm_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct cmd c = { .n = 0 };
+
+	(void)be;
+	cmd_add(&c, "lvremove");
+	cmd_add(&c, "-fy");
+	cmd_add(&c, req->vol.path);
+	pcsi_backend_run(req, c.argv, remove_done);
+}
+
+const struct pcsi_backend_ops pcsi_lvm_ops = {
+	.name = "lvm",
+	.init = lvm_init,
+	.open = lvm_open,
+	.capacity = lvm_capacity,
+	.create = lvm_create,
+	.get = lvm_get,
+	.remove = lvm_remove,
+	.list = lvm_list,
+	.fini = lvm_fini,
+};

@@ -1,0 +1,406 @@
+/* ndctl.c: the direct backend (alias ndctl). See backend.h.
+ *
+ * One fsdax namespace (map=dev, 2 MiB page alignment) per volume, named by the
+ * volume id, in the first active pmem region with a large enough free extent.
+ * The namespaces are the only state: nothing is cached, every operation asks
+ * libndctl afresh (pmem.c), so namespaces made or removed by others are seen.
+ * The namespace called "pmem-csi" belongs to the lvm backend and is never a
+ * volume here.
+ *
+ * Every libndctl call runs in a thread-pool job (pcsi_backend_work(): |fn| off
+ * the loop, |after| back on it); the backend queue runs one job at a time, so
+ * the job's inputs and results can live in the backend's struct direct. */
+#include "backend_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../daemon/core/log.h"
+#include "../daemon/core/util.h"
+#include "pmem.h"
+
+#define LVM_NS_NAME "pmem-csi" /* the lvm backend's namespace */
+
+struct direct {
+	struct pcsi_pmem *pmem; /* opened by the open job */
+	/* the running job */
+	const char *op;
+	uint64_t t0, t1; /* pcsi_now_ns() around the libndctl calls */
+	int rc;
+	int nregions, nactive, nvols; /* open: for the log */
+	char err[256];
+};
+
+static struct direct *impl(struct pcsi_backend *be)
+{
+	return be->impl;
+}
+
+static int direct_init(struct pcsi_backend *be)
+{
+	be->impl = pcsi_xcalloc(1, sizeof(struct direct));
+	return 0;
+}
+
+static void direct_fini(struct pcsi_backend *be)
+{
+	struct direct *d = impl(be);
+
+	pcsi_pmem_close(d->pmem);
+	free(d);
+	be->impl = NULL;
+}
+
+/* ---- jobs ---------------------------------------------------------------------- */
+
+/* On the loop: logs the job's duration and hands its result back. */
+static void direct_after(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+	uint64_t ns = d->t1 > d->t0 ? d->t1 - d->t0 : 0;
+
+	pcsi_info(4, "libndctl job", "op=%s id=%s error=%d duration_ms=%llu.%03llu", d->op,
+		  req->vol.id[0] ? req->vol.id : "-", d->rc, (unsigned long long)(ns / 1000000),
+		  (unsigned long long)(ns / 1000 % 1000));
+	if (d->rc < 0 && d->err[0])
+		pcsi_backend_msg(req, "%s", d->err);
+	pcsi_backend_op_done(req, d->rc);
+}
+
+static void job_begin(struct direct *d)
+{
+	d->t0 = pcsi_now_ns();
+}
+
+static void job_end(struct direct *d, int rc)
+{
+	d->t1 = pcsi_now_ns();
+	d->rc = rc;
+}
+
+/* Runs |fn| on the thread pool, then |after| (direct_after when NULL) on the
+ * loop, which ends the operation. */
+static void run(struct pcsi_backend_req *req, const char *op,
+		void (*fn)(struct pcsi_backend_req *req),
+		void (*after)(struct pcsi_backend_req *req))
+{
+	struct direct *d = impl(req->be);
+
+	d->op = op;
+	d->rc = 0;
+	d->err[0] = '\0';
+	d->t0 = d->t1 = 0;
+	pcsi_backend_work(req, fn, after ? after : direct_after);
+}
+
+/* All pmem regions (malloc'd in |*out|), or -errno. */
+static int get_regions(struct direct *d, struct pcsi_pmem_region **out)
+{
+	struct pcsi_pmem_region *r = NULL;
+	int n = 8, got;
+
+	for (;;) {
+		r = pcsi_xrealloc(r, (size_t)n * sizeof(*r));
+		got = pcsi_pmem_regions(d->pmem, r, (size_t)n);
+		if (got < 0 || got <= n)
+			break;
+		n = got;
+	}
+	if (got < 0) {
+		free(r);
+		*out = NULL;
+		return got;
+	}
+	*out = r;
+	return got;
+}
+
+/* All named namespaces (malloc'd in |*out|), or -errno. */
+static int get_namespaces(struct direct *d, const char *name, struct pcsi_pmem_ns **out)
+{
+	struct pcsi_pmem_ns *ns = NULL;
+	int n = 16, got;
+
+	for (;;) {
+		ns = pcsi_xrealloc(ns, (size_t)n * sizeof(*ns));
+		got = pcsi_pmem_namespaces(d->pmem, name, ns, (size_t)n);
+		if (got < 0 || got <= n)
+			break;
+		n = got;
+	}
+	if (got < 0) {
+		free(ns);
+		*out = NULL;
+		return got;
+	}
+	*out = ns;
+	return got;
+}
+
+static void to_volume(const struct pcsi_pmem_ns *ns, struct pcsi_volume *v)
+{
+	memset(v, 0, sizeof(*v));
+	snprintf(v->id, sizeof(v->id), "%s", ns->name);
+	if (ns->blockdev[0])
+		snprintf(v->path, sizeof(v->path), "/dev/%s", ns->blockdev);
+	v->size = ns->size;
+}
+
+/* ---- open ----------------------------------------------------------------------- */
+
+static void open_fn(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+	struct pcsi_pmem_region *r = NULL;
+	struct pcsi_pmem_ns *ns = NULL;
+	int rc, i, n;
+
+	job_begin(d);
+	d->nregions = d->nactive = d->nvols = 0;
+	if (!d->pmem) {
+		rc = pcsi_pmem_open(&d->pmem);
+		if (rc < 0) {
+			snprintf(d->err, sizeof(d->err), "libndctl: %s", strerror(-rc));
+			job_end(d, -EIO);
+			return;
+		}
+	}
+	n = get_regions(d, &r);
+	if (n < 0) {
+		snprintf(d->err, sizeof(d->err), "listing pmem regions: %s", strerror(-n));
+		job_end(d, -EIO);
+		return;
+	}
+	d->nregions = n;
+	for (i = 0; i < n; i++)
+		d->nactive += r[i].active;
+	free(r);
+	if (d->nactive == 0) {
+		snprintf(d->err, sizeof(d->err), "no active pmem region (%d inactive)", n);
+		job_end(d, -ENODEV);
+		return;
+	}
+	n = get_namespaces(d, NULL, &ns);
+	if (n >= 0) {
+		for (i = 0; i < n; i++)
+			d->nvols += strcmp(ns[i].name, LVM_NS_NAME) != 0;
+		free(ns);
+	}
+	job_end(d, 0);
+}
+
+static void open_after(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+
+	if (d->rc == 0)
+		pcsi_info(2, "direct device manager ready", "regions=%d active=%d volumes=%d",
+			  d->nregions, d->nactive, d->nvols);
+	direct_after(req);
+}
+
+static void direct_open(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	run(req, "open", open_fn, open_after);
+}
+
+/* ---- capacity ------------------------------------------------------------------- */
+
+/* The original driver's GetCapacity for direct mode: every region counts in
+ * total; disabled ones count nowhere else; free space is counted in whole
+ * alignment units, since that is what a new namespace can use. */
+static void capacity_fn(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+	struct pcsi_capacity *c = &req->cap;
+	struct pcsi_pmem_region *r;
+	int i, n;
+
+	job_begin(d);
+	memset(c, 0, sizeof(*c));
+	n = get_regions(d, &r);
+	if (n < 0) {
+		snprintf(d->err, sizeof(d->err), "listing pmem regions: %s", strerror(-n));
+		job_end(d, -EIO);
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		uint64_t align = r[i].align ? r[i].align : 1, max;
+
+		c->total += r[i].size;
+		if (!r[i].active)
+			continue;
+		c->managed += r[i].size;
+		c->available += r[i].available / align * align;
+		max = r[i].max_extent / align * align;
+		if (max > c->max_volume_size)
+			c->max_volume_size = max;
+	}
+	free(r);
+	job_end(d, 0);
+}
+
+/* ---- create --------------------------------------------------------------------- */
+
+static void create_fn(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+	struct pcsi_pmem_ns ns;
+	int rc;
+
+	job_begin(d);
+	if (!strcmp(req->vol.id, LVM_NS_NAME)) {
+		snprintf(d->err, sizeof(d->err), "\"%s\" is reserved for the lvm device manager",
+			 LVM_NS_NAME);
+		job_end(d, -EINVAL);
+		return;
+	}
+	/* One scan: pmem.c's create says -EEXIST and describes the namespace
+	 * in |ns| when the name is taken. */
+	rc = pcsi_pmem_create(d->pmem, NULL, req->vol.id, req->size, &ns, d->err, sizeof(d->err));
+	if (rc == 0) {
+		to_volume(&ns, &req->vol);
+		job_end(d, 0);
+		return;
+	}
+	if (rc != -EEXIST) {
+		job_end(d, rc == -ENOSPC || rc == -EINVAL ? rc : -EIO);
+		return;
+	}
+	d->err[0] = '\0';
+	/* It exists: good enough when it has at least the requested size (the
+	 * aligned size it was made with is never smaller than that). */
+	if (ns.size < req->size) {
+		snprintf(d->err, sizeof(d->err),
+			 "volume %s exists with %llu bytes, fewer than the %llu requested",
+			 req->vol.id, (unsigned long long)ns.size, (unsigned long long)req->size);
+		job_end(d, -EEXIST);
+		return;
+	}
+	if (!ns.blockdev[0]) {
+		snprintf(d->err, sizeof(d->err), "volume %s (%s) exists but is not enabled",
+			 req->vol.id, ns.dev);
+		job_end(d, -EIO);
+		return;
+	}
+	to_volume(&ns, &req->vol);
+	req->existed = true;
+	job_end(d, 0);
+}
+
+/* ---- get ------------------------------------------------------------------------- */
+
+static void get_fn(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+	struct pcsi_pmem_ns ns;
+	int rc;
+
+	job_begin(d);
+	if (!strcmp(req->vol.id, LVM_NS_NAME)) {
+		job_end(d, -ENOENT);
+		return;
+	}
+	rc = pcsi_pmem_namespaces(d->pmem, req->vol.id, &ns, 1);
+	if (rc < 0) {
+		snprintf(d->err, sizeof(d->err), "listing namespaces: %s", strerror(-rc));
+		job_end(d, -EIO);
+		return;
+	}
+	if (rc == 0) {
+		job_end(d, -ENOENT);
+		return;
+	}
+	/* A namespace that is not enabled has no block device: path "". */
+	to_volume(&ns, &req->vol);
+	job_end(d, 0);
+}
+
+/* ---- remove ---------------------------------------------------------------------- */
+
+static void remove_fn(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+	int rc;
+
+	job_begin(d);
+	if (!strcmp(req->vol.id, LVM_NS_NAME)) {
+		job_end(d, 0); /* never a volume here: nothing to delete */
+		return;
+	}
+	rc = pcsi_pmem_destroy(d->pmem, req->vol.id, d->err, sizeof(d->err));
+	if (rc == -ENOENT)
+		rc = 0; /* gone meanwhile: that is what was wanted */
+	else if (rc < 0 && rc != -EBUSY)
+		rc = -EIO;
+	job_end(d, rc);
+}
+
+/* ---- list ------------------------------------------------------------------------ */
+
+static void list_fn(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+	struct pcsi_pmem_ns *ns;
+	int i, n;
+
+	job_begin(d);
+	req->vols = NULL;
+	req->n_vols = 0;
+	n = get_namespaces(d, NULL, &ns);
+	if (n < 0) {
+		snprintf(d->err, sizeof(d->err), "listing namespaces: %s", strerror(-n));
+		job_end(d, -EIO);
+		return;
+	}
+	req->vols = pcsi_xcalloc((size_t)n + 1, sizeof(*req->vols));
+	for (i = 0; i < n; i++) {
+		/* The lvm backend's namespace, and names no volume can have. */
+		if (!strcmp(ns[i].name, LVM_NS_NAME) || !pcsi_volume_id_valid(ns[i].name))
+			continue;
+		to_volume(&ns[i], &req->vols[req->n_vols++]);
+	}
+	free(ns);
+	job_end(d, 0);
+}
+
+/* ---- entry points ------------------------------------------------------------------ */
+
+static void direct_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	run(req, "capacity", capacity_fn, NULL);
+}
+
+static void direct_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	run(req, "create", create_fn, NULL);
+}
+
+static void direct_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	run(req, "get", get_fn, NULL);
+}
+
+static void direct_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	run(req, "remove", remove_fn, NULL);
+}
+
+static void direct_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	run(req, "list", list_fn, NULL);
+}
+
+const struct pcsi_backend_ops pcsi_direct_ops = {
+	.name = "direct",
+	.init = direct_init,
+	.open = direct_open,
+	.capacity = direct_capacity,
+	.create = direct_create,
+	.get = direct_get,
+	.remove = direct_remove,
+	.list = direct_list,
+	.fini = direct_fini,
+};

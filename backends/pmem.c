@@ -1,0 +1,698 @@
+/* pmem.c: libndctl helpers shared by the direct and lvm backends. See pmem.h.
+ *
+ * Self-contained on purpose (libndctl, libuuid and libc only), so that the
+ * QEMU check tests/vm/pmem-check.c can link it without the daemon.
+ *
+ * Every public call starts from a fresh libndctl context: libndctl caches
+ * buses, regions and namespaces on first use and never notices what other
+ * processes (an admin's `ndctl`, a previous daemon) changed since, so a
+ * long-lived context would report deleted namespaces and miss new ones.
+ *
+ * Creating follows `ndctl create-namespace -m fsdax -M dev -a 2M -n NAME`:
+ * the region's namespace seed gets a uuid, a size, a name and the fsdax
+ * holder class; the region's pfn seed gets a uuid, location "pmem" (the
+ * memmap on the device, map=dev) and 2 MiB alignment, is attached to the
+ * namespace and enabled, which makes /dev/pmemX.Y. Destroying follows
+ * `ndctl destroy-namespace -f`: disable (refused while the block device is
+ * mounted or held open exclusively), then delete (size 0 frees the labels).
+ */
+#include "pmem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <ndctl/libndctl.h>
+#include <uuid/uuid.h>
+
+#define MIB		 (1ull << 20)
+#define FSDAX_ALIGN	 (2 * MIB)  /* the pfn (page map) alignment we ask for */
+#define REGION_ALIGN_DEF (96 * MIB) /* region alignment when the kernel does not say */
+#define MIN_NS_SIZE	 (16 * MIB) /* the kernel refuses smaller fsdax namespaces */
+#define NS_NAME_MAX	 64	    /* NSLABEL_NAME_LEN, terminating NUL included */
+
+struct pcsi_pmem {
+	struct ndctl_ctx *ctx;
+	char last[160]; /* libndctl's last error message, for |err| */
+};
+
+/* ---- context ---------------------------------------------------------------------- */
+
+static void on_ndctl_log(struct ndctl_ctx *ctx, int priority, const char *file, int line,
+			 const char *fn, const char *format, va_list args)
+{
+	struct pcsi_pmem *p = ndctl_get_userdata(ctx);
+	size_t n;
+
+	(void)priority;
+	(void)file;
+	(void)line;
+	(void)fn;
+	if (!p)
+		return;
+	vsnprintf(p->last, sizeof(p->last), format, args);
+	n = strlen(p->last);
+	while (n && (p->last[n - 1] == '\n' || p->last[n - 1] == ' '))
+		p->last[--n] = '\0';
+}
+
+/* Replaces the context with a new one that reads sysfs afresh. */
+static int refresh(struct pcsi_pmem *p)
+{
+	struct ndctl_ctx *ctx;
+	int rc;
+
+	if (p->ctx) {
+		ndctl_unref(p->ctx);
+		p->ctx = NULL;
+	}
+	rc = ndctl_new(&ctx);
+	if (rc < 0)
+		return rc;
+	if (!ctx)
+		return -ENOMEM;
+	ndctl_set_userdata(ctx, p);
+	ndctl_set_log_fn(ctx, on_ndctl_log);
+	p->ctx = ctx;
+	p->last[0] = '\0';
+	return 0;
+}
+
+int pcsi_pmem_open(struct pcsi_pmem **ret)
+{
+	struct pcsi_pmem *p = calloc(1, sizeof(*p));
+	int rc;
+
+	if (!p)
+		return -ENOMEM;
+	rc = refresh(p);
+	if (rc < 0) {
+		free(p);
+		return rc;
+	}
+	*ret = p;
+	return 0;
+}
+
+void pcsi_pmem_close(struct pcsi_pmem *p)
+{
+	if (!p)
+		return;
+	if (p->ctx)
+		ndctl_unref(p->ctx);
+	free(p);
+}
+
+static void fail(struct pcsi_pmem *p, char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Formats a reason into |err|, with libndctl's last complaint appended. */
+static void fail(struct pcsi_pmem *p, char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	if (n >= 0 && (size_t)n < errlen && p && p->last[0])
+		snprintf(err + n, errlen - n, " (libndctl: %s)", p->last);
+}
+
+/* ---- alignment ------------------------------------------------------------------- */
+
+static uint64_t gcd64(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+uint64_t pcsi_pmem_align(uint64_t fsdax_align, unsigned interleave_ways, uint64_t region_align)
+{
+	uint64_t ns_align, g;
+
+	if (fsdax_align == 0)
+		fsdax_align = FSDAX_ALIGN;
+	if (interleave_ways == 0)
+		interleave_ways = 1;
+	if (region_align <= 1)
+		region_align = REGION_ALIGN_DEF;
+	ns_align = fsdax_align * interleave_ways;
+	g = gcd64(ns_align, region_align);
+	return ns_align / g * region_align;
+}
+
+static uint64_t region_alignment(struct ndctl_region *r)
+{
+	struct ndctl_pfn *pfn = ndctl_region_get_pfn_seed(r);
+	unsigned long ralign = ndctl_region_get_align(r);
+	uint64_t fsdax = 0;
+
+	if (pfn && ndctl_pfn_has_align(pfn))
+		fsdax = ndctl_pfn_get_align(pfn);
+	return pcsi_pmem_align(fsdax, ndctl_region_get_interleave_ways(r),
+			       ralign == ULONG_MAX ? 0 : ralign);
+}
+
+static uint64_t region_available(struct ndctl_region *r)
+{
+	unsigned long long v = ndctl_region_get_available_size(r);
+
+	return v == ULLONG_MAX ? 0 : v;
+}
+
+/* The largest contiguous free extent: what one new namespace can get. */
+static uint64_t region_max_extent(struct ndctl_region *r)
+{
+	unsigned long long v = ndctl_region_get_max_available_extent(r);
+
+	return v == ULLONG_MAX ? region_available(r) : v;
+}
+
+/* The size to ask the kernel for: |size| rounded up to |align| (0 = the
+ * smallest namespace), never below the kernel's fsdax minimum. 0 when it
+ * does not fit in 64 bits. */
+static uint64_t aligned_size(uint64_t size, uint64_t align)
+{
+	uint64_t s = size ? size : 1;
+
+	if (s < MIN_NS_SIZE)
+		s = MIN_NS_SIZE;
+	if (s % align == 0)
+		return s;
+	if (s / align >= UINT64_MAX / align)
+		return 0;
+	return (s / align + 1) * align;
+}
+
+/* ---- walking --------------------------------------------------------------------- */
+
+static bool is_pmem_region(struct ndctl_region *r)
+{
+	const char *t = ndctl_region_get_type_name(r);
+
+	return t && !strcmp(t, "pmem"); /* not "blk" */
+}
+
+/* The block device of |ndns| ("" when it has none, e.g. disabled). */
+static const char *ns_blockdev(struct ndctl_namespace *ndns)
+{
+	struct ndctl_pfn *pfn = ndctl_namespace_get_pfn(ndns);
+	struct ndctl_btt *btt = ndctl_namespace_get_btt(ndns);
+	const char *b = NULL;
+
+	if (pfn && ndctl_pfn_is_enabled(pfn))
+		b = ndctl_pfn_get_block_device(pfn);
+	else if (btt && ndctl_btt_is_enabled(btt))
+		b = ndctl_btt_get_block_device(btt);
+	else if (!pfn && !btt && !ndctl_namespace_get_dax(ndns) && ndctl_namespace_is_enabled(ndns))
+		b = ndctl_namespace_get_block_device(ndns);
+	return b ? b : "";
+}
+
+static void copy(char *dst, size_t n, const char *src)
+{
+	snprintf(dst, n, "%s", src ? src : "");
+}
+
+static void fill_ns(struct ndctl_namespace *ndns, const char *blockdev, struct pcsi_pmem_ns *o)
+{
+	struct ndctl_region *r = ndctl_namespace_get_region(ndns);
+
+	memset(o, 0, sizeof(*o));
+	copy(o->name, sizeof(o->name), ndctl_namespace_get_alt_name(ndns));
+	copy(o->dev, sizeof(o->dev), ndctl_namespace_get_devname(ndns));
+	copy(o->blockdev, sizeof(o->blockdev), blockdev ? blockdev : ns_blockdev(ndns));
+	copy(o->region, sizeof(o->region), ndctl_region_get_devname(r));
+	copy(o->bus, sizeof(o->bus), ndctl_bus_get_devname(ndctl_region_get_bus(r)));
+	o->size = ndctl_namespace_get_size(ndns);
+}
+
+/* A namespace counts when it has capacity and a name; seeds (size 0) never
+ * do, whatever their alt_name says. */
+static bool ns_named(struct ndctl_namespace *ndns, const char *name)
+{
+	const char *alt = ndctl_namespace_get_alt_name(ndns);
+
+	if (ndctl_namespace_get_size(ndns) == 0 || !alt || !alt[0])
+		return false;
+	return !name || !strcmp(alt, name);
+}
+
+static int cmp_region(const void *a, const void *b)
+{
+	struct ndctl_region *x = *(struct ndctl_region *const *)a;
+	struct ndctl_region *y = *(struct ndctl_region *const *)b;
+	unsigned bx = ndctl_bus_get_id(ndctl_region_get_bus(x));
+	unsigned by = ndctl_bus_get_id(ndctl_region_get_bus(y));
+	unsigned ix = ndctl_region_get_id(x), iy = ndctl_region_get_id(y);
+
+	if (bx != by)
+		return bx < by ? -1 : 1;
+	return (ix > iy) - (ix < iy);
+}
+
+static int cmp_ns(const void *a, const void *b)
+{
+	unsigned x = ndctl_namespace_get_id(*(struct ndctl_namespace *const *)a);
+	unsigned y = ndctl_namespace_get_id(*(struct ndctl_namespace *const *)b);
+
+	return (x > y) - (x < y);
+}
+
+/* The pmem regions in bus order, then region order (libndctl lists them in
+ * no particular order): a malloc'd array in |*out|, its length, or -ENOMEM. */
+static int sorted_regions(struct pcsi_pmem *p, struct ndctl_region ***out)
+{
+	struct ndctl_region **v = NULL, **nv, *r;
+	struct ndctl_bus *bus;
+	int n = 0;
+
+	ndctl_bus_foreach(p->ctx, bus)
+	{
+		ndctl_region_foreach(bus, r)
+		{
+			if (!is_pmem_region(r))
+				continue;
+			nv = realloc(v, (n + 1) * sizeof(*v));
+			if (!nv) {
+				free(v);
+				return -ENOMEM;
+			}
+			v = nv;
+			v[n++] = r;
+		}
+	}
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_region);
+	*out = v;
+	return n;
+}
+
+/* The namespaces of |r| in id order, like sorted_regions(). */
+static int sorted_namespaces(struct ndctl_region *r, struct ndctl_namespace ***out)
+{
+	struct ndctl_namespace **v = NULL, **nv, *ndns;
+	int n = 0;
+
+	ndctl_namespace_foreach(r, ndns)
+	{
+		nv = realloc(v, (n + 1) * sizeof(*v));
+		if (!nv) {
+			free(v);
+			return -ENOMEM;
+		}
+		v = nv;
+		v[n++] = ndns;
+	}
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_ns);
+	*out = v;
+	return n;
+}
+
+/* Calls |fn| for each namespace called |name| (each named one for NULL), in
+ * region order, until it returns non-zero; returns that, or 0, or -ENOMEM. */
+static int each_named(struct pcsi_pmem *p, const char *name,
+		      int (*fn)(struct ndctl_namespace *ndns, void *data), void *data)
+{
+	struct ndctl_region **regs;
+	struct ndctl_namespace **nss;
+	int nr, nn, i, j, rc = 0;
+
+	nr = sorted_regions(p, &regs);
+	if (nr < 0)
+		return nr;
+	for (i = 0; i < nr && !rc; i++) {
+		nn = sorted_namespaces(regs[i], &nss);
+		if (nn < 0) {
+			rc = nn;
+			break;
+		}
+		for (j = 0; j < nn && !rc; j++)
+			if (ns_named(nss[j], name))
+				rc = fn(nss[j], data);
+		free(nss);
+	}
+	free(regs);
+	return rc;
+}
+
+static int found(struct ndctl_namespace *ndns, void *data)
+{
+	*(struct ndctl_namespace **)data = ndns;
+	return 1;
+}
+
+/* The first namespace called |name|: 1 (in |*ret|), 0 or -ENOMEM. */
+static int find_ns(struct pcsi_pmem *p, const char *name, struct ndctl_namespace **ret)
+{
+	*ret = NULL;
+	return each_named(p, name, found, ret);
+}
+
+/* ---- queries --------------------------------------------------------------------- */
+
+int pcsi_pmem_regions(struct pcsi_pmem *p, struct pcsi_pmem_region *out, size_t n)
+{
+	struct ndctl_region **regs;
+	int rc, i, nr;
+
+	rc = refresh(p);
+	if (rc < 0)
+		return rc;
+	nr = sorted_regions(p, &regs);
+	if (nr < 0)
+		return nr;
+	for (i = 0; i < nr && (size_t)i < n; i++) {
+		struct ndctl_region *r = regs[i];
+		struct pcsi_pmem_region *o = &out[i];
+
+		memset(o, 0, sizeof(*o));
+		copy(o->bus, sizeof(o->bus), ndctl_bus_get_devname(ndctl_region_get_bus(r)));
+		copy(o->name, sizeof(o->name), ndctl_region_get_devname(r));
+		o->active = ndctl_region_is_enabled(r) > 0;
+		o->size = ndctl_region_get_size(r);
+		o->available = region_available(r);
+		o->max_extent = region_max_extent(r);
+		o->align = region_alignment(r);
+	}
+	free(regs);
+	return nr;
+}
+
+struct ns_list {
+	struct pcsi_pmem_ns *out;
+	size_t n, count;
+};
+
+static int add_ns(struct ndctl_namespace *ndns, void *data)
+{
+	struct ns_list *l = data;
+
+	if (l->count < l->n)
+		fill_ns(ndns, NULL, &l->out[l->count]);
+	l->count++;
+	return 0;
+}
+
+int pcsi_pmem_namespaces(struct pcsi_pmem *p, const char *name, struct pcsi_pmem_ns *out, size_t n)
+{
+	struct ns_list l = { .out = out, .n = n };
+	int rc;
+
+	rc = refresh(p);
+	if (rc < 0)
+		return rc;
+	rc = each_named(p, name, add_ns, &l);
+	if (rc < 0)
+		return rc;
+	return (int)l.count;
+}
+
+/* ---- create ---------------------------------------------------------------------- */
+
+/* Reads a sysfs attribute of an nd device into |buf| (newline stripped). */
+static int read_attr(const char *dev, const char *attr, char *buf, size_t len)
+{
+	char path[256];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/bus/nd/devices/%s/%s", dev, attr);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -EIO;
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		n--;
+	buf[n] = '\0';
+	return 0;
+}
+
+static bool pfn_supports(struct ndctl_pfn *pfn, unsigned long align)
+{
+	int i, n = ndctl_pfn_get_num_alignments(pfn);
+
+	if (n <= 0)
+		return true; /* the kernel does not list them: it takes the 2 MiB default */
+	for (i = 0; i < n; i++)
+		if (ndctl_pfn_get_supported_alignment(pfn, i) == align)
+			return true;
+	return false;
+}
+
+/* Puts the region's seeds back the way they were: the pfn device detached
+ * (unbound first if it got enabled) and, while still the seed, unconfigured;
+ * the namespace without name and without size, which frees its labels and
+ * its uuid in the kernel. Returns 0 or -errno from the delete. */
+static int undo_seeds(struct ndctl_namespace *ndns, struct ndctl_pfn *pfn)
+{
+	if (pfn && ndctl_pfn_is_enabled(pfn)) {
+		/* Unbinds and detaches the pfn device, and forgets it. */
+		ndctl_namespace_disable_invalidate(ndns);
+	} else if (pfn) {
+		ndctl_pfn_set_namespace(pfn, NULL);
+		ndctl_pfn_set_location(pfn, NDCTL_PFN_LOC_NONE);
+	}
+	if (ndctl_namespace_get_alt_name(ndns)[0])
+		ndctl_namespace_set_alt_name(ndns, "\n");
+	ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_RAW);
+	return ndctl_namespace_delete(ndns); /* frees |ndns| */
+}
+
+static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *name, uint64_t size,
+		     struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+{
+	const char *rname = ndctl_region_get_devname(r);
+	struct ndctl_namespace *ndns = ndctl_region_get_namespace_seed(r);
+	struct ndctl_pfn *pfn = ndctl_region_get_pfn_seed(r);
+	struct ndctl_pfn *touched = NULL;
+	const char *step, *bdev;
+	char dev[32];
+	uuid_t uu;
+	int rc, urc;
+
+	if (!ndns || !ndctl_namespace_is_configuration_idle(ndns)) {
+		fail(p, err, errlen, "%s: no idle namespace seed", rname);
+		return -EIO;
+	}
+	if (!pfn) {
+		fail(p, err, errlen, "%s: no pfn seed, fsdax mode is not available", rname);
+		return -EIO;
+	}
+	copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
+	p->last[0] = '\0';
+
+	uuid_generate(uu);
+	step = "setting the uuid of";
+	rc = ndctl_namespace_set_uuid(ndns, uu);
+	if (rc == 0) {
+		step = "setting the size of";
+		rc = ndctl_namespace_set_size(ndns, size);
+	}
+	if (rc == 0) {
+		step = "setting the name of";
+		rc = ndctl_namespace_set_alt_name(ndns, name);
+	}
+	if (rc < 0)
+		goto undo;
+	/* Opportunistic, as in ndctl: old kernels lack holder_class. */
+	ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_FSDAX);
+
+	touched = pfn;
+	uuid_generate(uu);
+	step = "setting the pfn uuid for";
+	rc = ndctl_pfn_set_uuid(pfn, uu);
+	if (rc == 0) {
+		step = "setting the pfn location (map=dev) for";
+		rc = ndctl_pfn_set_location(pfn, NDCTL_PFN_LOC_PMEM);
+	}
+	if (rc == 0 && ndctl_pfn_has_align(pfn) && pfn_supports(pfn, FSDAX_ALIGN)) {
+		step = "setting the pfn alignment for";
+		rc = ndctl_pfn_set_align(pfn, FSDAX_ALIGN);
+	}
+	if (rc == 0) {
+		step = "attaching the pfn device to";
+		rc = ndctl_pfn_set_namespace(pfn, ndns);
+	}
+	if (rc == 0) {
+		step = "enabling";
+		rc = ndctl_pfn_enable(pfn);
+	}
+	if (rc < 0)
+		goto undo;
+	bdev = ndctl_pfn_get_block_device(pfn);
+	if (!bdev || !bdev[0]) {
+		step = "finding the block device of";
+		rc = -ENXIO;
+		goto undo;
+	}
+	fill_ns(ndns, bdev, ret);
+	return 0;
+
+undo:
+	if (rc == -ENOSPC) {
+		fail(p, err, errlen, "%s: %s %s to %llu bytes: no space", rname, step, dev,
+		     (unsigned long long)size);
+	} else {
+		fail(p, err, errlen, "%s: %s %s failed: %s", rname, step, dev, strerror(-rc));
+		rc = -EIO;
+	}
+	urc = undo_seeds(ndns, touched);
+	if (urc < 0 && err && errlen) {
+		size_t n = strlen(err);
+		snprintf(err + n, errlen - n, "; undoing it failed too (%s): %s may be left over",
+			 strerror(-urc), dev);
+	}
+	return rc;
+}
+
+/* Beyond pmem.h: on -EEXIST, |ret| describes the namespace that has the name
+ * (the direct backend relies on it to need one scan per create). A size
+ * below the kernel's 16 MiB fsdax minimum is raised to it (then aligned). */
+int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
+		     struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+{
+	struct ndctl_region **regs;
+	struct ndctl_namespace *ndns;
+	uint64_t want = 0, best = 0;
+	bool matched = false;
+	int rc, i, nr, last = 0;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!name || !name[0] || strlen(name) >= NS_NAME_MAX) {
+		fail(NULL, err, errlen, "invalid namespace name");
+		return -EINVAL;
+	}
+	rc = refresh(p);
+	if (rc == 0)
+		rc = find_ns(p, name, &ndns);
+	if (rc < 0) {
+		fail(p, err, errlen, "libndctl: %s", strerror(-rc));
+		return rc;
+	}
+	if (ndns) {
+		fill_ns(ndns, NULL, ret);
+		fail(NULL, err, errlen, "namespace %s is already called %s", ret->dev, name);
+		return -EEXIST;
+	}
+	nr = sorted_regions(p, &regs);
+	if (nr < 0)
+		return nr;
+	for (i = 0; i < nr; i++) {
+		struct ndctl_region *r = regs[i];
+		uint64_t align, room;
+
+		if (region && strcmp(ndctl_region_get_devname(r), region))
+			continue;
+		matched = true;
+		if (ndctl_region_is_enabled(r) <= 0 || ndctl_region_get_ro(r) > 0)
+			continue;
+		align = region_alignment(r);
+		want = aligned_size(size, align);
+		room = region_max_extent(r);
+		if (room > best)
+			best = room;
+		if (!want || want > room)
+			continue;
+		rc = create_in(p, r, name, want, ret, err, errlen);
+		if (rc == 0) {
+			free(regs);
+			return 0;
+		}
+		/* First fit: go on with the next region, keep the most
+		 * telling failure (anything but "no space"). */
+		if (!last || last == -ENOSPC)
+			last = rc;
+	}
+	free(regs);
+	if (region && !matched) {
+		fail(NULL, err, errlen, "there is no pmem region %s", region);
+		return -ENODEV;
+	}
+	if (last)
+		return last;
+	if (want)
+		fail(NULL, err, errlen,
+		     "no active pmem region has a free extent of %llu bytes (largest: %llu)",
+		     (unsigned long long)want, (unsigned long long)best);
+	else
+		fail(NULL, err, errlen, "no active pmem region can hold %llu bytes",
+		     (unsigned long long)size);
+	return -ENOSPC;
+}
+
+/* ---- destroy --------------------------------------------------------------------- */
+
+int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen)
+{
+	struct ndctl_namespace *ndns;
+	char dev[32], buf[64];
+	int rc;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!name || !name[0])
+		return -ENOENT;
+	rc = refresh(p);
+	if (rc < 0) {
+		fail(p, err, errlen, "libndctl: %s", strerror(-rc));
+		return rc;
+	}
+	rc = find_ns(p, name, &ndns);
+	if (rc < 0) {
+		fail(p, err, errlen, "libndctl: %s", strerror(-rc));
+		return rc;
+	}
+	if (!ndns)
+		return -ENOENT;
+	copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
+	p->last[0] = '\0';
+
+	if (ndctl_region_get_ro(ndctl_namespace_get_region(ndns)) > 0) {
+		fail(p, err, errlen, "%s (%s): the region is read-only", dev, name);
+		return -EIO;
+	}
+	/* Opens the block device O_EXCL first: fails while mounted or held. */
+	rc = ndctl_namespace_disable_safe(ndns);
+	if (rc == -EBUSY) {
+		fail(p, err, errlen, "%s (%s) is in use", dev, name);
+		return -EBUSY;
+	}
+	if (rc < 0) {
+		fail(p, err, errlen, "disabling %s (%s): %s", dev, name, strerror(-rc));
+		return -EIO;
+	}
+	if (ndctl_namespace_is_active(ndns)) {
+		fail(p, err, errlen, "%s (%s): the kernel refused to disable it", dev, name);
+		return -EBUSY;
+	}
+	ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_RAW);
+	rc = ndctl_namespace_delete(ndns);
+	if (rc < 0) {
+		fail(p, err, errlen, "deleting %s (%s): %s", dev, name, strerror(-rc));
+		return -EIO;
+	}
+	/* libndctl skips stale objects silently: make sure the kernel agrees.
+	 * A deleted namespace is gone or left as a seed of size 0. */
+	if (read_attr(dev, "size", buf, sizeof(buf)) == 0 && strtoull(buf, NULL, 0) != 0) {
+		fail(p, err, errlen, "deleting %s (%s): still has size %s", dev, name, buf);
+		return -EIO;
+	}
+	return 0;
+}

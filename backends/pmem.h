@@ -1,0 +1,73 @@
+/* pmem.h: libndctl helpers shared by the direct and lvm backends.
+ *
+ * libndctl is synchronous (sysfs writes, some slow) and not thread-safe: every
+ * function here runs on the backend's work lane (pcsi_backend_work(): the
+ * libuv thread pool, one job at a time per backend), never on the loop thread.
+ * They log nothing; they return 0 or -errno and may fill |err|.
+ *
+ * Only pmem regions are considered (not blk), in bus order then region order.
+ * Namespaces are identified by their name (alt_name); a namespace without a
+ * name, or with a name the caller did not ask for, is never modified.
+ */
+#ifndef PCSI_PMEM_H
+#define PCSI_PMEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct pcsi_pmem;
+
+struct pcsi_pmem_region {
+	char bus[32];  /* "ndbus0" */
+	char name[32]; /* "region0" */
+	bool active;   /* enabled */
+	uint64_t size;
+	uint64_t available;  /* ndctl_region_get_available_size */
+	uint64_t max_extent; /* largest contiguous free extent (available if unknown) */
+	uint64_t align;	     /* namespace size alignment, see pcsi_pmem_align() */
+};
+
+struct pcsi_pmem_ns {
+	char name[64];	   /* alt_name */
+	char dev[32];	   /* "namespace0.1" */
+	char blockdev[32]; /* "pmem0.1" ("" when not enabled as a block device) */
+	char region[32];
+	char bus[32];
+	uint64_t size; /* namespace (raw) size */
+};
+
+/* Opens a libndctl context. -ENODEV/-ENOMEM/... on failure. */
+int pcsi_pmem_open(struct pcsi_pmem **ret);
+void pcsi_pmem_close(struct pcsi_pmem *p);
+
+/* The pmem regions: fills up to |n| entries, returns how many exist (which
+ * may be more than |n|) or -errno. */
+int pcsi_pmem_regions(struct pcsi_pmem *p, struct pcsi_pmem_region *out, size_t n);
+
+/* Namespaces with a non-empty name (all of them when |name| is NULL, else only
+ * those called |name|), in region order: fills up to |n|, returns the count. */
+int pcsi_pmem_namespaces(struct pcsi_pmem *p, const char *name, struct pcsi_pmem_ns *out,
+			 size_t n);
+
+/* Creates an fsdax namespace (map=dev, 2 MiB page alignment) called |name|
+ * with at least |size| bytes, rounded up to the region's alignment; in region
+ * |region| (e.g. "region0") or, when NULL, in the first active region where
+ * it fits (first fit). Fills |ret| with the actual size and device names.
+ * -EEXIST when a namespace of that name exists, -ENOSPC when no region has a
+ * large enough free extent, -EIO (with |err|) when the kernel refused. On
+ * failure nothing is left behind. */
+int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
+		     struct pcsi_pmem_ns *ret, char *err, size_t errlen);
+
+/* Disables and deletes the namespace called |name|: -ENOENT when there is
+ * none, -EBUSY when the kernel refuses to disable it (in use). */
+int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen);
+
+/* The alignment rule of the original driver, pure arithmetic (unit-tested):
+ * align = LCM(fsdax_align * interleave_ways, region_align), where fsdax_align
+ * is 2 MiB when unknown (0) and region_align falls back to 96 MiB when it is
+ * unknown or <= 1. */
+uint64_t pcsi_pmem_align(uint64_t fsdax_align, unsigned interleave_ways, uint64_t region_align);
+
+#endif
