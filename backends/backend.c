@@ -366,11 +366,13 @@ static void on_zeroed(struct pcsi_backend_req *req)
 
 /* Zeroes the first 4 KiB of req->vol.path (or the whole device with |all|),
  * then calls |cb|. */
-static void zero_device(struct pcsi_backend_req *req, bool all, void (*cb)(struct pcsi_backend_req *))
+static void zero_device(struct pcsi_backend_req *req, bool all,
+			void (*cb)(struct pcsi_backend_req *))
 {
 	char of[160];
-	const char *head[] = { "dd", "if=/dev/zero", of, "bs=4096", "count=1", "oflag=direct,sync",
-			       "conv=notrunc", "status=none", NULL };
+	const char *head[] = { "dd",	       "if=/dev/zero", of,
+			       "bs=4096",      "count=1",      "oflag=direct,sync",
+			       "conv=notrunc", "status=none",  NULL };
 	const char *whole[] = { "shred", "-n", "0", "-z", req->vol.path, NULL };
 
 	snprintf(of, sizeof(of), "of=%s", req->vol.path);
@@ -489,14 +491,14 @@ void pcsi_backend_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req
 	submit(be, req, OP_CAPACITY, cb, data);
 }
 
-void pcsi_backend_create(struct pcsi_backend *be, struct pcsi_backend_req *req,
-			 pcsi_backend_cb cb, void *data)
+void pcsi_backend_create(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+			 void *data)
 {
 	submit(be, req, OP_CREATE, cb, data);
 }
 
-void pcsi_backend_delete(struct pcsi_backend *be, struct pcsi_backend_req *req,
-			 pcsi_backend_cb cb, void *data)
+void pcsi_backend_delete(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+			 void *data)
 {
 	submit(be, req, OP_DELETE, cb, data);
 }

@@ -112,10 +112,10 @@ void pcsi_backend_open(struct pcsi_backend *be, struct pcsi_backend_req *req, pc
 
 void pcsi_backend_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req,
 			   pcsi_backend_cb cb, void *data);
-void pcsi_backend_create(struct pcsi_backend *be, struct pcsi_backend_req *req,
-			 pcsi_backend_cb cb, void *data);
-void pcsi_backend_delete(struct pcsi_backend *be, struct pcsi_backend_req *req,
-			 pcsi_backend_cb cb, void *data);
+void pcsi_backend_create(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+			 void *data);
+void pcsi_backend_delete(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+			 void *data);
 void pcsi_backend_get(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
 		      void *data);
 void pcsi_backend_list(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,

@@ -26,6 +26,7 @@
 struct vg {
 	char name[128];
 	uint64_t size, free;
+	uint64_t extent; /* physical extent size: LV sizes are multiples of it */
 	bool exists;
 };
 
@@ -49,7 +50,8 @@ struct lvm {
 	char work_err[256];
 	/* create */
 	int ivg;
-	uint64_t want;
+	uint64_t want;	  /* requested size, 4 MiB aligned */
+	uint64_t want_vg; /* the same, aligned to the extent size of VG ivg */
 };
 
 enum open_step { O_WIPE, O_PVS, O_VGS_ALL, O_ADD_PVS, O_VGS, O_LVS, O_DONE };
@@ -169,6 +171,7 @@ static int apply_vgs(struct pcsi_backend_req *req, struct lvm *l, bool all)
 			vg->exists = true;
 			vg->size = rows[i].size;
 			vg->free = rows[i].free;
+			vg->extent = rows[i].extent_size;
 		}
 	}
 	return 0;
@@ -308,8 +311,8 @@ static void open_tool_done(struct pcsi_backend_req *req)
 		rc = tool_result(req);
 		if (rc == 0) {
 			struct pcsi_lvm_pv pvs[64];
-			int n = pcsi_lvm_parse_pvs(req->proc.out.data, pvs, PCSI_ARRAY_SIZE(pvs)), i,
-			    j;
+			int n = pcsi_lvm_parse_pvs(req->proc.out.data, pvs, PCSI_ARRAY_SIZE(pvs)),
+			    i, j;
 			if (n < 0 || n > (int)PCSI_ARRAY_SIZE(pvs)) {
 				pcsi_backend_msg(req, "pvs: unexpected report");
 				rc = -EIO;
@@ -321,7 +324,8 @@ static void open_tool_done(struct pcsi_backend_req *req)
 				for (j = 0; j < n; j++)
 					if (!strcmp(pvs[j].name, l->setup[i].dev) && pvs[j].vg[0]) {
 						if (strcmp(pvs[j].vg, l->setup[i].vg))
-							pcsi_warn("PMEM namespace belongs to a foreign "
+							pcsi_warn("PMEM namespace belongs to a "
+								  "foreign "
 								  "volume group; not used",
 								  "dev=%s vg=%s", pvs[j].name,
 								  pvs[j].vg);
@@ -386,7 +390,7 @@ static void open_next(struct pcsi_backend_req *req)
 		pcsi_backend_run(req, c.argv, open_tool_done);
 		return;
 	case O_VGS_ALL:
-		cmd_report(&c, "vgs", "vg_name,vg_size,vg_free");
+		cmd_report(&c, "vgs", "vg_name,vg_size,vg_free,vg_extent_size");
 		pcsi_backend_run(req, c.argv, open_tool_done);
 		return;
 	case O_ADD_PVS:
@@ -399,7 +403,9 @@ static void open_next(struct pcsi_backend_req *req)
 			cmd_add(&c, "--force");
 			cmd_add(&c, s->vg);
 			cmd_add(&c, s->dev);
-			pcsi_info(2, vg->exists ? "adding PMEM to volume group" : "creating volume group",
+			pcsi_info(2,
+				  vg->exists ? "adding PMEM to volume group"
+					     : "creating volume group",
 				  "vg=%s dev=%s", s->vg, s->dev);
 			vg->exists = true;
 			pcsi_backend_run(req, c.argv, open_tool_done);
@@ -415,7 +421,7 @@ static void open_next(struct pcsi_backend_req *req)
 			pcsi_backend_op_done(req, -ENODEV);
 			return;
 		}
-		cmd_report(&c, "vgs", "vg_name,vg_size,vg_free");
+		cmd_report(&c, "vgs", "vg_name,vg_size,vg_free,vg_extent_size");
 		cmd_our_vgs(&c, l);
 		pcsi_backend_run(req, c.argv, open_tool_done);
 		return;
@@ -486,7 +492,7 @@ static void lvm_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
 	struct cmd c = { .n = 0 };
 
-	cmd_report(&c, "vgs", "vg_name,vg_size,vg_free");
+	cmd_report(&c, "vgs", "vg_name,vg_size,vg_free,vg_extent_size");
 	cmd_our_vgs(&c, impl(be));
 	pcsi_backend_run(req, c.argv, capacity_done);
 }
@@ -495,35 +501,10 @@ static void lvm_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
 
 static void create_try(struct pcsi_backend_req *req);
 
-static void create_lvs_done(struct pcsi_backend_req *req)
-{
-	struct lvm *l = impl(req->be);
-	struct pcsi_lvm_lv lv;
-	int rc = tool_result(req), n;
-
-	if (rc == 0) {
-		n = pcsi_lvm_parse_lvs(req->proc.out.data, &lv, 1);
-		if (n != 1 || strcmp(lv.name, req->id) || strlen(lv.path) >= sizeof(req->vol.path)) {
-			pcsi_backend_msg(req, "lvs: no report for the new volume");
-			rc = -EIO;
-		}
-	}
-	pcsi_proc_done(&req->proc);
-	if (rc == 0) {
-		l->vols = pcsi_xrealloc(l->vols, (l->nvols + 1) * sizeof(*l->vols));
-		snprintf(req->vol.path, sizeof(req->vol.path), "%s", lv.path);
-		req->vol.size = lv.size;
-		l->vols[l->nvols++] = req->vol;
-		l->vgs[l->ivg].free -= PCSI_MIN(l->vgs[l->ivg].free, lv.size);
-	}
-	pcsi_backend_op_done(req, rc);
-}
-
 static void create_done(struct pcsi_backend_req *req)
 {
 	struct lvm *l = impl(req->be);
-	struct cmd c = { .n = 0 };
-	char full[300];
+	struct vg *vg;
 
 	if (!pcsi_proc_ok(&req->proc)) {
 		/* Perhaps the VG had less room than we thought: try the next. */
@@ -536,10 +517,15 @@ static void create_done(struct pcsi_backend_req *req)
 		return;
 	}
 	pcsi_proc_done(&req->proc);
-	snprintf(full, sizeof(full), "%s/%s", l->vgs[l->ivg].name, req->id);
-	cmd_report(&c, "lvs", "lv_name,vg_name,lv_path,lv_size");
-	cmd_add(&c, full);
-	pcsi_backend_run(req, c.argv, create_lvs_done);
+	/* The LV is exactly the size asked for (a multiple of the extent size)
+	 * at the path lvm2 always gives it: no report needed. */
+	vg = &l->vgs[l->ivg];
+	snprintf(req->vol.path, sizeof(req->vol.path), "/dev/%s/%s", vg->name, req->id);
+	req->vol.size = l->want_vg;
+	l->vols = pcsi_xrealloc(l->vols, (l->nvols + 1) * sizeof(*l->vols));
+	l->vols[l->nvols++] = req->vol;
+	vg->free -= PCSI_MIN(vg->free, l->want_vg);
+	pcsi_backend_op_done(req, 0);
 }
 
 static void create_try(struct pcsi_backend_req *req)
@@ -548,8 +534,12 @@ static void create_try(struct pcsi_backend_req *req)
 	struct cmd c = { .n = 0 };
 	char size[32];
 
-	while (l->ivg < l->nvgs && (!l->vgs[l->ivg].exists || l->vgs[l->ivg].free < l->want))
-		l->ivg++;
+	for (; l->ivg < l->nvgs; l->ivg++) {
+		struct vg *vg = &l->vgs[l->ivg];
+		l->want_vg = vg->extent ? pcsi_align_up(l->want, vg->extent) : l->want;
+		if (vg->exists && vg->free >= l->want_vg)
+			break;
+	}
 	if (l->ivg >= l->nvgs) {
 		if (!req->msg[0])
 			pcsi_backend_msg(req, "no volume group has %llu bytes free",
@@ -557,7 +547,7 @@ static void create_try(struct pcsi_backend_req *req)
 		pcsi_backend_op_done(req, -ENOSPC);
 		return;
 	}
-	snprintf(size, sizeof(size), "%lluB", (unsigned long long)l->want);
+	snprintf(size, sizeof(size), "%lluB", (unsigned long long)l->want_vg);
 	/* -Zn: we zero the first 4 KiB ourselves; -Wy --yes: wipe old
 	 * signatures without asking (stdin is /dev/null). */
 	cmd_add(&c, "lvcreate");

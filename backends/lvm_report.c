@@ -72,7 +72,8 @@ static int parse(const char *json, const char *kind, row_fn fn, void *out, size_
 	rc = (int)len;
 	for (i = 0; i < len; i++) {
 		json_object *row = json_object_array_get_idx(rows, i);
-		if (!json_object_is_type(row, json_type_object) || !fn(row, i < n ? out : NULL, i)) {
+		if (!json_object_is_type(row, json_type_object) ||
+		    !fn(row, i < n ? out : NULL, i)) {
 			rc = -EINVAL;
 			break;
 		}
@@ -85,6 +86,12 @@ static bool vg_row(json_object *row, void *out, size_t i)
 {
 	struct pcsi_lvm_vg tmp, *vg = out ? (struct pcsi_lvm_vg *)out + i : &tmp;
 
+	json_object *v;
+
+	vg->extent_size = 0;
+	if (json_object_object_get_ex(row, "vg_extent_size", &v) &&
+	    !get_size(row, "vg_extent_size", &vg->extent_size))
+		return false;
 	return get_str(row, "vg_name", vg->name, sizeof(vg->name)) &&
 	       get_size(row, "vg_size", &vg->size) && get_size(row, "vg_free", &vg->free);
 }

@@ -15,6 +15,7 @@
 struct pcsi_lvm_vg {
 	char name[128];
 	uint64_t size, free;
+	uint64_t extent_size; /* 0 when the report has no vg_extent_size */
 };
 
 struct pcsi_lvm_lv {
@@ -29,7 +30,7 @@ struct pcsi_lvm_pv {
 	char vg[128];	/* "" when the PV is in no VG */
 };
 
-/* vgs -o vg_name,vg_size,vg_free */
+/* vgs -o vg_name,vg_size,vg_free[,vg_extent_size] */
 int pcsi_lvm_parse_vgs(const char *json, struct pcsi_lvm_vg *out, size_t n);
 /* lvs -o lv_name,vg_name,lv_path,lv_size */
 int pcsi_lvm_parse_lvs(const char *json, struct pcsi_lvm_lv *out, size_t n);

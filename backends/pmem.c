@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include <ndctl/libndctl.h>
@@ -48,11 +49,10 @@ static void on_ndctl_log(struct ndctl_ctx *ctx, int priority, const char *file, 
 	struct pcsi_pmem *p = ndctl_get_userdata(ctx);
 	size_t n;
 
-	(void)priority;
 	(void)file;
 	(void)line;
 	(void)fn;
-	if (!p)
+	if (!p || priority > LOG_ERR) /* NDCTL_LOG=debug must not hide the error */
 		return;
 	vsnprintf(p->last, sizeof(p->last), format, args);
 	n = strlen(p->last);

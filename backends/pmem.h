@@ -47,8 +47,7 @@ int pcsi_pmem_regions(struct pcsi_pmem *p, struct pcsi_pmem_region *out, size_t 
 
 /* Namespaces with a non-empty name (all of them when |name| is NULL, else only
  * those called |name|), in region order: fills up to |n|, returns the count. */
-int pcsi_pmem_namespaces(struct pcsi_pmem *p, const char *name, struct pcsi_pmem_ns *out,
-			 size_t n);
+int pcsi_pmem_namespaces(struct pcsi_pmem *p, const char *name, struct pcsi_pmem_ns *out, size_t n);
 
 /* Creates an fsdax namespace (map=dev, 2 MiB page alignment) called |name|
  * with at least |size| bytes, rounded up to the region's alignment; in region

@@ -1,6 +1,7 @@
 /* config.c: flag parsing and validation. See config.h. */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -19,6 +20,7 @@ enum {
 	OPT_DRIVERNAME,
 	OPT_DEVICE_MANAGER,
 	OPT_PMEM_PERCENTAGE,
+	OPT_STATE_PATH,
 	OPT_CA,
 	OPT_CERT,
 	OPT_KEY,
@@ -45,6 +47,7 @@ static const struct option options[] = {
 	{ "drivername", required_argument, NULL, OPT_DRIVERNAME },
 	{ "deviceManager", required_argument, NULL, OPT_DEVICE_MANAGER },
 	{ "pmemPercentage", required_argument, NULL, OPT_PMEM_PERCENTAGE },
+	{ "statePath", required_argument, NULL, OPT_STATE_PATH },
 	{ "caFile", required_argument, NULL, OPT_CA },
 	{ "certFile", required_argument, NULL, OPT_CERT },
 	{ "keyFile", required_argument, NULL, OPT_KEY },
@@ -79,6 +82,7 @@ static const char usage[] =
 	"  -drivername=NAME           CSI driver name (default pmem-csi.intel.com)\n"
 	"  -deviceManager=NAME        lvm or direct (alias ndctl) (default lvm)\n"
 	"  -pmemPercentage=N          lvm: percentage of each region to use (default 100)\n"
+	"  -statePath=DIR             node: volume records (default /var/lib/<drivername>)\n"
 	"  -caFile=FILE               CA certificate that signs peers (mutual TLS)\n"
 	"  -certFile=FILE -keyFile=FILE   this process's certificate and key\n"
 	"  -clientCertFile=FILE -clientKeyFile=FILE   for outgoing calls (default: the above)\n"
@@ -152,8 +156,13 @@ static int validate(struct pcsi_config *c, FILE *err)
 {
 	const bool tls = c->ca_file || c->cert_file || c->key_file;
 
-	if (!*c->driver_name || strlen(c->driver_name) > 63 || !safe_string(c->driver_name)) {
-		fprintf(err, "pmem-csi-driver: -drivername must be 1..63 printable characters\n");
+	if (!*c->driver_name || strlen(c->driver_name) > 63 ||
+	    strspn(c->driver_name,
+		   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
+		    strlen(c->driver_name) ||
+	    !isalnum((unsigned char)c->driver_name[0])) {
+		fprintf(err, "pmem-csi-driver: -drivername must be a domain-style name of 1..63 "
+			     "characters (letters, digits, '.', '-')\n");
 		return -EINVAL;
 	}
 	if (!*c->node_id || strlen(c->node_id) > 128 || !safe_string(c->node_id)) {
@@ -165,6 +174,16 @@ static int validate(struct pcsi_config *c, FILE *err)
 		fprintf(err, "pmem-csi-driver: -deviceManager=%s: expected lvm or direct\n",
 			c->device_manager);
 		return -EINVAL;
+	}
+	if (c->state_path && (c->state_path[0] != '/' || strstr(c->state_path, "/../") ||
+			      strlen(c->state_path) > 1024)) {
+		fprintf(err, "pmem-csi-driver: -statePath must be an absolute path\n");
+		return -EINVAL;
+	}
+	if (!c->state_path) {
+		static char def[128];
+		snprintf(def, sizeof(def), "/var/lib/%s", c->driver_name);
+		c->state_path = def;
 	}
 	if (check_endpoint("endpoint", c->endpoint, false, err) < 0)
 		return -EINVAL;
@@ -254,6 +273,9 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			if (parse_num("pmemPercentage", optarg, 1, 100, &n, err) < 0)
 				return -EINVAL;
 			cfg->pmem_percentage = (int)n;
+			break;
+		case OPT_STATE_PATH:
+			cfg->state_path = *optarg ? optarg : NULL;
 			break;
 		case OPT_CA:
 			cfg->ca_file = *optarg ? optarg : NULL;

@@ -24,6 +24,7 @@ struct pcsi_config {
 	const char *node_id;
 	const char *driver_name;
 	const char *device_manager; /* "lvm", "direct" (alias "ndctl") */
+	const char *state_path;	    /* node: volume records (default /var/lib/<drivername>) */
 	int pmem_percentage;
 	const char *ca_file, *cert_file, *key_file;
 	const char *client_cert_file, *client_key_file; /* default: cert/key */

@@ -16,6 +16,9 @@
 #include "config.h"
 #include "core/log.h"
 #include "identity.h"
+#include "node.h"
+#include "node_controller.h"
+#include "nodestate.h"
 #include "registry.h"
 #include "version.h"
 
@@ -26,8 +29,15 @@ struct daemon {
 	struct pcsi_tls_ctx *server_tls;
 	struct pcsi_identity identity;
 	struct pcsi_registry registry;
+	/* node role */
+	struct pcsi_backend *backend;
+	struct pcsi_backend_req open_req;
+	struct pcsi_node node;
+	struct pcsi_node_service node_svc;
+	struct pcsi_node_controller node_ctrl;
 	uv_signal_t sigterm, sigint;
 	bool stopping;
+	int exit_code;
 };
 
 static void on_server_closed(struct pcsi_server *srv, void *data)
@@ -103,6 +113,51 @@ static int start_controller(struct daemon *d)
 	return 0;
 }
 
+static void on_backend_open(struct pcsi_backend_req *req, void *data)
+{
+	struct daemon *d = data;
+
+	if (req->error) {
+		pcsi_err("cannot open the device manager", "deviceManager=%s err=\"%s\"",
+			 pcsi_backend_name(d->backend), req->msg);
+		d->exit_code = 1;
+		if (!d->stopping) {
+			d->stopping = true;
+			pcsi_server_shutdown(d->server, 0, on_server_closed, d);
+		}
+		return;
+	}
+	pcsi_info(1, "device manager ready", "deviceManager=%s", pcsi_backend_name(d->backend));
+	if (!d->stopping)
+		pcsi_identity_set_ready(&d->identity, true);
+}
+
+static int start_node(struct daemon *d)
+{
+	static ProtobufCService *csi[3], *tcp[2];
+	char err[512];
+
+	if (pcsi_node_init(&d->node, d->loop, &d->cfg, d->backend, err, sizeof(err)) < 0) {
+		pcsi_err("node setup failed", "err=\"%s\"", err);
+		return -1;
+	}
+	pcsi_node_service_init(&d->node_svc, &d->node);
+	pcsi_node_controller_init(&d->node_ctrl, &d->node);
+	csi[0] = pcsi_identity_service(&d->identity);
+	csi[1] = pcsi_node_service(&d->node_svc);
+	csi[2] = pcsi_node_controller_service(&d->node_ctrl);
+	tcp[0] = pcsi_identity_service(&d->identity);
+	tcp[1] = pcsi_node_controller_service(&d->node_ctrl);
+	if (serve(d, "csi", d->cfg.endpoint, csi, 3) < 0)
+		return -1;
+	if (d->cfg.controller_endpoint &&
+	    serve(d, "controller", d->cfg.controller_endpoint, tcp, 2) < 0)
+		return -1;
+	/* Probe says ready once the PMEM is prepared and the volumes are known. */
+	pcsi_backend_open(d->backend, &d->open_req, on_backend_open, d);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct daemon d;
@@ -118,9 +173,12 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	if (d.cfg.mode == PCSI_MODE_NODE) {
-		fprintf(stderr, "pmem-csi-driver: -mode=node is not available in this version yet "
-				"(the node role comes with the backends)\n");
-		return 2;
+		struct pcsi_backend_config bcfg = { .name = d.cfg.device_manager,
+						    .pmem_percentage = d.cfg.pmem_percentage };
+		if (pcsi_backend_new(uv_default_loop(), &bcfg, &d.backend, err, sizeof(err)) < 0) {
+			fprintf(stderr, "pmem-csi-driver: -deviceManager: %s\n", err);
+			return 2;
+		}
 	}
 	if (d.cfg.metrics_listen)
 		pcsi_warn("-metricsListen is not served by this version yet; ignored", "addr=%s",
@@ -154,19 +212,24 @@ int main(int argc, char **argv)
 	uv_signal_start(&d.sigterm, on_signal, SIGTERM);
 	uv_signal_start(&d.sigint, on_signal, SIGINT);
 
-	if (start_controller(&d) < 0) {
+	if ((d.cfg.mode == PCSI_MODE_NODE ? start_node(&d) : start_controller(&d)) < 0) {
 		/* Close what was opened, then report the failure. */
 		d.stopping = true;
 		pcsi_server_shutdown(d.server, 0, on_server_closed, &d);
 		uv_run(d.loop, UV_RUN_DEFAULT);
 		rc = 1;
 	} else {
-		pcsi_identity_set_ready(&d.identity, true);
+		if (d.cfg.mode == PCSI_MODE_CONTROLLER)
+			pcsi_identity_set_ready(&d.identity, true);
 		uv_run(d.loop, UV_RUN_DEFAULT);
 		pcsi_info(1, "stopped", "%s", "");
-		rc = 0;
+		rc = d.exit_code;
 	}
 	pcsi_server_free(d.server);
+	if (d.backend) {
+		pcsi_node_done(&d.node);
+		pcsi_backend_free(d.backend);
+	}
 	pcsi_registry_done(&d.registry);
 	pcsi_tls_ctx_free(d.server_tls);
 	if (uv_loop_close(d.loop) != 0)

@@ -67,17 +67,22 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 			continue;
 		if (!strcmp(k, "eraseafter")) {
 			if (pcsi_parse_bool(v, &out->erase_after) < 0) {
-				snprintf(err, errlen, "parameter \"eraseafter\": \"%.64s\" is not a boolean", v);
+				snprintf(err, errlen,
+					 "parameter \"eraseafter\": \"%.64s\" is not a boolean", v);
 				return -EINVAL;
 			}
 		} else if (!strcmp(k, "kataContainers")) {
 			bool kata;
 			if (pcsi_parse_bool(v, &kata) < 0) {
-				snprintf(err, errlen, "parameter \"kataContainers\": \"%.64s\" is not a boolean", v);
+				snprintf(err, errlen,
+					 "parameter \"kataContainers\": \"%.64s\" is not a boolean",
+					 v);
 				return -EINVAL;
 			}
 			if (kata) {
-				snprintf(err, errlen, "parameter \"kataContainers\": Kata Containers volumes are not supported");
+				snprintf(err, errlen,
+					 "parameter \"kataContainers\": Kata Containers volumes "
+					 "are not supported");
 				return -EINVAL;
 			}
 		} else if (!strcmp(k, "usage")) {
@@ -86,7 +91,10 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 			else if (!strcmp(v, "FileIO"))
 				out->usage = PCSI_USAGE_FILEIO;
 			else {
-				snprintf(err, errlen, "parameter \"usage\": \"%.64s\" is not AppDirect or FileIO", v);
+				snprintf(
+					err, errlen,
+					"parameter \"usage\": \"%.64s\" is not AppDirect or FileIO",
+					v);
 				return -EINVAL;
 			}
 		} else if (!strcmp(k, "persistencyModel") && origin != PCSI_ORIGIN_EPHEMERAL) {
@@ -95,7 +103,10 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 			else if (!strcmp(v, "cache"))
 				out->persistency = PCSI_PERSIST_CACHE;
 			else {
-				snprintf(err, errlen, "parameter \"persistencyModel\": \"%.64s\" is not normal, none or cache", v);
+				snprintf(err, errlen,
+					 "parameter \"persistencyModel\": \"%.64s\" is not normal, "
+					 "none or cache",
+					 v);
 				return -EINVAL;
 			}
 		} else if (!strcmp(k, "cacheSize") && origin != PCSI_ORIGIN_EPHEMERAL) {
@@ -104,7 +115,10 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 			errno = 0;
 			c = strtoull(v, &end, 10);
 			if (!*v || *v < '0' || *v > '9' || *end || errno || c < 1 || c > 1000) {
-				snprintf(err, errlen, "parameter \"cacheSize\": \"%.64s\" is not a number of nodes (1..1000)", v);
+				snprintf(err, errlen,
+					 "parameter \"cacheSize\": \"%.64s\" is not a number of "
+					 "nodes (1..1000)",
+					 v);
 				return -EINVAL;
 			}
 			out->cache_size = (uint32_t)c;
@@ -112,7 +126,10 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 		} else if (!strcmp(k, "size") && origin == PCSI_ORIGIN_EPHEMERAL) {
 			int rc = pcsi_parse_quantity(v, &out->size);
 			if (rc < 0) {
-				snprintf(err, errlen, "parameter \"size\": \"%.64s\" is not a valid size (e.g. 2Gi)", v);
+				snprintf(err, errlen,
+					 "parameter \"size\": \"%.64s\" is not a valid size (e.g. "
+					 "2Gi)",
+					 v);
 				return -EINVAL;
 			}
 			out->has_size = true;
@@ -124,11 +141,13 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 		}
 	}
 	if (has_cache_size && out->persistency != PCSI_PERSIST_CACHE) {
-		snprintf(err, errlen, "parameter \"cacheSize\" is only valid with persistencyModel: cache");
+		snprintf(err, errlen,
+			 "parameter \"cacheSize\" is only valid with persistencyModel: cache");
 		return -EINVAL;
 	}
 	if (origin == PCSI_ORIGIN_EPHEMERAL && !out->has_size) {
-		snprintf(err, errlen, "parameter \"size\" is required for an inline ephemeral volume");
+		snprintf(err, errlen,
+			 "parameter \"size\" is required for an inline ephemeral volume");
 		return -EINVAL;
 	}
 	return 0;
@@ -142,9 +161,9 @@ int pcsi_parse_quantity(const char *s, uint64_t *out)
 		const char *sfx;
 		unsigned base, exp;
 	} sfx[] = {
-		{ "Ki", 2, 10 }, { "Mi", 2, 20 }, { "Gi", 2, 30 }, { "Ti", 2, 40 }, { "Pi", 2, 50 },
-		{ "Ei", 2, 60 }, { "k", 10, 3 },  { "M", 10, 6 },  { "G", 10, 9 },  { "T", 10, 12 },
-		{ "P", 10, 15 }, { "E", 10, 18 },
+		{ "Ki", 2, 10 }, { "Mi", 2, 20 }, { "Gi", 2, 30 }, { "Ti", 2, 40 },
+		{ "Pi", 2, 50 }, { "Ei", 2, 60 }, { "k", 10, 3 },  { "M", 10, 6 },
+		{ "G", 10, 9 },	 { "T", 10, 12 }, { "P", 10, 15 }, { "E", 10, 18 },
 	};
 	unsigned __int128 num = 0, den = 1, mul = 1;
 	const unsigned __int128 limit = (unsigned __int128)1 << 100;
@@ -172,7 +191,8 @@ int pcsi_parse_quantity(const char *s, uint64_t *out)
 	}
 	if (!digits)
 		return -EINVAL;
-	if ((*p == 'e' || *p == 'E') && (p[1] == '+' || p[1] == '-' || (p[1] >= '0' && p[1] <= '9'))) {
+	if ((*p == 'e' || *p == 'E') &&
+	    (p[1] == '+' || p[1] == '-' || (p[1] >= '0' && p[1] <= '9'))) {
 		int neg = 0, e = 0;
 		p++;
 		if (*p == '+' || *p == '-')

@@ -25,8 +25,9 @@ static const char lvs_json[] =
 	"{\"report\":[{\"lv\":[{\"lv_name\":\"pvc-12-abc\",\"vg_name\":\"ndbus0region0fsdax\","
 	"\"lv_path\":\"/dev/ndbus0region0fsdax/pvc-12-abc\",\"lv_size\":\"4194304\"}]}]}";
 
-static const char pvs_json[] = "{\"report\":[{\"pv\":[{\"pv_name\":\"/dev/pmem0\",\"vg_name\":"
-			       "\"ndbus0region0fsdax\"},{\"pv_name\":\"/dev/pmem1\",\"vg_name\":\"\"}]}]}";
+static const char pvs_json[] =
+	"{\"report\":[{\"pv\":[{\"pv_name\":\"/dev/pmem0\",\"vg_name\":"
+	"\"ndbus0region0fsdax\"},{\"pv_name\":\"/dev/pmem1\",\"vg_name\":\"\"}]}]}";
 
 START_TEST(vgs_report)
 {
@@ -38,6 +39,22 @@ START_TEST(vgs_report)
 	ck_assert_uint_eq(vg[0].free, 2122317824ull);
 	ck_assert_str_eq(vg[1].name, "other");
 	ck_assert_uint_eq(vg[1].free, 0);
+}
+END_TEST
+
+START_TEST(vgs_extent_size)
+{
+	const char *json = "{\"report\":[{\"vg\":[{\"vg_name\":\"v\",\"vg_size\":\"8388608\","
+			   "\"vg_free\":\"0\",\"vg_extent_size\":\"4194304\"}]}]}";
+	const char *bad = "{\"report\":[{\"vg\":[{\"vg_name\":\"v\",\"vg_size\":\"8388608\","
+			  "\"vg_free\":\"0\",\"vg_extent_size\":\"4M\"}]}]}";
+	struct pcsi_lvm_vg vg[1];
+
+	ck_assert_int_eq(pcsi_lvm_parse_vgs(json, vg, 1), 1);
+	ck_assert_uint_eq(vg[0].extent_size, 4194304);
+	ck_assert_int_eq(pcsi_lvm_parse_vgs(vgs_json, vg, 1), 2);
+	ck_assert_uint_eq(vg[0].extent_size, 0);
+	ck_assert_int_eq(pcsi_lvm_parse_vgs(bad, vg, 1), -EINVAL);
 }
 END_TEST
 
@@ -92,8 +109,10 @@ START_TEST(malformed_reports)
 		"{\"report\":[{\"vg\":{}}]}",
 		"{\"report\":[{\"lv\":[]}]}", /* an lv report where vgs are expected */
 		"{\"report\":[{\"vg\":[{\"vg_name\":\"x\",\"vg_size\":\"12\"}]}]}",
-		"{\"report\":[{\"vg\":[{\"vg_name\":\"x\",\"vg_size\":\"12B\",\"vg_free\":\"1\"}]}]}",
-		"{\"report\":[{\"vg\":[{\"vg_name\":\"x\",\"vg_size\":\"-1\",\"vg_free\":\"1\"}]}]}",
+		"{\"report\":[{\"vg\":[{\"vg_name\":\"x\",\"vg_size\":\"12B\",\"vg_free\":\"1\"}]}]"
+		"}",
+		"{\"report\":[{\"vg\":[{\"vg_name\":\"x\",\"vg_size\":\"-1\",\"vg_free\":\"1\"}]}]"
+		"}",
 		"{\"report\":[{\"vg\":[{\"vg_name\":\"x\",\"vg_size\":\"99999999999999999999999\","
 		"\"vg_free\":\"1\"}]}]}",
 		"{\"report\":[{\"vg\":[{\"vg_name\":7,\"vg_size\":\"1\",\"vg_free\":\"1\"}]}]}",
@@ -114,7 +133,8 @@ START_TEST(name_too_long)
 	memset(name, 'a', sizeof(name) - 1);
 	name[sizeof(name) - 1] = '\0';
 	snprintf(json, sizeof(json),
-		 "{\"report\":[{\"vg\":[{\"vg_name\":\"%s\",\"vg_size\":\"1\",\"vg_free\":\"1\"}]}]}",
+		 "{\"report\":[{\"vg\":[{\"vg_name\":\"%s\",\"vg_size\":\"1\",\"vg_free\":\"1\"}]}]"
+		 "}",
 		 name);
 	ck_assert_int_eq(pcsi_lvm_parse_vgs(json, NULL, 0), -EINVAL);
 }
@@ -126,6 +146,7 @@ static Suite *lvm_report_suite(void)
 	TCase *tc = tcase_create("parse");
 
 	tcase_add_test(tc, vgs_report);
+	tcase_add_test(tc, vgs_extent_size);
 	tcase_add_test(tc, more_rows_than_room);
 	tcase_add_test(tc, lvs_report);
 	tcase_add_test(tc, pvs_report);

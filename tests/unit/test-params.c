@@ -21,7 +21,10 @@ START_TEST(volume_id_matches_the_original_scheme)
 }
 END_TEST
 
-#define KV(k, v) { k, v }
+#define KV(k, v)     \
+	{            \
+		k, v \
+	}
 
 static int parse(enum pcsi_param_origin o, const struct pcsi_kv *kv, size_t n,
 		 struct pcsi_params *p, char *err)
@@ -160,8 +163,8 @@ START_TEST(quantities)
 		{ "3P", 3000000000000000ull },
 		{ "1E", 1000000000000000000ull },
 	};
-	static const char *const bad[] = { "", "Gi", "1GB", "1g", "-1", "1.2.3", "1 Gi", "e3",
-					   "1e", "1e+", "0x10", "1Gi ", "--1" };
+	static const char *const bad[] = { "",	 "Gi", "1GB", "1g",   "-1",   "1.2.3", "1 Gi",
+					   "e3", "1e", "1e+", "0x10", "1Gi ", "--1" };
 	uint64_t v;
 	size_t i;
 

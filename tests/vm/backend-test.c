@@ -11,7 +11,8 @@
  * fragmentation; a restart rebuilds the same list; a namespace of someone
  * else left alone; the loop stays responsive throughout (a 2 ms timer's
  * largest gap is reported and checked). Then create+delete latency next to
- * the raw tools doing the same work. */
+ * the raw tools doing the same work (create, zero the first 4 KiB, zero them
+ * again at delete, remove). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -105,7 +106,7 @@ static int create(const char *id, uint64_t size, struct pcsi_volume *ret, bool *
 	return rc;
 }
 
-static int delete(const char *id, bool erase, bool *existed)
+static int delete (const char *id, bool erase, bool *existed)
 {
 	struct pcsi_backend_req req = { .id = id, .erase = erase };
 	int rc = run(pcsi_backend_delete, &req);
@@ -232,7 +233,8 @@ int main(int argc, char **argv)
 	rc = create("vol-a", 100 * MiB + 1, &a, &existed);
 	ok(rc == 0 && !existed, "create vol-a (100 MiB + 1 byte)");
 	printf("# vol-a: %s %llu bytes\n", a.path, (unsigned long long)a.size);
-	ok(a.size >= 100 * MiB + 1 && a.size % align_of() == 0, "actual size is aligned and large enough");
+	ok(a.size >= 100 * MiB + 1 && a.size % align_of() == 0,
+	   "actual size is aligned and large enough");
 	ok(is_blockdev(a.path), "device %s exists", a.path);
 	ok(sh("test \"$(head -c 4096 %s | tr -d '\\000' | wc -c)\" = 0", a.path) == 0,
 	   "the first 4 KiB of a new volume are zero");
@@ -259,34 +261,36 @@ int main(int argc, char **argv)
 	ok(sh("mkfs.ext4 -q -F -b 4096 %s && mkdir -p /tmp/m && mount -o dax %s /tmp/m", a.path,
 	      a.path) == 0,
 	   "mkfs + mount -o dax on vol-a");
-	ok(delete("vol-a", true, NULL) == -EBUSY, "delete a mounted volume: -EBUSY");
+	ok(delete ("vol-a", true, NULL) == -EBUSY, "delete a mounted volume: -EBUSY");
 	ok(get("vol-a", NULL) == 0, "the busy volume is still there");
 	sh("umount /tmp/m");
 
 	/* Erase: a pattern written past the first 4 KiB must be gone when the space
 	 * is handed out again. */
-	sh("head -c 1048576 /dev/zero | tr '\\000' '\\253' | dd of=%s bs=1M seek=8 conv=notrunc,fsync "
+	sh("head -c 1048576 /dev/zero | tr '\\000' '\\253' | dd of=%s bs=1M seek=8 "
+	   "conv=notrunc,fsync "
 	   "status=none",
 	   a.path);
 	ok(sh("cmp -s -n 1048576 -i 8388608:0 %s /dev/zero", a.path) != 0, "pattern written");
 	last_tick = 0;
 	max_gap = 0;
-	rc = delete("vol-a", true, &existed);
+	rc = delete ("vol-a", true, &existed);
 	ok(rc == 0 && existed, "delete vol-a with erase of the whole device");
-	ok(max_gap < GAP_LIMIT_MS, "the loop kept running during the erase (largest 2 ms timer gap %llu ms)",
+	ok(max_gap < GAP_LIMIT_MS,
+	   "the loop kept running during the erase (largest 2 ms timer gap %llu ms)",
 	   (unsigned long long)max_gap);
 	ok(get("vol-a", NULL) == -ENOENT && !listed("vol-a", 0), "vol-a is gone");
-	ok(delete("vol-a", true, &existed) == 0 && !existed, "delete again: OK, not found");
+	ok(delete ("vol-a", true, &existed) == 0 && !existed, "delete again: OK, not found");
 	ok(create("vol-b", 100 * MiB + 1, &b, NULL) == 0, "create vol-b over the same space");
 	ok(sh("cmp -s -n 1048576 -i 8388608:0 %s /dev/zero", b.path) == 0,
 	   "vol-b reads zeros where vol-a had the pattern");
 
 	/* Without eraseafter only the first 4 KiB go; a new volume still starts clean. */
 	sh("mkfs.ext4 -q -F -b 4096 %s", b.path);
-	ok(delete("vol-b", false, NULL) == 0, "delete vol-b without erase");
+	ok(delete ("vol-b", false, NULL) == 0, "delete vol-b without erase");
 	ok(create("vol-c", 100 * MiB + 1, &v, NULL) == 0, "create vol-c over the same space");
 	ok(sh("blkid -p %s >/dev/null 2>&1", v.path) != 0, "vol-c shows no old filesystem");
-	ok(delete("vol-c", true, NULL) == 0, "delete vol-c");
+	ok(delete ("vol-c", true, NULL) == 0, "delete vol-c");
 
 	/* Fragmentation: big, small, delete big, then the largest possible. */
 	c1 = capacity();
@@ -295,7 +299,7 @@ int main(int argc, char **argv)
 		ok(create("frag-big", big, &a, NULL) == 0, "create frag-big (%llu MiB)",
 		   (unsigned long long)(big / MiB));
 		ok(create("frag-small", 32 * MiB, &b, NULL) == 0, "create frag-small");
-		ok(delete("frag-big", false, NULL) == 0, "delete frag-big");
+		ok(delete ("frag-big", false, NULL) == 0, "delete frag-big");
 		c2 = capacity();
 		printf("# after fragmentation: available %llu max_volume %llu\n",
 		       (unsigned long long)c2.available, (unsigned long long)c2.max_volume_size);
@@ -303,7 +307,7 @@ int main(int argc, char **argv)
 		ok(create("frag-max", c2.max_volume_size, &v, NULL) == 0,
 		   "create the largest possible volume (%llu MiB)",
 		   (unsigned long long)(c2.max_volume_size / MiB));
-		ok(delete("frag-max", false, NULL) == 0 && delete("frag-small", false, NULL) == 0,
+		ok(delete ("frag-max", false, NULL) == 0 && delete ("frag-small", false, NULL) == 0,
 		   "clean up");
 	}
 
@@ -316,14 +320,15 @@ int main(int argc, char **argv)
 	ok(get("keep-1", &v) == 0 && v.size == a.size && !strcmp(v.path, a.path) &&
 		   get("keep-2", &v) == 0 && v.size == b.size && !strcmp(v.path, b.path),
 	   "the restart found keep-1 and keep-2 with sizes and paths");
-	ok(delete("keep-1", false, NULL) == 0 && delete("keep-2", false, NULL) == 0, "clean up");
+	ok(delete ("keep-1", false, NULL) == 0 && delete ("keep-2", false, NULL) == 0, "clean up");
 
 	ok(sh("ndctl list -N | grep -q '\"name\":\"foreign-ns\"'") == 0,
 	   "a namespace named by someone else is still there");
 
 	/* Responsiveness: the largest gap of the 2 ms timer since the erase check,
 	 * which covers creates, deletes, a restart and the fragmentation case. */
-	ok(max_gap < GAP_LIMIT_MS, "the loop kept running throughout (largest 2 ms timer gap %llu ms)",
+	ok(max_gap < GAP_LIMIT_MS,
+	   "the loop kept running throughout (largest 2 ms timer gap %llu ms)",
 	   (unsigned long long)max_gap);
 
 	/* Latency next to the raw tools (figures, not asserted). */
@@ -333,23 +338,34 @@ int main(int argc, char **argv)
 		for (i = 0; i < n; i++) {
 			uint64_t t0 = pcsi_now_ns();
 			create("bench", 64 * MiB, NULL, NULL);
-			delete("bench", false, NULL);
+			delete ("bench", false, NULL);
 			ours += ms_since(t0);
 			t0 = pcsi_now_ns();
 			if (!strcmp(kind, "lvm"))
-				sh("lvcreate -q -Zn -Wy --yes -L 64M -n rawbench %s >/dev/null 2>&1 && "
-				   "dd if=/dev/zero of=/dev/%s/rawbench bs=4096 count=1 oflag=direct status=none && "
-				   "lvremove -q -fy %s/rawbench >/dev/null 2>&1",
-				   "ndbus0region0fsdax", "ndbus0region0fsdax", "ndbus0region0fsdax");
+				sh("vg=ndbus0region0fsdax; lvcreate -q -Zn -Wy --yes -L 64M -n "
+				   "rawbench $vg "
+				   ">/dev/null 2>&1 && "
+				   "dd if=/dev/zero of=/dev/$vg/rawbench bs=4096 count=1 "
+				   "oflag=direct status=none && "
+				   "dd if=/dev/zero of=/dev/$vg/rawbench bs=4096 count=1 "
+				   "oflag=direct status=none && "
+				   "lvremove -q -fy $vg/rawbench >/dev/null 2>&1");
 			else
-				sh("set -e; out=$(ndctl create-namespace -r region0 -m fsdax -s 64M -n rawbench); "
-				   "dev=$(echo \"$out\" | grep -o '\"dev\":\"namespace[0-9.]*\"' | cut -d'\"' -f4); "
-				   "blk=$(echo \"$out\" | grep -o '\"blockdev\":\"pmem[0-9.]*\"' | cut -d'\"' -f4); "
-				   "dd if=/dev/zero of=/dev/$blk bs=4096 count=1 oflag=direct status=none; "
+				sh("set -e; out=$(ndctl create-namespace -r region0 -m fsdax -s "
+				   "64M -n rawbench); "
+				   "dev=$(echo \"$out\" | grep -o '\"dev\":\"namespace[0-9.]*\"' | "
+				   "cut -d'\"' -f4); "
+				   "blk=$(echo \"$out\" | grep -o '\"blockdev\":\"pmem[0-9.]*\"' | "
+				   "cut -d'\"' -f4); "
+				   "dd if=/dev/zero of=/dev/$blk bs=4096 count=1 oflag=direct "
+				   "status=none; "
+				   "dd if=/dev/zero of=/dev/$blk bs=4096 count=1 oflag=direct "
+				   "status=none; "
 				   "ndctl destroy-namespace -f $dev >/dev/null 2>&1");
 			raw += ms_since(t0);
 		}
-		printf("# bench %s create+delete 64 MiB: ours %.1f ms, raw tools %.1f ms, overhead %.1f%%\n",
+		printf("# bench %s create+delete 64 MiB: ours %.1f ms, raw tools %.1f ms, overhead "
+		       "%.1f%%\n",
 		       kind, ours / n, raw / n, (ours - raw) / raw * 100.0);
 	}
 

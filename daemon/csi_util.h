@@ -1,0 +1,40 @@
+/* csi_util.h: small helpers for CSI messages shared by the Node and
+ * Controller services: capability checks, map look-ups, topology. */
+#ifndef PCSI_CSI_UTIL_H
+#define PCSI_CSI_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "csi.pb-c.h"
+#include "params.h"
+
+/* Filesystem of a mount capability: "ext4" when unset. */
+const char *pcsi_cap_fstype(const Csi__V1__VolumeCapability *cap);
+
+/* Checks one capability: an access type (mount or block), a supported access
+ * mode (the SINGLE_NODE modes; MULTI_NODE ones only when |multi_node_ok|, i.e.
+ * for cache volumes), and for mount a filesystem of ext4 or xfs. Returns 0 or
+ * -EINVAL with a message. */
+int pcsi_cap_check(const Csi__V1__VolumeCapability *cap, bool multi_node_ok, char *err,
+		   size_t errlen);
+
+/* Every protobuf-c map<string,string> entry has this layout; the helpers
+ * below take any of the generated entry arrays. */
+struct pcsi_map_entry {
+	ProtobufCMessage base;
+	char *key;
+	char *value;
+};
+
+/* Copies a string map into key/value pairs (borrowed pointers); returns how
+ * many (at most |n|). */
+size_t pcsi_map_kv(const void *entries, size_t n_entries, struct pcsi_kv *out, size_t n);
+
+/* The value of |key| in a string map, or NULL. */
+const char *pcsi_map_get(const void *entries, size_t n, const char *key);
+
+/* True when topology |t| names this node (segment "<driver>/node" = node_id). */
+bool pcsi_topology_is_node(const Csi__V1__Topology *t, const char *key, const char *node_id);
+
+#endif

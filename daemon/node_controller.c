@@ -1,0 +1,633 @@
+/* node_controller.c: the node's csi.v1.Controller. See node_controller.h. */
+#include "node_controller.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../rpc/server.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "csi_util.h"
+#include "params.h"
+
+static struct pcsi_node_controller *from_svc(Csi__V1__Controller_Service *svc)
+{
+	return pcsi_container_of(svc, struct pcsi_node_controller, svc);
+}
+
+/* The one errno-to-status table at this boundary, with a message. */
+static void fail_errno(struct pcsi_call *call, int err, const char *what, const char *msg)
+{
+	pcsi_call_fail(call, pcsi_status_from_errno(err), "%s: %s", what,
+		       msg && *msg ? msg : strerror(-err));
+}
+
+#define MAX_PARAMS 64
+
+/* ---- CreateVolume -------------------------------------------------------------- */
+
+struct create_op {
+	struct pcsi_node_controller *nc;
+	struct pcsi_call *call;
+	const Csi__V1__CreateVolumeRequest *in;
+	char id[PCSI_ID_MAX + 1];
+	struct pcsi_params params;
+	uint64_t limit;
+	uint64_t made; /* size of a volume that came out above the limit */
+	struct pcsi_backend_req breq;
+	struct pcsi_volrec rec;
+	bool cancelled_op;
+};
+
+static void create_end(struct create_op *op)
+{
+	pcsi_node_unlock(op->nc->node, op->id);
+	free(op);
+}
+
+static void create_reply(struct create_op *op)
+{
+	const Csi__V1__CreateVolumeRequest *in = op->in;
+	struct pcsi_node *n = op->nc->node;
+	Csi__V1__CreateVolumeResponse out = CSI__V1__CREATE_VOLUME_RESPONSE__INIT;
+	Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
+	Csi__V1__Topology topo = CSI__V1__TOPOLOGY__INIT, *topos[1] = { &topo };
+	Csi__V1__Topology__SegmentsEntry seg = CSI__V1__TOPOLOGY__SEGMENTS_ENTRY__INIT,
+					 *segs[1] = { &seg };
+	Csi__V1__Volume__VolumeContextEntry ctx[MAX_PARAMS + 1], *ctxp[MAX_PARAMS + 1];
+	size_t i, nctx = 0;
+
+	csi__v1__volume__volume_context_entry__init(&ctx[0]);
+	ctx[0].key = (char *)"name";
+	ctx[0].value = in->name;
+	ctxp[nctx] = &ctx[nctx];
+	nctx++;
+	for (i = 0; i < in->n_parameters && nctx <= MAX_PARAMS; i++) {
+		if (!strncmp(in->parameters[i]->key, "csi.storage.k8s.io/", 19))
+			continue;
+		csi__v1__volume__volume_context_entry__init(&ctx[nctx]);
+		ctx[nctx].key = in->parameters[i]->key;
+		ctx[nctx].value = in->parameters[i]->value;
+		ctxp[nctx] = &ctx[nctx];
+		nctx++;
+	}
+	seg.key = n->topology_key;
+	seg.value = (char *)n->cfg->node_id;
+	topo.n_segments = 1;
+	topo.segments = segs;
+	vol.capacity_bytes = (int64_t)op->breq.vol.size;
+	vol.volume_id = op->id;
+	vol.n_volume_context = nctx;
+	vol.volume_context = ctxp;
+	vol.n_accessible_topology = 1;
+	vol.accessible_topology = topos;
+	out.volume = &vol;
+	pcsi_info(2, op->breq.existed ? "volume exists" : "volume created",
+		  "name=%s volume=%s size=%llu path=%s", in->name, op->id,
+		  (unsigned long long)op->breq.vol.size, op->breq.vol.path);
+	pcsi_call_reply(op->call, &out.base);
+	create_end(op);
+}
+
+static void on_rec_stored(int error, void *data)
+{
+	struct create_op *op = data;
+
+	if (error)
+		pcsi_warn("cannot store the volume record; defaults will apply", "volume=%s err=%s",
+			  op->id, strerror(-error));
+	create_reply(op);
+}
+
+static void on_too_big_deleted(struct pcsi_backend_req *req, void *data)
+{
+	struct create_op *op = data;
+
+	(void)req;
+	pcsi_call_fail(op->call, PCSI_OUT_OF_RANGE,
+		       "the smallest volume this node can make for %llu bytes has %llu bytes, more "
+		       "than the limit of %llu",
+		       (unsigned long long)op->in->capacity_range->required_bytes,
+		       (unsigned long long)op->made, (unsigned long long)op->limit);
+	create_end(op);
+}
+
+static void on_created(struct pcsi_backend_req *req, void *data)
+{
+	struct create_op *op = data;
+	uint64_t size = req->vol.size;
+
+	if (req->error == -EEXIST) {
+		pcsi_call_fail(
+			op->call, PCSI_ALREADY_EXISTS,
+			"volume \"%s\" exists with %llu bytes, incompatible with the request",
+			op->in->name, (unsigned long long)req->vol.size);
+		create_end(op);
+		return;
+	}
+	if (req->error) {
+		fail_errno(op->call, req->error, "CreateVolume", req->msg);
+		create_end(op);
+		return;
+	}
+	if (op->limit && size > op->limit) {
+		if (req->existed) {
+			pcsi_call_fail(op->call, PCSI_ALREADY_EXISTS,
+				       "volume \"%s\" exists with %llu bytes, above the limit",
+				       op->in->name, (unsigned long long)size);
+			create_end(op);
+			return;
+		}
+		/* Never leave a volume behind that the caller cannot know of. */
+		op->made = size;
+		op->breq.id = op->id;
+		op->breq.erase = false;
+		pcsi_backend_delete(op->nc->node->be, &op->breq, on_too_big_deleted, op);
+		return;
+	}
+	if (req->existed) {
+		create_reply(op);
+		return;
+	}
+	snprintf(op->rec.name, sizeof(op->rec.name), "%s", op->in->name);
+	op->rec.erase_after = op->params.erase_after;
+	op->rec.cache = op->params.persistency == PCSI_PERSIST_CACHE;
+	pcsi_volrec_store(op->nc->node, op->id, &op->rec, on_rec_stored, op);
+}
+
+static void nctl_create_volume(Csi__V1__Controller_Service *svc,
+			       const Csi__V1__CreateVolumeRequest *in,
+			       Csi__V1__CreateVolumeResponse_Closure closure, void *call)
+{
+	struct pcsi_node_controller *nc = from_svc(svc);
+	struct pcsi_node *n = nc->node;
+	struct pcsi_kv kv[MAX_PARAMS];
+	struct create_op *op;
+	uint64_t required = 0, limit = 0, size;
+	bool xfs = false;
+	char err[256];
+	size_t i;
+
+	(void)closure;
+	if (!in->name || !*in->name) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "name is required");
+		return;
+	}
+	if (strlen(in->name) > 253) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "name longer than 253 bytes");
+		return;
+	}
+	if (in->n_volume_capabilities == 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capabilities are required");
+		return;
+	}
+	if (in->n_parameters > MAX_PARAMS) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "too many parameters");
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	if (pcsi_params_parse(PCSI_ORIGIN_CREATE, kv,
+			      pcsi_map_kv(in->parameters, in->n_parameters, kv, MAX_PARAMS),
+			      &op->params, err, sizeof(err)) < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		free(op);
+		return;
+	}
+	for (i = 0; i < in->n_volume_capabilities; i++) {
+		if (pcsi_cap_check(in->volume_capabilities[i],
+				   op->params.persistency == PCSI_PERSIST_CACHE, err,
+				   sizeof(err)) < 0) {
+			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+			free(op);
+			return;
+		}
+		if (in->volume_capabilities[i]->access_type_case ==
+			    CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT &&
+		    !strcmp(pcsi_cap_fstype(in->volume_capabilities[i]), "xfs"))
+			xfs = true;
+	}
+	if (in->capacity_range) {
+		if (in->capacity_range->required_bytes < 0 || in->capacity_range->limit_bytes < 0) {
+			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "negative capacity_range");
+			free(op);
+			return;
+		}
+		required = (uint64_t)in->capacity_range->required_bytes;
+		limit = (uint64_t)in->capacity_range->limit_bytes;
+		if (limit && required > limit) {
+			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+				       "capacity_range: required_bytes %llu above limit_bytes %llu",
+				       (unsigned long long)required, (unsigned long long)limit);
+			free(op);
+			return;
+		}
+	}
+	size = required;
+	if (xfs && size < PCSI_XFS_MIN_SIZE) {
+		if (limit && limit < PCSI_XFS_MIN_SIZE) {
+			pcsi_call_fail(
+				call, PCSI_OUT_OF_RANGE,
+				"xfs needs a volume of at least %llu bytes (mkfs.xfs refuses "
+				"smaller filesystems); limit_bytes is %llu",
+				PCSI_XFS_MIN_SIZE, (unsigned long long)limit);
+			free(op);
+			return;
+		}
+		size = PCSI_XFS_MIN_SIZE;
+	}
+	if (in->accessibility_requirements && in->accessibility_requirements->n_requisite) {
+		bool here = false;
+		for (i = 0; i < in->accessibility_requirements->n_requisite; i++)
+			if (pcsi_topology_is_node(in->accessibility_requirements->requisite[i],
+						  n->topology_key, n->cfg->node_id))
+				here = true;
+		if (!here) {
+			pcsi_call_fail(call, PCSI_RESOURCE_EXHAUSTED,
+				       "the requisite topology does not include node %s",
+				       n->cfg->node_id);
+			free(op);
+			return;
+		}
+	}
+	pcsi_volume_id(in->name, op->id);
+	if (pcsi_node_lock(n, op->id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on volume %s is in progress",
+			       op->id);
+		free(op);
+		return;
+	}
+	op->nc = nc;
+	op->call = call;
+	op->in = in;
+	op->limit = limit;
+	op->breq.id = op->id;
+	op->breq.size = size;
+	pcsi_backend_create(n->be, &op->breq, on_created, op);
+}
+
+/* ---- DeleteVolume -------------------------------------------------------------- */
+
+struct delete_op {
+	struct pcsi_node_controller *nc;
+	struct pcsi_call *call;
+	char id[PCSI_ID_MAX + 1];
+	struct pcsi_volrec rec;
+	struct pcsi_backend_req breq;
+};
+
+static void delete_end(struct delete_op *op)
+{
+	pcsi_node_unlock(op->nc->node, op->id);
+	free(op);
+}
+
+static void on_rec_removed(int error, void *data)
+{
+	struct delete_op *op = data;
+	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+
+	(void)error;
+	pcsi_call_reply(op->call, &out.base);
+	delete_end(op);
+}
+
+static void on_deleted(struct pcsi_backend_req *req, void *data)
+{
+	struct delete_op *op = data;
+
+	if (req->error) {
+		fail_errno(op->call, req->error, "DeleteVolume", req->msg);
+		delete_end(op);
+		return;
+	}
+	if (req->existed)
+		pcsi_info(2, "volume deleted", "volume=%s erased=%s", op->id,
+			  op->rec.erase_after ? "whole" : "first 4 KiB");
+	pcsi_volrec_store(op->nc->node, op->id, NULL, on_rec_removed, op);
+}
+
+static void on_rec_loaded(int error, void *data)
+{
+	struct delete_op *op = data;
+
+	(void)error; /* no record: defaults, erase included */
+	op->breq.id = op->id;
+	op->breq.erase = op->rec.erase_after;
+	pcsi_backend_delete(op->nc->node->be, &op->breq, on_deleted, op);
+}
+
+static void nctl_delete_volume(Csi__V1__Controller_Service *svc,
+			       const Csi__V1__DeleteVolumeRequest *in,
+			       Csi__V1__DeleteVolumeResponse_Closure closure, void *call)
+{
+	struct pcsi_node_controller *nc = from_svc(svc);
+	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+	struct delete_op *op;
+
+	(void)closure;
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	if (!pcsi_volume_id_valid(in->volume_id)) {
+		/* Not an id this driver ever made: nothing to delete here. */
+		pcsi_call_reply(call, &out.base);
+		return;
+	}
+	if (pcsi_node_lock(nc->node, in->volume_id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on volume %s is in progress",
+			       in->volume_id);
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->nc = nc;
+	op->call = call;
+	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	pcsi_volrec_load(nc->node, op->id, &op->rec, on_rec_loaded, op);
+}
+
+/* ---- ListVolumes ------------------------------------------------------------------ */
+
+struct simple_op {
+	struct pcsi_node_controller *nc;
+	struct pcsi_call *call;
+	const void *in;
+	struct pcsi_backend_req breq;
+};
+
+static int cmp_vol(const void *a, const void *b)
+{
+	return strcmp(((const struct pcsi_volume *)a)->id, ((const struct pcsi_volume *)b)->id);
+}
+
+static void on_listed(struct pcsi_backend_req *req, void *data)
+{
+	struct simple_op *op = data;
+	const Csi__V1__ListVolumesRequest *in = op->in;
+	struct pcsi_node *n = op->nc->node;
+	Csi__V1__ListVolumesResponse out = CSI__V1__LIST_VOLUMES_RESPONSE__INIT;
+	Csi__V1__ListVolumesResponse__Entry *ents = NULL, **entp = NULL;
+	Csi__V1__Volume *vols = NULL;
+	Csi__V1__Topology topo = CSI__V1__TOPOLOGY__INIT, *topos[1] = { &topo };
+	Csi__V1__Topology__SegmentsEntry seg = CSI__V1__TOPOLOGY__SEGMENTS_ENTRY__INIT,
+					 *segs[1] = { &seg };
+	size_t start = 0, count, i, max;
+	char next[32];
+
+	if (req->error) {
+		fail_errno(op->call, req->error, "ListVolumes", req->msg);
+		goto out;
+	}
+	if (in->starting_token && *in->starting_token) {
+		char *end;
+		unsigned long long v = strtoull(in->starting_token, &end, 10);
+		if (*end || in->starting_token[0] < '0' || in->starting_token[0] > '9' ||
+		    v > req->n_vols) {
+			pcsi_call_fail(op->call, PCSI_ABORTED,
+				       "starting_token \"%.32s\" is not valid", in->starting_token);
+			goto out;
+		}
+		start = (size_t)v;
+	}
+	qsort(req->vols, req->n_vols, sizeof(*req->vols), cmp_vol);
+	max = in->max_entries > 0 ? (size_t)in->max_entries : req->n_vols;
+	count = PCSI_MIN(req->n_vols - start, max);
+	seg.key = n->topology_key;
+	seg.value = (char *)n->cfg->node_id;
+	topo.n_segments = 1;
+	topo.segments = segs;
+	if (count) {
+		ents = pcsi_xcalloc(count, sizeof(*ents));
+		entp = pcsi_xcalloc(count, sizeof(*entp));
+		vols = pcsi_xcalloc(count, sizeof(*vols));
+	}
+	for (i = 0; i < count; i++) {
+		csi__v1__volume__init(&vols[i]);
+		vols[i].volume_id = req->vols[start + i].id;
+		vols[i].capacity_bytes = (int64_t)req->vols[start + i].size;
+		vols[i].n_accessible_topology = 1;
+		vols[i].accessible_topology = topos;
+		csi__v1__list_volumes_response__entry__init(&ents[i]);
+		ents[i].volume = &vols[i];
+		entp[i] = &ents[i];
+	}
+	out.n_entries = count;
+	out.entries = entp;
+	if (start + count < req->n_vols) {
+		snprintf(next, sizeof(next), "%zu", start + count);
+		out.next_token = next;
+	}
+	pcsi_call_reply(op->call, &out.base);
+	free(ents);
+	free(entp);
+	free(vols);
+out:
+	pcsi_backend_req_done(req);
+	free(op);
+}
+
+static void nctl_list_volumes(Csi__V1__Controller_Service *svc,
+			      const Csi__V1__ListVolumesRequest *in,
+			      Csi__V1__ListVolumesResponse_Closure closure, void *call)
+{
+	struct simple_op *op = pcsi_xcalloc(1, sizeof(*op));
+
+	(void)closure;
+	if (in->max_entries < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
+		free(op);
+		return;
+	}
+	op->nc = from_svc(svc);
+	op->call = call;
+	op->in = in;
+	pcsi_backend_list(op->nc->node->be, &op->breq, on_listed, op);
+}
+
+/* ---- GetCapacity ------------------------------------------------------------------ */
+
+static void on_capacity(struct pcsi_backend_req *req, void *data)
+{
+	struct simple_op *op = data;
+	Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
+	Google__Protobuf__Int64Value max = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
+
+	if (req->error) {
+		fail_errno(op->call, req->error, "GetCapacity", req->msg);
+	} else {
+		out.available_capacity = (int64_t)req->cap.available;
+		max.value = (int64_t)req->cap.max_volume_size;
+		out.maximum_volume_size = &max;
+		pcsi_call_reply(op->call, &out.base);
+	}
+	free(op);
+}
+
+static void nctl_get_capacity(Csi__V1__Controller_Service *svc,
+			      const Csi__V1__GetCapacityRequest *in,
+			      Csi__V1__GetCapacityResponse_Closure closure, void *call)
+{
+	struct pcsi_node_controller *nc = from_svc(svc);
+	struct pcsi_node *n = nc->node;
+	struct simple_op *op;
+	char err[256];
+	size_t i;
+
+	(void)closure;
+	for (i = 0; i < in->n_volume_capabilities; i++)
+		if (pcsi_cap_check(in->volume_capabilities[i], true, err, sizeof(err)) < 0) {
+			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+			return;
+		}
+	if (in->accessible_topology &&
+	    !pcsi_topology_is_node(in->accessible_topology, n->topology_key, n->cfg->node_id)) {
+		Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
+		pcsi_call_reply(call, &out.base); /* another node's segment: nothing here */
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->nc = nc;
+	op->call = call;
+	pcsi_backend_capacity(n->be, &op->breq, on_capacity, op);
+}
+
+/* ---- ValidateVolumeCapabilities --------------------------------------------------- */
+
+static void on_validate_get(struct pcsi_backend_req *req, void *data)
+{
+	struct simple_op *op = data;
+	const Csi__V1__ValidateVolumeCapabilitiesRequest *in = op->in;
+	Csi__V1__ValidateVolumeCapabilitiesResponse out =
+		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed conf =
+		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__CONFIRMED__INIT;
+	char err[256];
+	size_t i;
+
+	if (req->error == -ENOENT) {
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", in->volume_id);
+		goto out;
+	}
+	if (req->error) {
+		fail_errno(op->call, req->error, "ValidateVolumeCapabilities", req->msg);
+		goto out;
+	}
+	for (i = 0; i < in->n_volume_capabilities; i++)
+		if (pcsi_cap_check(in->volume_capabilities[i], false, err, sizeof(err)) < 0) {
+			out.message = err;
+			pcsi_call_reply(op->call, &out.base);
+			goto out;
+		}
+	conf.n_volume_capabilities = in->n_volume_capabilities;
+	conf.volume_capabilities = in->volume_capabilities;
+	conf.n_volume_context = in->n_volume_context;
+	conf.volume_context =
+		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__VolumeContextEntry **)
+			in->volume_context;
+	conf.n_parameters = in->n_parameters;
+	conf.parameters =
+		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__ParametersEntry **)
+			in->parameters;
+	out.confirmed = &conf;
+	pcsi_call_reply(op->call, &out.base);
+out:
+	free(op);
+}
+
+static void nctl_validate_volume_capabilities(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ValidateVolumeCapabilitiesRequest *in,
+	Csi__V1__ValidateVolumeCapabilitiesResponse_Closure closure, void *call)
+{
+	struct simple_op *op;
+
+	(void)closure;
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	if (in->n_volume_capabilities == 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capabilities are required");
+		return;
+	}
+	if (!pcsi_volume_id_valid(in->volume_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->nc = from_svc(svc);
+	op->call = call;
+	op->in = in;
+	op->breq.id = in->volume_id;
+	pcsi_backend_get(op->nc->node->be, &op->breq, on_validate_get, op);
+}
+
+/* ---- capabilities and the rest -------------------------------------------------------- */
+
+static void nctl_controller_get_capabilities(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
+	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
+{
+	static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY,
+	};
+	Csi__V1__ControllerGetCapabilitiesResponse out =
+		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__ControllerServiceCapability caps[3], *capp[3];
+	Csi__V1__ControllerServiceCapability__RPC rpcs[3];
+	size_t i;
+
+	(void)svc;
+	(void)in;
+	(void)closure;
+	for (i = 0; i < 3; i++) {
+		csi__v1__controller_service_capability__rpc__init(&rpcs[i]);
+		rpcs[i].type = types[i];
+		csi__v1__controller_service_capability__init(&caps[i]);
+		caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
+		caps[i].rpc = &rpcs[i];
+		capp[i] = &caps[i];
+	}
+	out.n_capabilities = 3;
+	out.capabilities = capp;
+	pcsi_call_reply(call, &out.base);
+}
+
+#define UNIMPLEMENTED(fn, req_t, closure_t)                                                  \
+	static void fn(Csi__V1__Controller_Service *svc, const req_t *in, closure_t closure, \
+		       void *call)                                                           \
+	{                                                                                    \
+		(void)svc;                                                                   \
+		(void)in;                                                                    \
+		(void)closure;                                                               \
+		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");    \
+	}
+
+UNIMPLEMENTED(nctl_controller_publish_volume, Csi__V1__ControllerPublishVolumeRequest,
+	      Csi__V1__ControllerPublishVolumeResponse_Closure)
+UNIMPLEMENTED(nctl_controller_unpublish_volume, Csi__V1__ControllerUnpublishVolumeRequest,
+	      Csi__V1__ControllerUnpublishVolumeResponse_Closure)
+UNIMPLEMENTED(nctl_create_snapshot, Csi__V1__CreateSnapshotRequest,
+	      Csi__V1__CreateSnapshotResponse_Closure)
+UNIMPLEMENTED(nctl_delete_snapshot, Csi__V1__DeleteSnapshotRequest,
+	      Csi__V1__DeleteSnapshotResponse_Closure)
+UNIMPLEMENTED(nctl_list_snapshots, Csi__V1__ListSnapshotsRequest,
+	      Csi__V1__ListSnapshotsResponse_Closure)
+UNIMPLEMENTED(nctl_get_snapshot, Csi__V1__GetSnapshotRequest, Csi__V1__GetSnapshotResponse_Closure)
+UNIMPLEMENTED(nctl_controller_expand_volume, Csi__V1__ControllerExpandVolumeRequest,
+	      Csi__V1__ControllerExpandVolumeResponse_Closure)
+UNIMPLEMENTED(nctl_controller_get_volume, Csi__V1__ControllerGetVolumeRequest,
+	      Csi__V1__ControllerGetVolumeResponse_Closure)
+UNIMPLEMENTED(nctl_controller_modify_volume, Csi__V1__ControllerModifyVolumeRequest,
+	      Csi__V1__ControllerModifyVolumeResponse_Closure)
+
+void pcsi_node_controller_init(struct pcsi_node_controller *nc, struct pcsi_node *node)
+{
+	Csi__V1__Controller_Service svc = CSI__V1__CONTROLLER__INIT(nctl_);
+
+	nc->svc = svc;
+	nc->node = node;
+}
