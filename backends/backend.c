@@ -441,6 +441,13 @@ static void after_find(struct pcsi_backend_req *req, int error)
 		return;
 	}
 	req->existed = true;
+	if (!req->vol.path[0]) {
+		/* A namespace of ours that is not enabled has no device node:
+		 * nothing can use it and there is nothing to erase through. */
+		req->step = DEL_REMOVE;
+		enqueue(req);
+		return;
+	}
 	/* O_EXCL on a block device fails with EBUSY while it is mounted or held
 	 * open exclusively by someone else (the kernel's bd_claim). */
 	uv_fs_open(req->be->loop, &req->fs, req->vol.path, O_RDONLY | O_EXCL | O_CLOEXEC, 0,

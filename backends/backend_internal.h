@@ -66,6 +66,10 @@ uint64_t pcsi_align_up(uint64_t v, uint64_t align);
 /* Least common multiple; 0 if either is 0. */
 uint64_t pcsi_lcm(uint64_t a, uint64_t b);
 
+/* The name of the namespace the lvm backend makes in each region; the direct
+ * backend never treats it as a volume. */
+#define PCSI_LVM_NS_NAME "pmem-csi"
+
 extern const struct pcsi_backend_ops pcsi_lvm_ops;
 extern const struct pcsi_backend_ops pcsi_direct_ops;
 

@@ -21,7 +21,6 @@
 #include "pmem.h"
 
 #define MAX_REGIONS 32
-#define NS_NAME	    "pmem-csi"
 
 struct vg {
 	char name[128];
@@ -252,7 +251,7 @@ static void open_regions_job(struct pcsi_backend_req *req)
 		strcat(vg->name, r->name);
 		strcat(vg->name, "fsdax");
 
-		nn = pcsi_pmem_namespaces(l->pmem, NS_NAME, nss, PCSI_ARRAY_SIZE(nss));
+		nn = pcsi_pmem_namespaces(l->pmem, PCSI_LVM_NS_NAME, nss, PCSI_ARRAY_SIZE(nss));
 		nn = PCSI_MIN(PCSI_MAX(nn, 0), (int)PCSI_ARRAY_SIZE(nss));
 		for (j = 0; j < nn; j++)
 			if (!strcmp(nss[j].region, r->name) && !strcmp(nss[j].bus, r->bus))
@@ -267,8 +266,8 @@ static void open_regions_job(struct pcsi_backend_req *req)
 				use -= use % r->align;
 			if (use == 0 || use < r->align)
 				continue;
-			rc = pcsi_pmem_create(l->pmem, r->name, NS_NAME, use, &ns, l->work_err,
-					      sizeof(l->work_err));
+			rc = pcsi_pmem_create(l->pmem, r->name, PCSI_LVM_NS_NAME, use, &ns,
+					      l->work_err, sizeof(l->work_err));
 			if (rc < 0) {
 				l->work_rc = rc;
 				return;

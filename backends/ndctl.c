@@ -21,8 +21,6 @@
 #include "../daemon/core/util.h"
 #include "pmem.h"
 
-#define LVM_NS_NAME "pmem-csi" /* the lvm backend's namespace */
-
 struct direct {
 	struct pcsi_pmem *pmem; /* opened by the open job */
 	/* the running job */
@@ -185,7 +183,7 @@ static void open_fn(struct pcsi_backend_req *req)
 	n = get_namespaces(d, NULL, &ns);
 	if (n >= 0) {
 		for (i = 0; i < n; i++)
-			d->nvols += strcmp(ns[i].name, LVM_NS_NAME) != 0;
+			d->nvols += strcmp(ns[i].name, PCSI_LVM_NS_NAME) != 0;
 		free(ns);
 	}
 	job_end(d, 0);
@@ -251,9 +249,9 @@ static void create_fn(struct pcsi_backend_req *req)
 	int rc;
 
 	job_begin(d);
-	if (!strcmp(req->vol.id, LVM_NS_NAME)) {
+	if (!strcmp(req->vol.id, PCSI_LVM_NS_NAME)) {
 		snprintf(d->err, sizeof(d->err), "\"%s\" is reserved for the lvm device manager",
-			 LVM_NS_NAME);
+			 PCSI_LVM_NS_NAME);
 		job_end(d, -EINVAL);
 		return;
 	}
@@ -299,7 +297,7 @@ static void get_fn(struct pcsi_backend_req *req)
 	int rc;
 
 	job_begin(d);
-	if (!strcmp(req->vol.id, LVM_NS_NAME)) {
+	if (!strcmp(req->vol.id, PCSI_LVM_NS_NAME)) {
 		job_end(d, -ENOENT);
 		return;
 	}
@@ -326,7 +324,7 @@ static void remove_fn(struct pcsi_backend_req *req)
 	int rc;
 
 	job_begin(d);
-	if (!strcmp(req->vol.id, LVM_NS_NAME)) {
+	if (!strcmp(req->vol.id, PCSI_LVM_NS_NAME)) {
 		job_end(d, 0); /* never a volume here: nothing to delete */
 		return;
 	}
@@ -358,7 +356,7 @@ static void list_fn(struct pcsi_backend_req *req)
 	req->vols = pcsi_xcalloc((size_t)n + 1, sizeof(*req->vols));
 	for (i = 0; i < n; i++) {
 		/* The lvm backend's namespace, and names no volume can have. */
-		if (!strcmp(ns[i].name, LVM_NS_NAME) || !pcsi_volume_id_valid(ns[i].name))
+		if (!strcmp(ns[i].name, PCSI_LVM_NS_NAME) || !pcsi_volume_id_valid(ns[i].name))
 			continue;
 		to_volume(&ns[i], &req->vols[req->n_vols++]);
 	}
