@@ -38,6 +38,9 @@ struct daemon {
 	uv_signal_t sigterm, sigint;
 	bool stopping;
 	int exit_code;
+	uv_timer_t open_timer;
+	uint32_t open_delay_ms;
+	char open_error[256];
 };
 
 static void on_server_closed(struct pcsi_server *srv, void *data)
@@ -47,6 +50,7 @@ static void on_server_closed(struct pcsi_server *srv, void *data)
 	(void)srv;
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
+	uv_close((uv_handle_t *)&d->open_timer, NULL);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -113,23 +117,39 @@ static int start_controller(struct daemon *d)
 	return 0;
 }
 
+static void on_backend_open(struct pcsi_backend_req *req, void *data);
+
+static void on_open_retry(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+
+	if (!d->stopping)
+		pcsi_backend_open(d->backend, &d->open_req, on_backend_open, d);
+}
+
+/* Without usable PMEM the node stays up, not ready, and tries again with a
+ * growing delay (10 s to 5 min): an administrator may enable a region or fix
+ * its labels without restarting the pod. The reason is logged once per change. */
 static void on_backend_open(struct pcsi_backend_req *req, void *data)
 {
 	struct daemon *d = data;
 
+	if (d->stopping)
+		return;
 	if (req->error) {
-		pcsi_err("cannot open the device manager", "deviceManager=%s err=\"%s\"",
-			 pcsi_backend_name(d->backend), req->msg);
-		d->exit_code = 1;
-		if (!d->stopping) {
-			d->stopping = true;
-			pcsi_server_shutdown(d->server, 0, on_server_closed, d);
+		if (strcmp(d->open_error, req->msg) != 0) {
+			pcsi_err("cannot open the device manager; will retry",
+				 "deviceManager=%s err=\"%s\"", pcsi_backend_name(d->backend),
+				 req->msg);
+			snprintf(d->open_error, sizeof(d->open_error), "%s", req->msg);
 		}
+		d->open_delay_ms =
+			d->open_delay_ms ? PCSI_MIN(d->open_delay_ms * 2, 300000u) : 10000u;
+		uv_timer_start(&d->open_timer, on_open_retry, d->open_delay_ms, 0);
 		return;
 	}
 	pcsi_info(1, "device manager ready", "deviceManager=%s", pcsi_backend_name(d->backend));
-	if (!d->stopping)
-		pcsi_identity_set_ready(&d->identity, true);
+	pcsi_identity_set_ready(&d->identity, true);
 }
 
 static int start_node(struct daemon *d)
@@ -206,6 +226,8 @@ int main(int argc, char **argv)
 	sopts.max_conns = d.cfg.max_conns;
 	d.server = pcsi_server_new(d.loop, &sopts);
 
+	uv_timer_init(d.loop, &d.open_timer);
+	d.open_timer.data = &d;
 	uv_signal_init(d.loop, &d.sigterm);
 	uv_signal_init(d.loop, &d.sigint);
 	d.sigterm.data = d.sigint.data = &d;
