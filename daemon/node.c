@@ -264,6 +264,7 @@ static void stage_found(struct pcsi_backend_req *req, void *data)
 		return;
 	}
 	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
+	op->size = req->vol.size;
 	if (op->block) {
 		nop_ok(op, &out.base); /* raw block: nothing to stage */
 		return;
@@ -492,6 +493,7 @@ static void ephemeral_created(struct pcsi_backend_req *req, void *data)
 		return;
 	}
 	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
+	op->size = req->vol.size;
 	if (req->existed && pcsi_mount_lookup(op->target, &mi) == 1) {
 		publish_existing(op, &mi, rdev_of(op->dev));
 		return;
