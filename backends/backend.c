@@ -25,6 +25,9 @@ static const struct pcsi_backend_ops *const all_ops[] = {
 #ifdef PCSI_HAVE_LVM
 	&pcsi_lvm_ops,
 #endif
+#ifdef PCSI_HAVE_FAKE
+	&pcsi_fake_ops,
+#endif
 	NULL,
 };
 
@@ -86,7 +89,7 @@ int pcsi_backend_new(uv_loop_t *loop, const struct pcsi_backend_config *cfg,
 	size_t i;
 	int rc;
 
-	if (strcmp(name, "direct") && strcmp(name, "lvm")) {
+	if (strcmp(name, "direct") && strcmp(name, "lvm") && strcmp(name, "fake-for-testing-only")) {
 		snprintf(err, errlen, "unknown device manager \"%s\" (expected direct or lvm)",
 			 cfg->name);
 		return -EINVAL;

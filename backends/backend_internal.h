@@ -71,6 +71,7 @@ uint64_t pcsi_lcm(uint64_t a, uint64_t b);
 #define PCSI_LVM_NS_NAME "pmem-csi"
 
 extern const struct pcsi_backend_ops pcsi_lvm_ops;
+extern const struct pcsi_backend_ops pcsi_fake_ops;
 extern const struct pcsi_backend_ops pcsi_direct_ops;
 
 #endif

@@ -167,8 +167,12 @@ static void run_mkfs(struct nop *op, void (*after)(struct nop *op))
 	const char *ext4[] = { "mkfs.ext4", "-q",    "-b",
 			       "4096",	    "-E",    "stride=512,stripe_width=512",
 			       "-F",	    op->dev, NULL };
-	const char *xfs[] = { "mkfs.xfs", "-q",		"-b", "size=4096", "-m", "reflink=0",
-			      "-d",	  "su=2m,sw=1", "-f", op->dev,	   NULL };
+	/* 2 MiB stripe units for huge pages; below 1 GiB, xfsprogs >= 5.19 would
+	 * then pick allocation groups too small for its 64 MiB minimum log, so
+	 * four groups are asked for explicitly there. */
+	const char *data = op->size < (1ull << 30) ? "su=2m,sw=1,agcount=4" : "su=2m,sw=1";
+	const char *xfs[] = { "mkfs.xfs", "-q", "-b", "size=4096", "-m", "reflink=0",
+			      "-d",	  data, "-f", op->dev,	   NULL };
 
 	pcsi_info(2, "formatting", "volume=%s dev=%s fs=%s", op->id, op->dev, op->fstype);
 	run_tool(op, strcmp(op->fstype, "xfs") ? ext4 : xfs, MKFS_TIMEOUT_MS, after);

@@ -1,0 +1,143 @@
+/* fake.c: a bookkeeping-only backend for host tests of the controller role
+ * (many node processes, no PMEM). It is compiled only with -Dfake-backend=true
+ * and selected by -deviceManager=fake-for-testing-only; no shipped build has it.
+ * Volumes live in memory: a restart forgets them. Capacity comes from
+ * PCSI_FAKE_CAPACITY (bytes, default 8 GiB); sizes are rounded up to 4 MiB.
+ * Devices are reported as /dev/null. */
+#include "backend_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../daemon/core/util.h"
+
+struct fake {
+	uint64_t total, used;
+	struct pcsi_volume *vols;
+	size_t n;
+};
+
+static struct fake *impl(struct pcsi_backend *be)
+{
+	return be->impl;
+}
+
+static int fake_init(struct pcsi_backend *be)
+{
+	struct fake *f = pcsi_xcalloc(1, sizeof(*f));
+	const char *cap = getenv("PCSI_FAKE_CAPACITY");
+
+	f->total = cap ? strtoull(cap, NULL, 10) : 8ull << 30;
+	be->impl = f;
+	return 0;
+}
+
+static void fake_fini(struct pcsi_backend *be)
+{
+	free(impl(be)->vols);
+	free(impl(be));
+}
+
+static void fake_open(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	(void)be;
+	pcsi_backend_op_done(req, 0);
+}
+
+static void fake_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct fake *f = impl(be);
+
+	req->cap.total = req->cap.managed = f->total;
+	req->cap.available = req->cap.max_volume_size = f->total - f->used;
+	pcsi_backend_op_done(req, 0);
+}
+
+static struct pcsi_volume *find(struct fake *f, const char *id)
+{
+	size_t i;
+
+	for (i = 0; i < f->n; i++)
+		if (!strcmp(f->vols[i].id, id))
+			return &f->vols[i];
+	return NULL;
+}
+
+static void fake_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct fake *f = impl(be);
+	uint64_t size = pcsi_align_up(req->size ? req->size : PCSI_LVM_ALIGN, PCSI_LVM_ALIGN);
+	struct pcsi_volume *v = find(f, req->id);
+
+	if (v) {
+		req->vol = *v;
+		req->existed = true;
+		pcsi_backend_op_done(req, v->size >= size ? 0 : -EEXIST);
+		return;
+	}
+	if (size > f->total - f->used) {
+		pcsi_backend_msg(req, "not enough space: %llu bytes free",
+				 (unsigned long long)(f->total - f->used));
+		pcsi_backend_op_done(req, -ENOSPC);
+		return;
+	}
+	f->vols = pcsi_xrealloc(f->vols, (f->n + 1) * sizeof(*f->vols));
+	v = &f->vols[f->n++];
+	memset(v, 0, sizeof(*v));
+	memcpy(v->id, req->vol.id, sizeof(v->id));
+	strcpy(v->path, "/dev/null");
+	v->size = size;
+	f->used += size;
+	req->vol = *v;
+	/* Mark it existing so the front end does not try to zero /dev/null. */
+	req->existed = true;
+	pcsi_backend_op_done(req, 0);
+}
+
+static void fake_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct pcsi_volume *v = find(impl(be), req->id);
+
+	if (!v) {
+		pcsi_backend_op_done(req, -ENOENT);
+		return;
+	}
+	req->vol = *v;
+	req->vol.path[0] = '\0'; /* nothing to check or erase */
+	pcsi_backend_op_done(req, 0);
+}
+
+static void fake_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct fake *f = impl(be);
+	struct pcsi_volume *v = find(f, req->id);
+
+	if (v) {
+		f->used -= v->size;
+		*v = f->vols[--f->n];
+	}
+	pcsi_backend_op_done(req, 0);
+}
+
+static void fake_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct fake *f = impl(be);
+
+	req->vols = pcsi_xcalloc(f->n ? f->n : 1, sizeof(*req->vols));
+	memcpy(req->vols, f->vols, f->n * sizeof(*f->vols));
+	req->n_vols = f->n;
+	pcsi_backend_op_done(req, 0);
+}
+
+const struct pcsi_backend_ops pcsi_fake_ops = {
+	.name = "fake-for-testing-only",
+	.init = fake_init,
+	.open = fake_open,
+	.capacity = fake_capacity,
+	.create = fake_create,
+	.get = fake_get,
+	.remove = fake_remove,
+	.list = fake_list,
+	.fini = fake_fini,
+};
