@@ -34,6 +34,7 @@ enum {
 	OPT_MAX_STREAMS,
 	OPT_MAX_CONNS,
 	OPT_GRACE,
+	OPT_REG_GRACE,
 	OPT_HELP,
 	OPT_VERSION,
 };
@@ -61,6 +62,7 @@ static const struct option options[] = {
 	{ "maxConcurrentStreams", required_argument, NULL, OPT_MAX_STREAMS },
 	{ "maxConnections", required_argument, NULL, OPT_MAX_CONNS },
 	{ "shutdownGrace", required_argument, NULL, OPT_GRACE },
+	{ "registrationGrace", required_argument, NULL, OPT_REG_GRACE },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "h", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -94,6 +96,8 @@ static const char usage[] =
 	"  -maxConcurrentStreams=N    concurrent calls per connection (default 128)\n"
 	"  -maxConnections=N          open connections per process (default 1024)\n"
 	"  -shutdownGrace=SECONDS     time calls in flight get on SIGTERM (default 10)\n"
+	"  -registrationGrace=SECONDS controller: after a start, unknown volume ids are\n"
+	"                             UNAVAILABLE this long, until nodes re-registered (default 90)\n"
 	"  -help, -version\n";
 
 const char *pcsi_mode_name(enum pcsi_mode m)
@@ -198,6 +202,11 @@ static int validate(struct pcsi_config *c, FILE *err)
 			     "-keyFile\n");
 		return -EINVAL;
 	}
+	if (c->mode == PCSI_MODE_NODE && c->registry_endpoint && !c->controller_endpoint) {
+		fprintf(err, "pmem-csi-driver: -registryEndpoint in node mode needs -controllerEndpoint "
+			     "(the address the controller calls back)\n");
+		return -EINVAL;
+	}
 	if (!c->client_cert_file)
 		c->client_cert_file = c->cert_file;
 	if (!c->client_key_file)
@@ -230,6 +239,7 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.max_streams = 128,
 		.max_conns = 1024,
 		.shutdown_grace_s = 10,
+		.registration_grace_s = 90,
 	};
 	optind = 1;
 	opterr = 0;
@@ -343,6 +353,11 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			if (parse_num("shutdownGrace", optarg, 0, 3600, &n, err) < 0)
 				return -EINVAL;
 			cfg->shutdown_grace_s = (uint32_t)n;
+			break;
+		case OPT_REG_GRACE:
+			if (parse_num("registrationGrace", optarg, 0, 3600, &n, err) < 0)
+				return -EINVAL;
+			cfg->registration_grace_s = (uint32_t)n;
 			break;
 		case OPT_HELP:
 			fputs(usage, out);

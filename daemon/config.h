@@ -35,6 +35,7 @@ struct pcsi_config {
 	size_t max_recv_msg;
 	uint32_t max_streams, max_conns;
 	uint32_t shutdown_grace_s;
+	uint32_t registration_grace_s; /* controller: unknown ids are UNAVAILABLE this long */
 };
 
 int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out, FILE *err);

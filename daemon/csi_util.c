@@ -93,3 +93,93 @@ bool pcsi_topology_is_node(const Csi__V1__Topology *t, const char *key, const ch
 			return !strcmp(t->segments[i]->value, node_id);
 	return false;
 }
+
+enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
+				      struct pcsi_params *params, uint64_t *size, uint64_t *limit,
+				      char *err, size_t errlen)
+{
+	struct pcsi_kv kv[PCSI_MAX_PARAMS];
+	uint64_t required = 0;
+	bool xfs = false;
+	size_t i;
+
+	if (!in->name || !*in->name) {
+		snprintf(err, errlen, "name is required");
+		return PCSI_INVALID_ARGUMENT;
+	}
+	if (strlen(in->name) > 253) {
+		snprintf(err, errlen, "name longer than 253 bytes");
+		return PCSI_INVALID_ARGUMENT;
+	}
+	if (in->n_volume_capabilities == 0) {
+		snprintf(err, errlen, "volume_capabilities are required");
+		return PCSI_INVALID_ARGUMENT;
+	}
+	if (in->n_parameters > PCSI_MAX_PARAMS) {
+		snprintf(err, errlen, "too many parameters");
+		return PCSI_INVALID_ARGUMENT;
+	}
+	if (pcsi_params_parse(PCSI_ORIGIN_CREATE, kv,
+			      pcsi_map_kv(in->parameters, in->n_parameters, kv, PCSI_MAX_PARAMS),
+			      params, err, errlen) < 0)
+		return PCSI_INVALID_ARGUMENT;
+	for (i = 0; i < in->n_volume_capabilities; i++) {
+		const Csi__V1__VolumeCapability *cap = in->volume_capabilities[i];
+		if (pcsi_cap_check(cap, params->persistency == PCSI_PERSIST_CACHE, err, errlen) < 0)
+			return PCSI_INVALID_ARGUMENT;
+		if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT &&
+		    !strcmp(pcsi_cap_fstype(cap), "xfs"))
+			xfs = true;
+	}
+	*limit = 0;
+	if (in->capacity_range) {
+		if (in->capacity_range->required_bytes < 0 || in->capacity_range->limit_bytes < 0) {
+			snprintf(err, errlen, "negative capacity_range");
+			return PCSI_INVALID_ARGUMENT;
+		}
+		required = (uint64_t)in->capacity_range->required_bytes;
+		*limit = (uint64_t)in->capacity_range->limit_bytes;
+		if (*limit && required > *limit) {
+			snprintf(err, errlen, "capacity_range: required_bytes %llu above limit_bytes %llu",
+				 (unsigned long long)required, (unsigned long long)*limit);
+			return PCSI_INVALID_ARGUMENT;
+		}
+	}
+	*size = required;
+	if (xfs && *size < PCSI_XFS_MIN_SIZE) {
+		if (*limit && *limit < PCSI_XFS_MIN_SIZE) {
+			snprintf(err, errlen,
+				 "xfs needs a volume of at least %llu bytes (mkfs.xfs refuses smaller "
+				 "filesystems); limit_bytes is %llu",
+				 PCSI_XFS_MIN_SIZE, (unsigned long long)*limit);
+			return PCSI_OUT_OF_RANGE;
+		}
+		*size = PCSI_XFS_MIN_SIZE;
+	}
+	return PCSI_OK;
+}
+
+size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_map_entry *entries,
+			   struct pcsi_map_entry **ptrs, size_t n)
+{
+	size_t i, k = 0;
+
+	if (n == 0)
+		return 0;
+	csi__v1__volume__volume_context_entry__init((Csi__V1__Volume__VolumeContextEntry *)&entries[0]);
+	entries[0].key = (char *)"name";
+	entries[0].value = in->name;
+	ptrs[k] = &entries[k];
+	k++;
+	for (i = 0; i < in->n_parameters && k < n; i++) {
+		if (!strncmp(in->parameters[i]->key, "csi.storage.k8s.io/", 19))
+			continue;
+		csi__v1__volume__volume_context_entry__init(
+			(Csi__V1__Volume__VolumeContextEntry *)&entries[k]);
+		entries[k].key = in->parameters[i]->key;
+		entries[k].value = in->parameters[i]->value;
+		ptrs[k] = &entries[k];
+		k++;
+	}
+	return k;
+}

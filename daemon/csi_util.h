@@ -6,8 +6,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "../rpc/status.h"
 #include "csi.pb-c.h"
 #include "params.h"
+
+/* mkfs.xfs (xfsprogs >= 5.19) refuses filesystems under 300 MB: volumes with
+ * an xfs capability are made at least this large. */
+#define PCSI_XFS_MIN_SIZE (320ull << 20)
+#define PCSI_MAX_PARAMS	  64
 
 /* Filesystem of a mount capability: "ext4" when unset. */
 const char *pcsi_cap_fstype(const Csi__V1__VolumeCapability *cap);
@@ -33,6 +39,21 @@ size_t pcsi_map_kv(const void *entries, size_t n_entries, struct pcsi_kv *out, s
 
 /* The value of |key| in a string map, or NULL. */
 const char *pcsi_map_get(const void *entries, size_t n, const char *key);
+
+/* Validates a CreateVolumeRequest the same way on the controller and on a
+ * node: name, capabilities, parameters, capacity range. Fills |params|, the
+ * size to ask a backend for (|size|: required bytes, raised for xfs; 0 = the
+ * smallest) and |limit| (0 = none). Returns PCSI_OK, or INVALID_ARGUMENT /
+ * OUT_OF_RANGE with a message in |err|. */
+enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
+				      struct pcsi_params *params, uint64_t *size, uint64_t *limit,
+				      char *err, size_t errlen);
+
+/* The volume_context a created volume gets: "name" plus the request's
+ * parameters other than csi.storage.k8s.io/ ones (borrowed strings). Fills
+ * |entries| and |ptrs| (|n| each) and returns how many. */
+size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_map_entry *entries,
+			   struct pcsi_map_entry **ptrs, size_t n);
 
 /* True when topology |t| names this node (segment "<driver>/node" = node_id). */
 bool pcsi_topology_is_node(const Csi__V1__Topology *t, const char *key, const char *node_id);

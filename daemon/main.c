@@ -19,6 +19,9 @@
 #include "node.h"
 #include "node_controller.h"
 #include "nodestate.h"
+#include "cluster.h"
+#include "controller.h"
+#include "registration.h"
 #include "registry.h"
 #include "version.h"
 
@@ -28,7 +31,14 @@ struct daemon {
 	struct pcsi_server *server;
 	struct pcsi_tls_ctx *server_tls;
 	struct pcsi_identity identity;
+	struct pcsi_tls_ctx *client_tls; /* outgoing calls: controller -> nodes, node -> registry */
+	/* controller role */
+	struct pcsi_cluster cluster;
 	struct pcsi_registry registry;
+	struct pcsi_controller controller;
+	/* node role: registration with the controller */
+	struct pcsi_registration registration;
+	bool registering;
 	/* node role */
 	struct pcsi_backend *backend;
 	struct pcsi_backend_req open_req;
@@ -53,6 +63,14 @@ static void on_server_closed(struct pcsi_server *srv, void *data)
 	uv_close((uv_handle_t *)&d->open_timer, NULL);
 }
 
+/* The node said goodbye to the controller: now stop serving. */
+static void on_unregistered(void *data)
+{
+	struct daemon *d = data;
+
+	pcsi_server_shutdown(d->server, (uint64_t)d->cfg.shutdown_grace_s * 1000, on_server_closed, d);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
 	struct daemon *d = h->data;
@@ -65,6 +83,12 @@ static void on_signal(uv_signal_t *h, int signum)
 	pcsi_info(1, "shutting down", "signal=%s grace_s=%u",
 		  signum == SIGTERM ? "SIGTERM" : "SIGINT", d->cfg.shutdown_grace_s);
 	pcsi_identity_set_ready(&d->identity, false);
+	if (d->registering) {
+		/* Say goodbye to the controller first, then stop serving. */
+		d->registering = false;
+		pcsi_registration_stop(&d->registration, on_unregistered, d);
+		return;
+	}
 	pcsi_server_shutdown(d->server, (uint64_t)d->cfg.shutdown_grace_s * 1000, on_server_closed,
 			     d);
 }
@@ -101,12 +125,17 @@ static int serve(struct daemon *d, const char *what, const char *url,
 
 static int start_controller(struct daemon *d)
 {
-	static ProtobufCService *csi[1], *reg[2];
+	static ProtobufCService *csi[2], *reg[2];
 
+	pcsi_cluster_init(&d->cluster, d->loop, d->client_tls);
+	pcsi_registry_init(&d->registry, &d->cluster);
+	pcsi_controller_init(&d->controller, &d->cluster, d->cfg.driver_name,
+			     (uint64_t)d->cfg.registration_grace_s * 1000);
 	csi[0] = pcsi_identity_service(&d->identity);
+	csi[1] = pcsi_controller_service(&d->controller);
 	reg[0] = pcsi_registry_service(&d->registry);
 	reg[1] = pcsi_identity_service(&d->identity);
-	if (serve(d, "csi", d->cfg.endpoint, csi, 1) < 0)
+	if (serve(d, "csi", d->cfg.endpoint, csi, 2) < 0)
 		return -1;
 	if (d->cfg.registry_endpoint) {
 		if (serve(d, "registry", d->cfg.registry_endpoint, reg, 2) < 0)
@@ -150,6 +179,15 @@ static void on_backend_open(struct pcsi_backend_req *req, void *data)
 	}
 	pcsi_info(1, "device manager ready", "deviceManager=%s", pcsi_backend_name(d->backend));
 	pcsi_identity_set_ready(&d->identity, true);
+	if (d->cfg.registry_endpoint) {
+		char err[256];
+		if (pcsi_registration_start(&d->registration, d->loop, d->cfg.registry_endpoint,
+					    d->client_tls, d->cfg.node_id, d->cfg.controller_endpoint,
+					    err, sizeof(err)) == 0)
+			d->registering = true;
+		else
+			pcsi_err("cannot register", "err=\"%s\"", err);
+	}
 }
 
 static int start_node(struct daemon *d)
@@ -214,13 +252,19 @@ int main(int argc, char **argv)
 			fprintf(stderr, "pmem-csi-driver: TLS: %s\n", err);
 			return 2;
 		}
+		d.client_tls = pcsi_tls_ctx_new(false, d.cfg.ca_file, d.cfg.client_cert_file,
+						d.cfg.client_key_file, pcsi_config_peer_name(&d.cfg),
+						err, sizeof(err));
+		if (!d.client_tls) {
+			fprintf(stderr, "pmem-csi-driver: TLS (client certificate): %s\n", err);
+			return 2;
+		}
 	}
 	pcsi_info(1, "starting", "version=%s mode=%s driver=%s", PCSI_VERSION,
 		  pcsi_mode_name(d.cfg.mode), d.cfg.driver_name);
 
 	d.loop = uv_default_loop();
 	pcsi_identity_init(&d.identity, d.cfg.driver_name);
-	pcsi_registry_init(&d.registry);
 	sopts.max_recv_msg = d.cfg.max_recv_msg;
 	sopts.max_streams = d.cfg.max_streams;
 	sopts.max_conns = d.cfg.max_conns;
@@ -252,7 +296,12 @@ int main(int argc, char **argv)
 		pcsi_node_done(&d.node);
 		pcsi_backend_free(d.backend);
 	}
-	pcsi_registry_done(&d.registry);
+	if (d.cfg.mode == PCSI_MODE_CONTROLLER) {
+		pcsi_controller_done(&d.controller);
+		pcsi_cluster_done(&d.cluster);
+		uv_run(d.loop, UV_RUN_DEFAULT); /* let the node channels close */
+	}
+	pcsi_tls_ctx_free(d.client_tls);
 	pcsi_tls_ctx_free(d.server_tls);
 	if (uv_loop_close(d.loop) != 0)
 		pcsi_warn("event loop closed with handles still open", "%s", "");

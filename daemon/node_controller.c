@@ -24,7 +24,7 @@ static void fail_errno(struct pcsi_call *call, int err, const char *what, const 
 		       msg && *msg ? msg : strerror(-err));
 }
 
-#define MAX_PARAMS 64
+#define MAX_PARAMS PCSI_MAX_PARAMS
 
 /* ---- CreateVolume -------------------------------------------------------------- */
 
@@ -56,23 +56,9 @@ static void create_reply(struct create_op *op)
 	Csi__V1__Topology topo = CSI__V1__TOPOLOGY__INIT, *topos[1] = { &topo };
 	Csi__V1__Topology__SegmentsEntry seg = CSI__V1__TOPOLOGY__SEGMENTS_ENTRY__INIT,
 					 *segs[1] = { &seg };
-	Csi__V1__Volume__VolumeContextEntry ctx[MAX_PARAMS + 1], *ctxp[MAX_PARAMS + 1];
-	size_t i, nctx = 0;
+	struct pcsi_map_entry ctx[MAX_PARAMS + 1], *ctxp[MAX_PARAMS + 1];
+	size_t nctx = pcsi_volume_context(in, ctx, ctxp, MAX_PARAMS + 1);
 
-	csi__v1__volume__volume_context_entry__init(&ctx[0]);
-	ctx[0].key = (char *)"name";
-	ctx[0].value = in->name;
-	ctxp[nctx] = &ctx[nctx];
-	nctx++;
-	for (i = 0; i < in->n_parameters && nctx <= MAX_PARAMS; i++) {
-		if (!strncmp(in->parameters[i]->key, "csi.storage.k8s.io/", 19))
-			continue;
-		csi__v1__volume__volume_context_entry__init(&ctx[nctx]);
-		ctx[nctx].key = in->parameters[i]->key;
-		ctx[nctx].value = in->parameters[i]->value;
-		ctxp[nctx] = &ctx[nctx];
-		nctx++;
-	}
 	seg.key = n->topology_key;
 	seg.value = (char *)n->cfg->node_id;
 	topo.n_segments = 1;
@@ -80,7 +66,7 @@ static void create_reply(struct create_op *op)
 	vol.capacity_bytes = (int64_t)op->breq.vol.size;
 	vol.volume_id = op->id;
 	vol.n_volume_context = nctx;
-	vol.volume_context = ctxp;
+	vol.volume_context = (Csi__V1__Volume__VolumeContextEntry **)ctxp;
 	vol.n_accessible_topology = 1;
 	vol.accessible_topology = topos;
 	out.volume = &vol;
@@ -163,79 +149,19 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 {
 	struct pcsi_node_controller *nc = from_svc(svc);
 	struct pcsi_node *n = nc->node;
-	struct pcsi_kv kv[MAX_PARAMS];
 	struct create_op *op;
-	uint64_t required = 0, limit = 0, size;
-	bool xfs = false;
+	uint64_t limit = 0, size = 0;
+	enum pcsi_status code;
 	char err[256];
 	size_t i;
 
 	(void)closure;
-	if (!in->name || !*in->name) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "name is required");
-		return;
-	}
-	if (strlen(in->name) > 253) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "name longer than 253 bytes");
-		return;
-	}
-	if (in->n_volume_capabilities == 0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capabilities are required");
-		return;
-	}
-	if (in->n_parameters > MAX_PARAMS) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "too many parameters");
-		return;
-	}
 	op = pcsi_xcalloc(1, sizeof(*op));
-	if (pcsi_params_parse(PCSI_ORIGIN_CREATE, kv,
-			      pcsi_map_kv(in->parameters, in->n_parameters, kv, MAX_PARAMS),
-			      &op->params, err, sizeof(err)) < 0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+	code = pcsi_create_validate(in, &op->params, &size, &limit, err, sizeof(err));
+	if (code != PCSI_OK) {
+		pcsi_call_fail(call, code, "%s", err);
 		free(op);
 		return;
-	}
-	for (i = 0; i < in->n_volume_capabilities; i++) {
-		if (pcsi_cap_check(in->volume_capabilities[i],
-				   op->params.persistency == PCSI_PERSIST_CACHE, err,
-				   sizeof(err)) < 0) {
-			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
-			free(op);
-			return;
-		}
-		if (in->volume_capabilities[i]->access_type_case ==
-			    CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT &&
-		    !strcmp(pcsi_cap_fstype(in->volume_capabilities[i]), "xfs"))
-			xfs = true;
-	}
-	if (in->capacity_range) {
-		if (in->capacity_range->required_bytes < 0 || in->capacity_range->limit_bytes < 0) {
-			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "negative capacity_range");
-			free(op);
-			return;
-		}
-		required = (uint64_t)in->capacity_range->required_bytes;
-		limit = (uint64_t)in->capacity_range->limit_bytes;
-		if (limit && required > limit) {
-			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
-				       "capacity_range: required_bytes %llu above limit_bytes %llu",
-				       (unsigned long long)required, (unsigned long long)limit);
-			free(op);
-			return;
-		}
-	}
-	size = required;
-	if (xfs && size < PCSI_XFS_MIN_SIZE) {
-		if (limit && limit < PCSI_XFS_MIN_SIZE) {
-			pcsi_call_fail(
-				call, PCSI_OUT_OF_RANGE,
-				"xfs needs a volume of at least %llu bytes (mkfs.xfs refuses "
-				"smaller filesystems); limit_bytes is %llu",
-				PCSI_XFS_MIN_SIZE, (unsigned long long)limit);
-			free(op);
-			return;
-		}
-		size = PCSI_XFS_MIN_SIZE;
 	}
 	if (in->accessibility_requirements && in->accessibility_requirements->n_requisite) {
 		bool here = false;

@@ -19,7 +19,6 @@
 #include "csi.pb-c.h"
 #include "nodestate.h"
 
-#define PCSI_XFS_MIN_SIZE (320ull << 20)
 
 struct pcsi_node_controller {
 	Csi__V1__Controller_Service svc;

@@ -1,0 +1,326 @@
+/* cluster.c: registered nodes and the volumes they hold. See cluster.h. */
+#include "cluster.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/util.h"
+#include "csi.pb-c.h"
+
+#define SVC "csi.v1.Controller"
+
+static const ProtobufCMethodDescriptor *method(const char *name)
+{
+	return protobuf_c_service_descriptor_get_method_by_name(&csi__v1__controller__descriptor,
+								 name);
+}
+
+void pcsi_cluster_init(struct pcsi_cluster *cl, uv_loop_t *loop, struct pcsi_tls_ctx *tls)
+{
+	memset(cl, 0, sizeof(*cl));
+	cl->loop = loop;
+	cl->tls = tls;
+	cl->start_ms = pcsi_now_ms();
+	cl->rpc_timeout_ms = 30000;
+}
+
+static void node_free(struct pcsi_cnode *n)
+{
+	if (n->chan)
+		pcsi_channel_close(n->chan);
+	free(n->id);
+	free(n->endpoint);
+	free(n);
+}
+
+void pcsi_cluster_done(struct pcsi_cluster *cl)
+{
+	while (cl->nodes) {
+		struct pcsi_cnode *n = cl->nodes;
+		cl->nodes = n->next;
+		node_free(n);
+	}
+	while (cl->vols) {
+		struct pcsi_cvol *v = cl->vols;
+		size_t i;
+		cl->vols = v->next;
+		for (i = 0; i < v->n_nodes; i++)
+			free(v->nodes[i]);
+		free(v->nodes);
+		free(v);
+	}
+}
+
+struct pcsi_cnode *pcsi_cluster_node(struct pcsi_cluster *cl, const char *node_id)
+{
+	struct pcsi_cnode *n;
+
+	for (n = cl->nodes; n; n = n->next)
+		if (!strcmp(n->id, node_id))
+			return n;
+	return NULL;
+}
+
+struct pcsi_cvol *pcsi_cluster_volume(struct pcsi_cluster *cl, const char *id)
+{
+	struct pcsi_cvol *v;
+
+	for (v = cl->vols; v; v = v->next)
+		if (!strcmp(v->id, id))
+			return v;
+	return NULL;
+}
+
+void pcsi_cluster_add(struct pcsi_cluster *cl, const char *id, int64_t size, const char *node_id)
+{
+	struct pcsi_cvol *v = pcsi_cluster_volume(cl, id);
+	size_t i;
+
+	if (!v) {
+		v = pcsi_xcalloc(1, sizeof(*v));
+		snprintf(v->id, sizeof(v->id), "%s", id);
+		v->next = cl->vols;
+		cl->vols = v;
+		cl->n_vols++;
+	}
+	if (size > v->size)
+		v->size = size;
+	for (i = 0; i < v->n_nodes; i++)
+		if (!strcmp(v->nodes[i], node_id))
+			return;
+	v->nodes = pcsi_xrealloc(v->nodes, (v->n_nodes + 1) * sizeof(*v->nodes));
+	v->nodes[v->n_nodes++] = pcsi_xstrdup(node_id);
+}
+
+void pcsi_cluster_remove(struct pcsi_cluster *cl, const char *id, const char *node_id)
+{
+	struct pcsi_cvol **p, *v;
+	size_t i;
+
+	for (p = &cl->vols; (v = *p); p = &v->next)
+		if (!strcmp(v->id, id))
+			break;
+	if (!v)
+		return;
+	for (i = 0; i < v->n_nodes; i++)
+		if (!strcmp(v->nodes[i], node_id)) {
+			free(v->nodes[i]);
+			v->nodes[i] = v->nodes[--v->n_nodes];
+			break;
+		}
+	if (v->n_nodes == 0) {
+		*p = v->next;
+		free(v->nodes);
+		free(v);
+		cl->n_vols--;
+	}
+}
+
+/* ---- capacity ------------------------------------------------------------------- */
+
+struct cap_req {
+	struct pcsi_client_call call;
+	struct pcsi_cluster *cl;
+	char *node_id;
+	pcsi_cluster_cb cb; /* optional: registration continues here */
+	void *data;
+};
+
+static void on_capacity(struct pcsi_client_call *call, void *data)
+{
+	struct cap_req *r = data;
+	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
+
+	if (n && call->status == PCSI_OK && call->reply)
+		n->available = ((Csi__V1__GetCapacityResponse *)call->reply)->available_capacity;
+	if (r->cb)
+		r->cb(0, NULL, r->data);
+	pcsi_client_call_done(call);
+	free(r->node_id);
+	free(r);
+}
+
+static void get_capacity(struct pcsi_cluster *cl, struct pcsi_cnode *n, pcsi_cluster_cb cb,
+			 void *data)
+{
+	Csi__V1__GetCapacityRequest in = CSI__V1__GET_CAPACITY_REQUEST__INIT;
+	struct cap_req *r = pcsi_xcalloc(1, sizeof(*r));
+
+	r->cl = cl;
+	r->node_id = pcsi_xstrdup(n->id);
+	r->cb = cb;
+	r->data = data;
+	pcsi_channel_call(n->chan, &r->call, SVC, method("GetCapacity"),
+			  &in.base, cl->rpc_timeout_ms, on_capacity, r);
+}
+
+void pcsi_cluster_refresh_capacity(struct pcsi_cluster *cl, struct pcsi_cnode *n)
+{
+	get_capacity(cl, n, NULL, NULL);
+}
+
+/* ---- registration ---------------------------------------------------------------- */
+
+struct reg {
+	struct pcsi_client_call call;
+	struct pcsi_cluster *cl;
+	char *node_id;
+	char token[32];
+	pcsi_cluster_cb cb;
+	void *data;
+};
+
+static void list_page(struct reg *r);
+
+static void reg_end(struct reg *r, int error, const char *msg)
+{
+	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
+
+	if (n && !error) {
+		n->ready = true;
+		n->registered_ms = pcsi_now_ms();
+	}
+	if (n && error) {
+		/* Never half-registered: a node that cannot be reached is not used. */
+		pcsi_cluster_unregister(r->cl, r->node_id);
+	}
+	r->cb(error, msg, r->data);
+	free(r->node_id);
+	free(r);
+}
+
+static void on_reg_capacity(int error, const char *msg, void *data)
+{
+	struct reg *r = data;
+	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
+
+	(void)error;
+	(void)msg;
+	if (n)
+		pcsi_info(2, "node registered", "node=%s endpoint=%s available=%lld", n->id,
+			  n->endpoint, (long long)n->available);
+	reg_end(r, 0, NULL);
+}
+
+static void on_list(struct pcsi_client_call *call, void *data)
+{
+	struct reg *r = data;
+	Csi__V1__ListVolumesResponse *out = (Csi__V1__ListVolumesResponse *)call->reply;
+	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
+	char msg[300];
+	size_t i;
+
+	if (!n) {
+		pcsi_client_call_done(call);
+		reg_end(r, -ECANCELED, "node unregistered meanwhile");
+		return;
+	}
+	if (call->status != PCSI_OK) {
+		snprintf(msg, sizeof(msg), "cannot list the volumes of node %s at %s: %s: %s",
+			 r->node_id, n->endpoint, pcsi_status_name((int)call->status),
+			 call->message ? call->message : "");
+		pcsi_client_call_done(call);
+		reg_end(r, -EAGAIN, msg);
+		return;
+	}
+	for (i = 0; i < out->n_entries; i++)
+		if (out->entries[i]->volume && out->entries[i]->volume->volume_id)
+			pcsi_cluster_add(r->cl, out->entries[i]->volume->volume_id,
+					 out->entries[i]->volume->capacity_bytes, r->node_id);
+	if (out->next_token && *out->next_token) {
+		snprintf(r->token, sizeof(r->token), "%.31s", out->next_token);
+		pcsi_client_call_done(call);
+		list_page(r);
+		return;
+	}
+	pcsi_client_call_done(call);
+	get_capacity(r->cl, n, on_reg_capacity, r);
+}
+
+static void list_page(struct reg *r)
+{
+	Csi__V1__ListVolumesRequest in = CSI__V1__LIST_VOLUMES_REQUEST__INIT;
+	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
+
+	in.max_entries = 1000;
+	in.starting_token = r->token;
+	pcsi_channel_call(n->chan, &r->call, SVC, method("ListVolumes"),
+			  &in.base, r->cl->rpc_timeout_ms, on_list, r);
+}
+
+/* Runs |cb| on a later loop turn (the registry never answers inside its call). */
+struct later {
+	uv_timer_t t;
+	pcsi_cluster_cb cb;
+	void *data;
+};
+
+static void on_later_closed(uv_handle_t *h)
+{
+	struct later *l = (struct later *)h;
+
+	l->cb(0, NULL, l->data);
+	free(l);
+}
+
+void pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id, const char *endpoint,
+			   pcsi_cluster_cb cb, void *data)
+{
+	struct pcsi_cnode *n = pcsi_cluster_node(cl, node_id);
+	struct reg *r;
+	char err[256];
+
+	if (n && n->ready && !strcmp(n->endpoint, endpoint)) {
+		/* A heartbeat. */
+		struct later *l = pcsi_xcalloc(1, sizeof(*l));
+		n->registered_ms = pcsi_now_ms();
+		l->cb = cb;
+		l->data = data;
+		uv_timer_init(cl->loop, &l->t);
+		uv_close((uv_handle_t *)&l->t, on_later_closed);
+		pcsi_cluster_refresh_capacity(cl, n);
+		return;
+	}
+	if (n) {
+		pcsi_info(2, "node re-registers at a new endpoint", "node=%s old=%s endpoint=%s",
+			  node_id, n->endpoint, endpoint);
+		pcsi_cluster_unregister(cl, node_id);
+	}
+	n = pcsi_xcalloc(1, sizeof(*n));
+	n->id = pcsi_xstrdup(node_id);
+	n->endpoint = pcsi_xstrdup(endpoint);
+	n->chan = pcsi_channel_new(cl->loop, endpoint, cl->tls, NULL, err, sizeof(err));
+	if (!n->chan) {
+		/* Validated by the registry already; kept as a guard. */
+		free(n->id);
+		free(n->endpoint);
+		free(n);
+		cb(-EINVAL, "bad endpoint", data);
+		return;
+	}
+	n->next = cl->nodes;
+	cl->nodes = n;
+	cl->n_nodes++;
+	r = pcsi_xcalloc(1, sizeof(*r));
+	r->cl = cl;
+	r->node_id = pcsi_xstrdup(node_id);
+	r->cb = cb;
+	r->data = data;
+	list_page(r);
+}
+
+void pcsi_cluster_unregister(struct pcsi_cluster *cl, const char *node_id)
+{
+	struct pcsi_cnode **p, *n;
+
+	for (p = &cl->nodes; (n = *p); p = &n->next)
+		if (!strcmp(n->id, node_id)) {
+			*p = n->next;
+			cl->n_nodes--;
+			node_free(n);
+			return;
+		}
+}

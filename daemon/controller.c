@@ -1,0 +1,795 @@
+/* controller.c: the controller role's csi.v1.Controller. See controller.h. */
+#include "controller.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../rpc/server.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "csi_util.h"
+#include "params.h"
+
+#define SVC	     "csi.v1.Controller"
+#define MAX_TARGETS  1024
+
+struct pcsi_busy {
+	char *key;
+	struct pcsi_busy *next;
+};
+
+static const ProtobufCMethodDescriptor *method(const char *name)
+{
+	return protobuf_c_service_descriptor_get_method_by_name(&csi__v1__controller__descriptor,
+								 name);
+}
+
+static struct pcsi_controller *from_svc(Csi__V1__Controller_Service *svc)
+{
+	return pcsi_container_of(svc, struct pcsi_controller, svc);
+}
+
+static bool busy_take(struct pcsi_controller *c, const char *key)
+{
+	struct pcsi_busy *b;
+
+	for (b = c->busy; b; b = b->next)
+		if (!strcmp(b->key, key))
+			return false;
+	b = pcsi_xmalloc(sizeof(*b));
+	b->key = pcsi_xstrdup(key);
+	b->next = c->busy;
+	c->busy = b;
+	return true;
+}
+
+static void busy_drop(struct pcsi_controller *c, const char *key)
+{
+	struct pcsi_busy **p, *b;
+
+	for (p = &c->busy; (b = *p); p = &b->next)
+		if (!strcmp(b->key, key)) {
+			*p = b->next;
+			free(b->key);
+			free(b);
+			return;
+		}
+}
+
+/* The topology segment value of |t| for our key, or NULL. */
+static const char *topo_node(struct pcsi_controller *c, const Csi__V1__Topology *t)
+{
+	size_t i;
+
+	for (i = 0; i < t->n_segments; i++)
+		if (!strcmp(t->segments[i]->key, c->topology_key))
+			return t->segments[i]->value;
+	return NULL;
+}
+
+/* ---- CreateVolume --------------------------------------------------------------- */
+
+struct create_op {
+	struct pcsi_controller *c;
+	struct pcsi_call *call;
+	const Csi__V1__CreateVolumeRequest *in;
+	char id[PCSI_ID_MAX + 1];
+	struct pcsi_params params;
+	uint64_t size, limit;
+	char *targets[MAX_TARGETS]; /* candidate node ids, in order */
+	size_t n_targets, next;
+	char *made[MAX_TARGETS]; /* nodes that created it */
+	size_t n_made, need;
+	int64_t vol_size;
+	int exhausted, unreachable;
+	enum pcsi_status fatal;
+	char fatal_msg[300];
+	struct pcsi_client_call ccall;
+	size_t n_pre; /* copies that existed before this call: never rolled back */
+	size_t undo;  /* roll back: index into made */
+};
+
+static void create_free(struct create_op *op)
+{
+	size_t i;
+
+	for (i = 0; i < op->n_targets; i++)
+		free(op->targets[i]);
+	for (i = 0; i < op->n_made; i++)
+		free(op->made[i]);
+	busy_drop(op->c, op->id);
+	free(op);
+}
+
+static void add_target(struct create_op *op, const char *node)
+{
+	size_t i;
+
+	for (i = 0; i < op->n_targets; i++)
+		if (!strcmp(op->targets[i], node))
+			return;
+	if (op->n_targets < MAX_TARGETS)
+		op->targets[op->n_targets++] = pcsi_xstrdup(node);
+}
+
+static int cmp_available(const void *a, const void *b)
+{
+	const struct pcsi_cnode *x = *(const struct pcsi_cnode *const *)a,
+				*y = *(const struct pcsi_cnode *const *)b;
+
+	return x->available < y->available ? 1 : x->available > y->available ? -1 : 0;
+}
+
+static void pick_targets(struct create_op *op)
+{
+	const Csi__V1__TopologyRequirement *tr = op->in->accessibility_requirements;
+	struct pcsi_cluster *cl = op->c->cluster;
+	size_t i;
+
+	if (tr && (tr->n_preferred || tr->n_requisite)) {
+		for (i = 0; i < tr->n_preferred; i++) {
+			const char *n = topo_node(op->c, tr->preferred[i]);
+			if (n)
+				add_target(op, n);
+		}
+		for (i = 0; i < tr->n_requisite; i++) {
+			const char *n = topo_node(op->c, tr->requisite[i]);
+			if (n)
+				add_target(op, n);
+		}
+		return;
+	}
+	{
+		struct pcsi_cnode **all = pcsi_xcalloc(cl->n_nodes + 1, sizeof(*all)), *n;
+		size_t k = 0;
+		for (n = cl->nodes; n; n = n->next)
+			if (n->ready)
+				all[k++] = n;
+		qsort(all, k, sizeof(*all), cmp_available);
+		for (i = 0; i < k; i++)
+			add_target(op, all[i]->id);
+		free(all);
+	}
+}
+
+static void create_reply(struct create_op *op)
+{
+	struct pcsi_controller *c = op->c;
+	Csi__V1__CreateVolumeResponse out = CSI__V1__CREATE_VOLUME_RESPONSE__INIT;
+	Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
+	Csi__V1__Topology *topo = pcsi_xcalloc(op->n_made, sizeof(*topo)),
+			  **topop = pcsi_xcalloc(op->n_made, sizeof(*topop));
+	Csi__V1__Topology__SegmentsEntry *seg = pcsi_xcalloc(op->n_made, sizeof(*seg)),
+					 **segp = pcsi_xcalloc(op->n_made, sizeof(*segp));
+	struct pcsi_map_entry ctx[PCSI_MAX_PARAMS + 1], *ctxp[PCSI_MAX_PARAMS + 1];
+	size_t i;
+
+	for (i = 0; i < op->n_made; i++) {
+		csi__v1__topology__segments_entry__init(&seg[i]);
+		seg[i].key = c->topology_key;
+		seg[i].value = op->made[i];
+		segp[i] = &seg[i];
+		csi__v1__topology__init(&topo[i]);
+		topo[i].n_segments = 1;
+		topo[i].segments = &segp[i];
+		topop[i] = &topo[i];
+	}
+	vol.volume_id = op->id;
+	vol.capacity_bytes = op->vol_size;
+	vol.n_volume_context = pcsi_volume_context(op->in, ctx, ctxp, PCSI_MAX_PARAMS + 1);
+	vol.volume_context = (Csi__V1__Volume__VolumeContextEntry **)ctxp;
+	vol.n_accessible_topology = op->n_made;
+	vol.accessible_topology = topop;
+	out.volume = &vol;
+	pcsi_info(2, "volume ready", "name=%s volume=%s nodes=%zu size=%lld", op->in->name, op->id,
+		  op->n_made, (long long)op->vol_size);
+	pcsi_call_reply(op->call, &out.base);
+	free(topo);
+	free(topop);
+	free(seg);
+	free(segp);
+	create_free(op);
+}
+
+static void create_fail(struct create_op *op)
+{
+	pcsi_call_fail(op->call, op->fatal, "%s", op->fatal_msg);
+	create_free(op);
+}
+
+/* Rolls back the copies made so far, then fails. */
+static void on_undo(struct pcsi_client_call *call, void *data);
+
+static void undo_next(struct create_op *op)
+{
+	Csi__V1__DeleteVolumeRequest in = CSI__V1__DELETE_VOLUME_REQUEST__INIT;
+	struct pcsi_cnode *n;
+
+	if (op->undo < op->n_pre)
+		op->undo = op->n_pre;
+	while (op->undo < op->n_made) {
+		n = pcsi_cluster_node(op->c->cluster, op->made[op->undo]);
+		if (n) {
+			in.volume_id = op->id;
+			pcsi_channel_call(n->chan, &op->ccall, SVC, method("DeleteVolume"), &in.base,
+					  op->c->cluster->rpc_timeout_ms, on_undo, op);
+			return;
+		}
+		op->undo++;
+	}
+	create_fail(op);
+}
+
+static void on_undo(struct pcsi_client_call *call, void *data)
+{
+	struct create_op *op = data;
+
+	if (call->status == PCSI_OK)
+		pcsi_cluster_remove(op->c->cluster, op->id, op->made[op->undo]);
+	else
+		pcsi_warn("rolling back a partial cache volume failed; the node keeps a copy",
+			  "volume=%s node=%s status=%s", op->id, op->made[op->undo],
+			  pcsi_status_name((int)call->status));
+	pcsi_client_call_done(call);
+	op->undo++;
+	undo_next(op);
+}
+
+static void create_next(struct create_op *op);
+
+static void on_node_created(struct pcsi_client_call *call, void *data)
+{
+	struct create_op *op = data;
+	const char *node = op->targets[op->next - 1];
+	Csi__V1__CreateVolumeResponse *r = (Csi__V1__CreateVolumeResponse *)call->reply;
+
+	switch (call->status) {
+	case PCSI_OK:
+		pcsi_cluster_add(op->c->cluster, op->id, r->volume ? r->volume->capacity_bytes : 0,
+				 node);
+		if (r->volume && r->volume->capacity_bytes > op->vol_size)
+			op->vol_size = r->volume->capacity_bytes;
+		op->made[op->n_made++] = pcsi_xstrdup(node);
+		{
+			struct pcsi_cnode *n = pcsi_cluster_node(op->c->cluster, node);
+			if (n)
+				pcsi_cluster_refresh_capacity(op->c->cluster, n);
+		}
+		break;
+	case PCSI_RESOURCE_EXHAUSTED:
+		op->exhausted++;
+		break;
+	case PCSI_UNAVAILABLE:
+	case PCSI_DEADLINE_EXCEEDED:
+	case PCSI_CANCELLED:
+		op->unreachable++;
+		pcsi_warn("node unreachable during CreateVolume", "node=%s status=%s msg=\"%s\"",
+			  node, pcsi_status_name((int)call->status), call->message ? call->message : "");
+		break;
+	default:
+		/* The request itself is wrong for this volume (e.g. an existing one of
+		 * another size): asking other nodes cannot help. */
+		op->fatal = call->status;
+		snprintf(op->fatal_msg, sizeof(op->fatal_msg), "node %s: %s", node,
+			 call->message ? call->message : pcsi_status_name((int)call->status));
+		break;
+	}
+	pcsi_client_call_done(call);
+	if (op->fatal) {
+		undo_next(op);
+		return;
+	}
+	create_next(op);
+}
+
+static void create_next(struct create_op *op)
+{
+	struct pcsi_cluster *cl = op->c->cluster;
+
+	if (op->n_made >= op->need) {
+		create_reply(op);
+		return;
+	}
+	while (op->next < op->n_targets) {
+		const char *node = op->targets[op->next++];
+		struct pcsi_cnode *n = pcsi_cluster_node(cl, node);
+		struct pcsi_cvol *v = pcsi_cluster_volume(cl, op->id);
+		size_t i;
+		bool has = false;
+
+		if (v)
+			for (i = 0; i < v->n_nodes; i++)
+				has |= !strcmp(v->nodes[i], node);
+		if (has)
+			continue; /* already counted */
+		if (!n || !n->ready) {
+			op->unreachable++;
+			continue;
+		}
+		pcsi_channel_call(n->chan, &op->ccall, SVC, method("CreateVolume"), &op->in->base,
+				  cl->rpc_timeout_ms, on_node_created, op);
+		return;
+	}
+	/* Out of candidates. */
+	if (op->exhausted) {
+		op->fatal = PCSI_RESOURCE_EXHAUSTED;
+		snprintf(op->fatal_msg, sizeof(op->fatal_msg),
+			 "not enough free PMEM: %zu of %zu nodes could take volume \"%s\" "
+			 "(%d without space, %d unreachable)",
+			 op->n_made, op->need, op->in->name, op->exhausted, op->unreachable);
+	} else {
+		op->fatal = PCSI_UNAVAILABLE;
+		snprintf(op->fatal_msg, sizeof(op->fatal_msg),
+			 op->n_targets ? "no node could be reached for volume \"%s\"" :
+					 "no node is registered for volume \"%s\"",
+			 op->in->name);
+	}
+	undo_next(op);
+}
+
+static void ctl_create_volume(Csi__V1__Controller_Service *svc,
+			      const Csi__V1__CreateVolumeRequest *in,
+			      Csi__V1__CreateVolumeResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	struct create_op *op = pcsi_xcalloc(1, sizeof(*op));
+	enum pcsi_status code;
+	struct pcsi_cvol *v;
+	char err[256];
+	size_t i;
+
+	(void)closure;
+	code = pcsi_create_validate(in, &op->params, &op->size, &op->limit, err, sizeof(err));
+	if (code != PCSI_OK) {
+		pcsi_call_fail(call, code, "%s", err);
+		free(op);
+		return;
+	}
+	pcsi_volume_id(in->name, op->id);
+	if (!busy_take(c, op->id)) {
+		pcsi_call_fail(call, PCSI_ABORTED, "CreateVolume for \"%s\" is already in progress",
+			       in->name);
+		free(op);
+		return;
+	}
+	op->c = c;
+	op->call = call;
+	op->in = in;
+	op->need = op->params.persistency == PCSI_PERSIST_CACHE ? op->params.cache_size : 1;
+	v = pcsi_cluster_volume(c->cluster, op->id);
+	if (v) {
+		/* Known already: check that it fits; if it is short of copies (an
+		 * earlier attempt, or a node that was lost), make the missing ones. */
+		if ((uint64_t)v->size < op->size || (op->limit && (uint64_t)v->size > op->limit)) {
+			pcsi_call_fail(call, PCSI_ALREADY_EXISTS,
+				       "volume \"%s\" exists with %lld bytes, incompatible with the "
+				       "request",
+				       in->name, (long long)v->size);
+			create_free(op);
+			return;
+		}
+		for (i = 0; i < v->n_nodes && op->n_made < MAX_TARGETS; i++)
+			op->made[op->n_made++] = pcsi_xstrdup(v->nodes[i]);
+		op->n_pre = op->n_made;
+		op->vol_size = v->size;
+	}
+	pick_targets(op);
+	create_next(op);
+}
+
+/* ---- DeleteVolume -------------------------------------------------------------- */
+
+struct delete_op {
+	struct pcsi_controller *c;
+	struct pcsi_call *call;
+	char id[PCSI_ID_MAX + 1];
+	char **nodes; /* to ask */
+	size_t n_nodes, next;
+	bool known;
+	int unreachable;
+	enum pcsi_status fatal;
+	char msg[300];
+	struct pcsi_client_call ccall;
+};
+
+static void delete_free(struct delete_op *op)
+{
+	size_t i;
+
+	for (i = 0; i < op->n_nodes; i++)
+		free(op->nodes[i]);
+	free(op->nodes);
+	busy_drop(op->c, op->id);
+	free(op);
+}
+
+static void delete_next(struct delete_op *op);
+
+static void on_node_deleted(struct pcsi_client_call *call, void *data)
+{
+	struct delete_op *op = data;
+	const char *node = op->nodes[op->next - 1];
+
+	if (call->status == PCSI_OK) {
+		pcsi_cluster_remove(op->c->cluster, op->id, node);
+		{
+			struct pcsi_cnode *n = pcsi_cluster_node(op->c->cluster, node);
+			if (n)
+				pcsi_cluster_refresh_capacity(op->c->cluster, n);
+		}
+	} else if (call->status == PCSI_UNAVAILABLE || call->status == PCSI_DEADLINE_EXCEEDED ||
+		   call->status == PCSI_CANCELLED) {
+		op->unreachable++;
+		snprintf(op->msg, sizeof(op->msg), "node %s is unreachable: %s", node,
+			 call->message ? call->message : "");
+	} else if (!op->fatal) {
+		op->fatal = call->status;
+		snprintf(op->msg, sizeof(op->msg), "node %s: %s", node,
+			 call->message ? call->message : pcsi_status_name((int)call->status));
+	}
+	pcsi_client_call_done(call);
+	delete_next(op);
+}
+
+static void delete_next(struct delete_op *op)
+{
+	Csi__V1__DeleteVolumeRequest in = CSI__V1__DELETE_VOLUME_REQUEST__INIT;
+	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+	struct pcsi_cluster *cl = op->c->cluster;
+
+	while (op->next < op->n_nodes) {
+		const char *node = op->nodes[op->next++];
+		struct pcsi_cnode *n = pcsi_cluster_node(cl, node);
+		if (!n || !n->ready) {
+			op->unreachable++;
+			snprintf(op->msg, sizeof(op->msg),
+				 "node %s, which holds the volume, is not registered", node);
+			continue;
+		}
+		in.volume_id = op->id;
+		pcsi_channel_call(n->chan, &op->ccall, SVC, method("DeleteVolume"), &in.base,
+				  cl->rpc_timeout_ms, on_node_deleted, op);
+		return;
+	}
+	if (op->fatal)
+		pcsi_call_fail(op->call, op->fatal, "%s", op->msg);
+	else if (op->unreachable)
+		pcsi_call_fail(op->call, PCSI_UNAVAILABLE, "volume %s not deleted everywhere yet: %s",
+			       op->id, op->msg);
+	else {
+		if (op->known)
+			pcsi_info(2, "volume deleted", "volume=%s nodes=%zu", op->id, op->n_nodes);
+		pcsi_call_reply(op->call, &out.base);
+	}
+	delete_free(op);
+}
+
+static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
+			      const Csi__V1__DeleteVolumeRequest *in,
+			      Csi__V1__DeleteVolumeResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	struct pcsi_cluster *cl = c->cluster;
+	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+	struct delete_op *op;
+	struct pcsi_cvol *v;
+	struct pcsi_cnode *n;
+	size_t i;
+
+	(void)closure;
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	if (strlen(in->volume_id) > PCSI_ID_MAX) {
+		pcsi_call_reply(call, &out.base); /* not an id of ours: nothing to delete */
+		return;
+	}
+	if (!busy_take(c, in->volume_id)) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on volume %s is in progress",
+			       in->volume_id);
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->c = c;
+	op->call = call;
+	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	v = pcsi_cluster_volume(cl, op->id);
+	if (v) {
+		op->known = true;
+		op->nodes = pcsi_xcalloc(v->n_nodes + 1, sizeof(*op->nodes));
+		for (i = 0; i < v->n_nodes; i++)
+			op->nodes[op->n_nodes++] = pcsi_xstrdup(v->nodes[i]);
+	} else {
+		if (pcsi_now_ms() - cl->start_ms < c->grace_ms) {
+			pcsi_call_fail(call, PCSI_UNAVAILABLE,
+				       "volume %s is unknown and the controller started recently; "
+				       "nodes may not have re-registered yet",
+				       op->id);
+			delete_free(op);
+			return;
+		}
+		/* Unknown: whoever has it deletes it; nodes answer OK otherwise. */
+		op->nodes = pcsi_xcalloc(cl->n_nodes + 1, sizeof(*op->nodes));
+		for (n = cl->nodes; n; n = n->next)
+			op->nodes[op->n_nodes++] = pcsi_xstrdup(n->id);
+	}
+	delete_next(op);
+}
+
+/* ---- ListVolumes -------------------------------------------------------------- */
+
+static int cmp_vol(const void *a, const void *b)
+{
+	return strcmp((*(struct pcsi_cvol *const *)a)->id, (*(struct pcsi_cvol *const *)b)->id);
+}
+
+static void ctl_list_volumes(Csi__V1__Controller_Service *svc, const Csi__V1__ListVolumesRequest *in,
+			     Csi__V1__ListVolumesResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	struct pcsi_cluster *cl = c->cluster;
+	Csi__V1__ListVolumesResponse out = CSI__V1__LIST_VOLUMES_RESPONSE__INIT;
+	struct pcsi_cvol **all, *v;
+	size_t n = 0, start = 0, count, max, i, j, nseg = 0, total_nodes = 0;
+	Csi__V1__ListVolumesResponse__Entry *ents, **entp;
+	Csi__V1__Volume *vols;
+	Csi__V1__Topology *topo, **topop;
+	Csi__V1__Topology__SegmentsEntry *seg, **segp;
+	char next[32];
+
+	(void)closure;
+	if (in->max_entries < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
+		return;
+	}
+	all = pcsi_xcalloc(cl->n_vols + 1, sizeof(*all));
+	for (v = cl->vols; v; v = v->next)
+		all[n++] = v;
+	qsort(all, n, sizeof(*all), cmp_vol);
+	if (in->starting_token && *in->starting_token) {
+		char *end;
+		unsigned long long t = strtoull(in->starting_token, &end, 10);
+		if (*end || in->starting_token[0] < '0' || in->starting_token[0] > '9' || t > n) {
+			pcsi_call_fail(call, PCSI_ABORTED, "starting_token \"%.32s\" is not valid",
+				       in->starting_token);
+			free(all);
+			return;
+		}
+		start = (size_t)t;
+	}
+	max = in->max_entries > 0 ? (size_t)in->max_entries : n;
+	count = PCSI_MIN(n - start, max);
+	for (i = 0; i < count; i++)
+		total_nodes += all[start + i]->n_nodes;
+	ents = pcsi_xcalloc(count + 1, sizeof(*ents));
+	entp = pcsi_xcalloc(count + 1, sizeof(*entp));
+	vols = pcsi_xcalloc(count + 1, sizeof(*vols));
+	topo = pcsi_xcalloc(total_nodes + 1, sizeof(*topo));
+	topop = pcsi_xcalloc(total_nodes + 1, sizeof(*topop));
+	seg = pcsi_xcalloc(total_nodes + 1, sizeof(*seg));
+	segp = pcsi_xcalloc(total_nodes + 1, sizeof(*segp));
+	for (i = 0; i < count; i++) {
+		v = all[start + i];
+		csi__v1__volume__init(&vols[i]);
+		vols[i].volume_id = v->id;
+		vols[i].capacity_bytes = v->size;
+		vols[i].accessible_topology = &topop[nseg];
+		vols[i].n_accessible_topology = v->n_nodes;
+		for (j = 0; j < v->n_nodes; j++, nseg++) {
+			csi__v1__topology__segments_entry__init(&seg[nseg]);
+			seg[nseg].key = c->topology_key;
+			seg[nseg].value = v->nodes[j];
+			segp[nseg] = &seg[nseg];
+			csi__v1__topology__init(&topo[nseg]);
+			topo[nseg].n_segments = 1;
+			topo[nseg].segments = &segp[nseg];
+			topop[nseg] = &topo[nseg];
+		}
+		csi__v1__list_volumes_response__entry__init(&ents[i]);
+		ents[i].volume = &vols[i];
+		entp[i] = &ents[i];
+	}
+	out.n_entries = count;
+	out.entries = entp;
+	if (start + count < n) {
+		snprintf(next, sizeof(next), "%zu", start + count);
+		out.next_token = next;
+	}
+	pcsi_call_reply(call, &out.base);
+	free(all);
+	free(ents);
+	free(entp);
+	free(vols);
+	free(topo);
+	free(topop);
+	free(seg);
+	free(segp);
+}
+
+/* ---- GetCapacity ----------------------------------------------------------------- */
+
+struct cap_op {
+	struct pcsi_call *call;
+	struct pcsi_client_call ccall;
+};
+
+static void on_node_capacity(struct pcsi_client_call *call, void *data)
+{
+	struct cap_op *op = data;
+
+	if (call->status == PCSI_OK)
+		pcsi_call_reply(op->call, call->reply);
+	else
+		pcsi_call_fail(op->call, call->status == PCSI_UNAVAILABLE ? PCSI_UNAVAILABLE : call->status,
+			       "GetCapacity on the node: %s", call->message ? call->message : "");
+	pcsi_client_call_done(call);
+	free(op);
+}
+
+static void ctl_get_capacity(Csi__V1__Controller_Service *svc, const Csi__V1__GetCapacityRequest *in,
+			     Csi__V1__GetCapacityResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
+	struct pcsi_cnode *n;
+	char err[256];
+	size_t i;
+
+	(void)closure;
+	for (i = 0; i < in->n_volume_capabilities; i++)
+		if (pcsi_cap_check(in->volume_capabilities[i], true, err, sizeof(err)) < 0) {
+			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+			return;
+		}
+	if (in->accessible_topology) {
+		const char *node = topo_node(c, in->accessible_topology);
+		struct cap_op *op;
+		n = node ? pcsi_cluster_node(c->cluster, node) : NULL;
+		if (!n || !n->ready) {
+			pcsi_call_reply(call, &out.base); /* not a node of ours: nothing there */
+			return;
+		}
+		op = pcsi_xcalloc(1, sizeof(*op));
+		op->call = call;
+		pcsi_channel_call(n->chan, &op->ccall, SVC, method("GetCapacity"), &in->base,
+				  c->cluster->rpc_timeout_ms, on_node_capacity, op);
+		return;
+	}
+	for (n = c->cluster->nodes; n; n = n->next)
+		if (n->ready && n->available > 0)
+			out.available_capacity += n->available;
+	pcsi_call_reply(call, &out.base);
+}
+
+/* ---- ValidateVolumeCapabilities, capabilities ------------------------------------------ */
+
+static void ctl_validate_volume_capabilities(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ValidateVolumeCapabilitiesRequest *in,
+	Csi__V1__ValidateVolumeCapabilitiesResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	Csi__V1__ValidateVolumeCapabilitiesResponse out =
+		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed conf =
+		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__CONFIRMED__INIT;
+	struct pcsi_cvol *v;
+	char err[256];
+	size_t i;
+
+	(void)closure;
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	if (in->n_volume_capabilities == 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capabilities are required");
+		return;
+	}
+	v = pcsi_cluster_volume(c->cluster, in->volume_id);
+	if (!v) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return;
+	}
+	for (i = 0; i < in->n_volume_capabilities; i++)
+		if (pcsi_cap_check(in->volume_capabilities[i], v->n_nodes > 1, err, sizeof(err)) < 0) {
+			out.message = err;
+			pcsi_call_reply(call, &out.base);
+			return;
+		}
+	conf.n_volume_capabilities = in->n_volume_capabilities;
+	conf.volume_capabilities = in->volume_capabilities;
+	conf.n_volume_context = in->n_volume_context;
+	conf.volume_context =
+		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__VolumeContextEntry **)
+			in->volume_context;
+	conf.n_parameters = in->n_parameters;
+	conf.parameters =
+		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__ParametersEntry **)in->parameters;
+	out.confirmed = &conf;
+	pcsi_call_reply(call, &out.base);
+}
+
+static void ctl_controller_get_capabilities(Csi__V1__Controller_Service *svc,
+					    const Csi__V1__ControllerGetCapabilitiesRequest *in,
+					    Csi__V1__ControllerGetCapabilitiesResponse_Closure closure,
+					    void *call)
+{
+	static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY,
+	};
+	Csi__V1__ControllerGetCapabilitiesResponse out =
+		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__ControllerServiceCapability caps[3], *capp[3];
+	Csi__V1__ControllerServiceCapability__RPC rpcs[3];
+	size_t i;
+
+	(void)svc;
+	(void)in;
+	(void)closure;
+	for (i = 0; i < 3; i++) {
+		csi__v1__controller_service_capability__rpc__init(&rpcs[i]);
+		rpcs[i].type = types[i];
+		csi__v1__controller_service_capability__init(&caps[i]);
+		caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
+		caps[i].rpc = &rpcs[i];
+		capp[i] = &caps[i];
+	}
+	out.n_capabilities = 3;
+	out.capabilities = capp;
+	pcsi_call_reply(call, &out.base);
+}
+
+#define UNIMPLEMENTED(fn, req_t, closure_t)                                                        \
+	static void fn(Csi__V1__Controller_Service *svc, const req_t *in, closure_t closure,      \
+		       void *call)                                                                 \
+	{                                                                                          \
+		(void)svc;                                                                         \
+		(void)in;                                                                          \
+		(void)closure;                                                                     \
+		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");         \
+	}
+
+UNIMPLEMENTED(ctl_controller_publish_volume, Csi__V1__ControllerPublishVolumeRequest,
+	      Csi__V1__ControllerPublishVolumeResponse_Closure)
+UNIMPLEMENTED(ctl_controller_unpublish_volume, Csi__V1__ControllerUnpublishVolumeRequest,
+	      Csi__V1__ControllerUnpublishVolumeResponse_Closure)
+UNIMPLEMENTED(ctl_create_snapshot, Csi__V1__CreateSnapshotRequest,
+	      Csi__V1__CreateSnapshotResponse_Closure)
+UNIMPLEMENTED(ctl_delete_snapshot, Csi__V1__DeleteSnapshotRequest,
+	      Csi__V1__DeleteSnapshotResponse_Closure)
+UNIMPLEMENTED(ctl_list_snapshots, Csi__V1__ListSnapshotsRequest,
+	      Csi__V1__ListSnapshotsResponse_Closure)
+UNIMPLEMENTED(ctl_get_snapshot, Csi__V1__GetSnapshotRequest, Csi__V1__GetSnapshotResponse_Closure)
+UNIMPLEMENTED(ctl_controller_expand_volume, Csi__V1__ControllerExpandVolumeRequest,
+	      Csi__V1__ControllerExpandVolumeResponse_Closure)
+UNIMPLEMENTED(ctl_controller_get_volume, Csi__V1__ControllerGetVolumeRequest,
+	      Csi__V1__ControllerGetVolumeResponse_Closure)
+UNIMPLEMENTED(ctl_controller_modify_volume, Csi__V1__ControllerModifyVolumeRequest,
+	      Csi__V1__ControllerModifyVolumeResponse_Closure)
+
+void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluster,
+			  const char *driver_name, uint64_t grace_ms)
+{
+	Csi__V1__Controller_Service svc = CSI__V1__CONTROLLER__INIT(ctl_);
+
+	memset(c, 0, sizeof(*c));
+	c->svc = svc;
+	c->cluster = cluster;
+	c->grace_ms = grace_ms;
+	snprintf(c->topology_key, sizeof(c->topology_key), "%s/node", driver_name);
+}
+
+void pcsi_controller_done(struct pcsi_controller *c)
+{
+	while (c->busy) {
+		struct pcsi_busy *b = c->busy;
+		c->busy = b->next;
+		free(b->key);
+		free(b);
+	}
+}
