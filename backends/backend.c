@@ -89,7 +89,8 @@ int pcsi_backend_new(uv_loop_t *loop, const struct pcsi_backend_config *cfg,
 	size_t i;
 	int rc;
 
-	if (strcmp(name, "direct") && strcmp(name, "lvm") && strcmp(name, "fake-for-testing-only")) {
+	if (strcmp(name, "direct") && strcmp(name, "lvm") &&
+	    strcmp(name, "fake-for-testing-only")) {
 		snprintf(err, errlen, "unknown device manager \"%s\" (expected direct or lvm)",
 			 cfg->name);
 		return -EINVAL;

@@ -15,7 +15,7 @@
 static const ProtobufCMethodDescriptor *method(const char *name)
 {
 	return protobuf_c_service_descriptor_get_method_by_name(&csi__v1__controller__descriptor,
-								 name);
+								name);
 }
 
 void pcsi_cluster_init(struct pcsi_cluster *cl, uv_loop_t *loop, struct pcsi_tls_ctx *tls)
@@ -153,8 +153,8 @@ static void get_capacity(struct pcsi_cluster *cl, struct pcsi_cnode *n, pcsi_clu
 	r->node_id = pcsi_xstrdup(n->id);
 	r->cb = cb;
 	r->data = data;
-	pcsi_channel_call(n->chan, &r->call, SVC, method("GetCapacity"),
-			  &in.base, cl->rpc_timeout_ms, on_capacity, r);
+	pcsi_channel_call(n->chan, &r->call, SVC, method("GetCapacity"), &in.base,
+			  cl->rpc_timeout_ms, on_capacity, r);
 }
 
 void pcsi_cluster_refresh_capacity(struct pcsi_cluster *cl, struct pcsi_cnode *n)
@@ -247,8 +247,8 @@ static void list_page(struct reg *r)
 
 	in.max_entries = 1000;
 	in.starting_token = r->token;
-	pcsi_channel_call(n->chan, &r->call, SVC, method("ListVolumes"),
-			  &in.base, r->cl->rpc_timeout_ms, on_list, r);
+	pcsi_channel_call(n->chan, &r->call, SVC, method("ListVolumes"), &in.base,
+			  r->cl->rpc_timeout_ms, on_list, r);
 }
 
 /* Runs |cb| on a later loop turn (the registry never answers inside its call). */

@@ -20,9 +20,9 @@ struct pcsi_cnode {
 	char *id;
 	char *endpoint;
 	struct pcsi_channel *chan;
-	uint64_t registered_ms;	 /* monotonic time of the last registration */
-	int64_t available;	 /* free capacity, from the last GetCapacity */
-	bool ready;		 /* imported: may be used */
+	uint64_t registered_ms; /* monotonic time of the last registration */
+	int64_t available;	/* free capacity, from the last GetCapacity */
+	bool ready;		/* imported: may be used */
 	struct pcsi_cnode *next;
 };
 

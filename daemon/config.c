@@ -35,6 +35,7 @@ enum {
 	OPT_MAX_CONNS,
 	OPT_GRACE,
 	OPT_REG_GRACE,
+	OPT_REG_INTERVAL,
 	OPT_HELP,
 	OPT_VERSION,
 };
@@ -63,6 +64,7 @@ static const struct option options[] = {
 	{ "maxConnections", required_argument, NULL, OPT_MAX_CONNS },
 	{ "shutdownGrace", required_argument, NULL, OPT_GRACE },
 	{ "registrationGrace", required_argument, NULL, OPT_REG_GRACE },
+	{ "registrationInterval", required_argument, NULL, OPT_REG_INTERVAL },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "h", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -97,7 +99,9 @@ static const char usage[] =
 	"  -maxConnections=N          open connections per process (default 1024)\n"
 	"  -shutdownGrace=SECONDS     time calls in flight get on SIGTERM (default 10)\n"
 	"  -registrationGrace=SECONDS controller: after a start, unknown volume ids are\n"
-	"                             UNAVAILABLE this long, until nodes re-registered (default 90)\n"
+	"                             UNAVAILABLE this long, until nodes re-registered (default "
+	"90)\n"
+	"  -registrationInterval=SECONDS  node: re-register (heartbeat) this often (default 30)\n"
 	"  -help, -version\n";
 
 const char *pcsi_mode_name(enum pcsi_mode m)
@@ -174,7 +178,8 @@ static int validate(struct pcsi_config *c, FILE *err)
 		return -EINVAL;
 	}
 	if (strcmp(c->device_manager, "lvm") && strcmp(c->device_manager, "direct") &&
-	    strcmp(c->device_manager, "ndctl") && strcmp(c->device_manager, "fake-for-testing-only")) {
+	    strcmp(c->device_manager, "ndctl") &&
+	    strcmp(c->device_manager, "fake-for-testing-only")) {
 		fprintf(err, "pmem-csi-driver: -deviceManager=%s: expected lvm or direct\n",
 			c->device_manager);
 		return -EINVAL;
@@ -203,8 +208,9 @@ static int validate(struct pcsi_config *c, FILE *err)
 		return -EINVAL;
 	}
 	if (c->mode == PCSI_MODE_NODE && c->registry_endpoint && !c->controller_endpoint) {
-		fprintf(err, "pmem-csi-driver: -registryEndpoint in node mode needs -controllerEndpoint "
-			     "(the address the controller calls back)\n");
+		fprintf(err,
+			"pmem-csi-driver: -registryEndpoint in node mode needs -controllerEndpoint "
+			"(the address the controller calls back)\n");
 		return -EINVAL;
 	}
 	if (!c->client_cert_file)
@@ -240,6 +246,7 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.max_conns = 1024,
 		.shutdown_grace_s = 10,
 		.registration_grace_s = 90,
+		.registration_interval_s = 30,
 	};
 	optind = 1;
 	opterr = 0;
@@ -358,6 +365,11 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			if (parse_num("registrationGrace", optarg, 0, 3600, &n, err) < 0)
 				return -EINVAL;
 			cfg->registration_grace_s = (uint32_t)n;
+			break;
+		case OPT_REG_INTERVAL:
+			if (parse_num("registrationInterval", optarg, 1, 3600, &n, err) < 0)
+				return -EINVAL;
+			cfg->registration_interval_s = (uint32_t)n;
 			break;
 		case OPT_HELP:
 			fputs(usage, out);

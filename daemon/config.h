@@ -35,7 +35,8 @@ struct pcsi_config {
 	size_t max_recv_msg;
 	uint32_t max_streams, max_conns;
 	uint32_t shutdown_grace_s;
-	uint32_t registration_grace_s; /* controller: unknown ids are UNAVAILABLE this long */
+	uint32_t registration_grace_s;	  /* controller: unknown ids are UNAVAILABLE this long */
+	uint32_t registration_interval_s; /* node: heartbeat re-registration period */
 };
 
 int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out, FILE *err);

@@ -12,8 +12,8 @@
 #include "csi_util.h"
 #include "params.h"
 
-#define SVC	     "csi.v1.Controller"
-#define MAX_TARGETS  1024
+#define SVC	    "csi.v1.Controller"
+#define MAX_TARGETS 1024
 
 struct pcsi_busy {
 	char *key;
@@ -23,7 +23,7 @@ struct pcsi_busy {
 static const ProtobufCMethodDescriptor *method(const char *name)
 {
 	return protobuf_c_service_descriptor_get_method_by_name(&csi__v1__controller__descriptor,
-								 name);
+								name);
 }
 
 static struct pcsi_controller *from_svc(Csi__V1__Controller_Service *svc)
@@ -213,8 +213,8 @@ static void undo_next(struct create_op *op)
 		n = pcsi_cluster_node(op->c->cluster, op->made[op->undo]);
 		if (n) {
 			in.volume_id = op->id;
-			pcsi_channel_call(n->chan, &op->ccall, SVC, method("DeleteVolume"), &in.base,
-					  op->c->cluster->rpc_timeout_ms, on_undo, op);
+			pcsi_channel_call(n->chan, &op->ccall, SVC, method("DeleteVolume"),
+					  &in.base, op->c->cluster->rpc_timeout_ms, on_undo, op);
 			return;
 		}
 		op->undo++;
@@ -266,7 +266,8 @@ static void on_node_created(struct pcsi_client_call *call, void *data)
 	case PCSI_CANCELLED:
 		op->unreachable++;
 		pcsi_warn("node unreachable during CreateVolume", "node=%s status=%s msg=\"%s\"",
-			  node, pcsi_status_name((int)call->status), call->message ? call->message : "");
+			  node, pcsi_status_name((int)call->status),
+			  call->message ? call->message : "");
 		break;
 	default:
 		/* The request itself is wrong for this volume (e.g. an existing one of
@@ -322,8 +323,8 @@ static void create_next(struct create_op *op)
 	} else {
 		op->fatal = PCSI_UNAVAILABLE;
 		snprintf(op->fatal_msg, sizeof(op->fatal_msg),
-			 op->n_targets ? "no node could be reached for volume \"%s\"" :
-					 "no node is registered for volume \"%s\"",
+			 op->n_targets ? "no node could be reached for volume \"%s\""
+				       : "no node is registered for volume \"%s\"",
 			 op->in->name);
 	}
 	undo_next(op);
@@ -363,10 +364,11 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 		/* Known already: check that it fits; if it is short of copies (an
 		 * earlier attempt, or a node that was lost), make the missing ones. */
 		if ((uint64_t)v->size < op->size || (op->limit && (uint64_t)v->size > op->limit)) {
-			pcsi_call_fail(call, PCSI_ALREADY_EXISTS,
-				       "volume \"%s\" exists with %lld bytes, incompatible with the "
-				       "request",
-				       in->name, (long long)v->size);
+			pcsi_call_fail(
+				call, PCSI_ALREADY_EXISTS,
+				"volume \"%s\" exists with %lld bytes, incompatible with the "
+				"request",
+				in->name, (long long)v->size);
 			create_free(op);
 			return;
 		}
@@ -456,8 +458,8 @@ static void delete_next(struct delete_op *op)
 	if (op->fatal)
 		pcsi_call_fail(op->call, op->fatal, "%s", op->msg);
 	else if (op->unreachable)
-		pcsi_call_fail(op->call, PCSI_UNAVAILABLE, "volume %s not deleted everywhere yet: %s",
-			       op->id, op->msg);
+		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
+			       "volume %s not deleted everywhere yet: %s", op->id, op->msg);
 	else {
 		if (op->known)
 			pcsi_info(2, "volume deleted", "volume=%s nodes=%zu", op->id, op->n_nodes);
@@ -526,7 +528,8 @@ static int cmp_vol(const void *a, const void *b)
 	return strcmp((*(struct pcsi_cvol *const *)a)->id, (*(struct pcsi_cvol *const *)b)->id);
 }
 
-static void ctl_list_volumes(Csi__V1__Controller_Service *svc, const Csi__V1__ListVolumesRequest *in,
+static void ctl_list_volumes(Csi__V1__Controller_Service *svc,
+			     const Csi__V1__ListVolumesRequest *in,
 			     Csi__V1__ListVolumesResponse_Closure closure, void *call)
 {
 	struct pcsi_controller *c = from_svc(svc);
@@ -623,13 +626,15 @@ static void on_node_capacity(struct pcsi_client_call *call, void *data)
 	if (call->status == PCSI_OK)
 		pcsi_call_reply(op->call, call->reply);
 	else
-		pcsi_call_fail(op->call, call->status == PCSI_UNAVAILABLE ? PCSI_UNAVAILABLE : call->status,
+		pcsi_call_fail(op->call,
+			       call->status == PCSI_UNAVAILABLE ? PCSI_UNAVAILABLE : call->status,
 			       "GetCapacity on the node: %s", call->message ? call->message : "");
 	pcsi_client_call_done(call);
 	free(op);
 }
 
-static void ctl_get_capacity(Csi__V1__Controller_Service *svc, const Csi__V1__GetCapacityRequest *in,
+static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
+			     const Csi__V1__GetCapacityRequest *in,
 			     Csi__V1__GetCapacityResponse_Closure closure, void *call)
 {
 	struct pcsi_controller *c = from_svc(svc);
@@ -694,7 +699,8 @@ static void ctl_validate_volume_capabilities(
 		return;
 	}
 	for (i = 0; i < in->n_volume_capabilities; i++)
-		if (pcsi_cap_check(in->volume_capabilities[i], v->n_nodes > 1, err, sizeof(err)) < 0) {
+		if (pcsi_cap_check(in->volume_capabilities[i], v->n_nodes > 1, err, sizeof(err)) <
+		    0) {
 			out.message = err;
 			pcsi_call_reply(call, &out.base);
 			return;
@@ -707,15 +713,15 @@ static void ctl_validate_volume_capabilities(
 			in->volume_context;
 	conf.n_parameters = in->n_parameters;
 	conf.parameters =
-		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__ParametersEntry **)in->parameters;
+		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__ParametersEntry **)
+			in->parameters;
 	out.confirmed = &conf;
 	pcsi_call_reply(call, &out.base);
 }
 
-static void ctl_controller_get_capabilities(Csi__V1__Controller_Service *svc,
-					    const Csi__V1__ControllerGetCapabilitiesRequest *in,
-					    Csi__V1__ControllerGetCapabilitiesResponse_Closure closure,
-					    void *call)
+static void ctl_controller_get_capabilities(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
+	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
 	static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
@@ -744,14 +750,14 @@ static void ctl_controller_get_capabilities(Csi__V1__Controller_Service *svc,
 	pcsi_call_reply(call, &out.base);
 }
 
-#define UNIMPLEMENTED(fn, req_t, closure_t)                                                        \
-	static void fn(Csi__V1__Controller_Service *svc, const req_t *in, closure_t closure,      \
-		       void *call)                                                                 \
-	{                                                                                          \
-		(void)svc;                                                                         \
-		(void)in;                                                                          \
-		(void)closure;                                                                     \
-		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");         \
+#define UNIMPLEMENTED(fn, req_t, closure_t)                                                  \
+	static void fn(Csi__V1__Controller_Service *svc, const req_t *in, closure_t closure, \
+		       void *call)                                                           \
+	{                                                                                    \
+		(void)svc;                                                                   \
+		(void)in;                                                                    \
+		(void)closure;                                                               \
+		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");    \
 	}
 
 UNIMPLEMENTED(ctl_controller_publish_volume, Csi__V1__ControllerPublishVolumeRequest,

@@ -140,7 +140,8 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 		required = (uint64_t)in->capacity_range->required_bytes;
 		*limit = (uint64_t)in->capacity_range->limit_bytes;
 		if (*limit && required > *limit) {
-			snprintf(err, errlen, "capacity_range: required_bytes %llu above limit_bytes %llu",
+			snprintf(err, errlen,
+				 "capacity_range: required_bytes %llu above limit_bytes %llu",
 				 (unsigned long long)required, (unsigned long long)*limit);
 			return PCSI_INVALID_ARGUMENT;
 		}
@@ -149,7 +150,8 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 	if (xfs && *size < PCSI_XFS_MIN_SIZE) {
 		if (*limit && *limit < PCSI_XFS_MIN_SIZE) {
 			snprintf(err, errlen,
-				 "xfs needs a volume of at least %llu bytes (mkfs.xfs refuses smaller "
+				 "xfs needs a volume of at least %llu bytes (mkfs.xfs refuses "
+				 "smaller "
 				 "filesystems); limit_bytes is %llu",
 				 PCSI_XFS_MIN_SIZE, (unsigned long long)*limit);
 			return PCSI_OUT_OF_RANGE;
@@ -166,7 +168,8 @@ size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_m
 
 	if (n == 0)
 		return 0;
-	csi__v1__volume__volume_context_entry__init((Csi__V1__Volume__VolumeContextEntry *)&entries[0]);
+	csi__v1__volume__volume_context_entry__init(
+		(Csi__V1__Volume__VolumeContextEntry *)&entries[0]);
 	entries[0].key = (char *)"name";
 	entries[0].value = in->name;
 	ptrs[k] = &entries[k];

@@ -61,6 +61,11 @@ static void on_server_closed(struct pcsi_server *srv, void *data)
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
 	uv_close((uv_handle_t *)&d->open_timer, NULL);
+	if (d->cfg.mode == PCSI_MODE_CONTROLLER && d->cluster.loop) {
+		/* The links to the nodes are the last handles: close them. */
+		pcsi_controller_done(&d->controller);
+		pcsi_cluster_done(&d->cluster);
+	}
 }
 
 /* The node said goodbye to the controller: now stop serving. */
@@ -68,7 +73,8 @@ static void on_unregistered(void *data)
 {
 	struct daemon *d = data;
 
-	pcsi_server_shutdown(d->server, (uint64_t)d->cfg.shutdown_grace_s * 1000, on_server_closed, d);
+	pcsi_server_shutdown(d->server, (uint64_t)d->cfg.shutdown_grace_s * 1000, on_server_closed,
+			     d);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -181,9 +187,10 @@ static void on_backend_open(struct pcsi_backend_req *req, void *data)
 	pcsi_identity_set_ready(&d->identity, true);
 	if (d->cfg.registry_endpoint) {
 		char err[256];
-		if (pcsi_registration_start(&d->registration, d->loop, d->cfg.registry_endpoint,
-					    d->client_tls, d->cfg.node_id, d->cfg.controller_endpoint,
-					    err, sizeof(err)) == 0)
+		if (pcsi_registration_start(
+			    &d->registration, d->loop, d->cfg.registry_endpoint, d->client_tls,
+			    d->cfg.node_id, d->cfg.controller_endpoint,
+			    d->cfg.registration_interval_s * 1000, err, sizeof(err)) == 0)
 			d->registering = true;
 		else
 			pcsi_err("cannot register", "err=\"%s\"", err);
@@ -253,8 +260,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		d.client_tls = pcsi_tls_ctx_new(false, d.cfg.ca_file, d.cfg.client_cert_file,
-						d.cfg.client_key_file, pcsi_config_peer_name(&d.cfg),
-						err, sizeof(err));
+						d.cfg.client_key_file,
+						pcsi_config_peer_name(&d.cfg), err, sizeof(err));
 		if (!d.client_tls) {
 			fprintf(stderr, "pmem-csi-driver: TLS (client certificate): %s\n", err);
 			return 2;
@@ -295,11 +302,6 @@ int main(int argc, char **argv)
 	if (d.backend) {
 		pcsi_node_done(&d.node);
 		pcsi_backend_free(d.backend);
-	}
-	if (d.cfg.mode == PCSI_MODE_CONTROLLER) {
-		pcsi_controller_done(&d.controller);
-		pcsi_cluster_done(&d.cluster);
-		uv_run(d.loop, UV_RUN_DEFAULT); /* let the node channels close */
 	}
 	pcsi_tls_ctx_free(d.client_tls);
 	pcsi_tls_ctx_free(d.server_tls);

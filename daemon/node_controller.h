@@ -19,7 +19,6 @@
 #include "csi.pb-c.h"
 #include "nodestate.h"
 
-
 struct pcsi_node_controller {
 	Csi__V1__Controller_Service svc;
 	struct pcsi_node *node; /* borrowed */

@@ -36,8 +36,8 @@ static void on_registered(struct pcsi_client_call *call, void *data)
 		snprintf(reason, sizeof(reason), "%s: %s", pcsi_status_name((int)call->status),
 			 call->message ? call->message : "");
 		if (strcmp(reason, r->last_reason)) {
-			pcsi_warn("registration with the controller failed; retrying", "node=%s reason=\"%s\"",
-				  r->node_id, reason);
+			pcsi_warn("registration with the controller failed; retrying",
+				  "node=%s reason=\"%s\"", r->node_id, reason);
 			snprintf(r->last_reason, sizeof(r->last_reason), "%s", reason);
 		}
 		r->registered = false;
@@ -46,7 +46,7 @@ static void on_registered(struct pcsi_client_call *call, void *data)
 	pcsi_client_call_done(call);
 	if (r->stopping)
 		return; /* the goodbye call closes the rest */
-	uv_timer_start(&r->timer, on_timer, r->registered ? PCSI_HEARTBEAT_MS : r->backoff_ms, 0);
+	uv_timer_start(&r->timer, on_timer, r->registered ? r->interval_ms : r->backoff_ms, 0);
 }
 
 static void send_register(struct pcsi_registration *r)
@@ -64,12 +64,13 @@ static void send_register(struct pcsi_registration *r)
 
 int pcsi_registration_start(struct pcsi_registration *r, uv_loop_t *loop, const char *registry,
 			    struct pcsi_tls_ctx *tls, const char *node_id, const char *endpoint,
-			    char *err, size_t errlen)
+			    uint32_t interval_ms, char *err, size_t errlen)
 {
 	struct pcsi_channel_opts o = { .initial_backoff_ms = 1000, .max_backoff_ms = 60000 };
 
 	memset(r, 0, sizeof(*r));
 	r->loop = loop;
+	r->interval_ms = interval_ms;
 	r->chan = pcsi_channel_new(loop, registry, tls, &o, err, errlen);
 	if (!r->chan)
 		return -EINVAL;
@@ -82,7 +83,8 @@ int pcsi_registration_start(struct pcsi_registration *r, uv_loop_t *loop, const 
 
 static void on_timer_closed(uv_handle_t *h)
 {
-	struct pcsi_registration *r = pcsi_container_of((uv_timer_t *)h, struct pcsi_registration, timer);
+	struct pcsi_registration *r =
+		pcsi_container_of((uv_timer_t *)h, struct pcsi_registration, timer);
 
 	pcsi_channel_close(r->chan);
 	free(r->node_id);

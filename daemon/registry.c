@@ -33,7 +33,8 @@ static const char *check_node_id(const char *id)
 static void on_registered(int error, const char *msg, void *data)
 {
 	struct pcsi_call *call = data;
-	Registry__V1__RegisterNodeControllerReply out = REGISTRY__V1__REGISTER_NODE_CONTROLLER_REPLY__INIT;
+	Registry__V1__RegisterNodeControllerReply out =
+		REGISTRY__V1__REGISTER_NODE_CONTROLLER_REPLY__INIT;
 
 	if (error)
 		pcsi_call_fail(call, PCSI_UNAVAILABLE, "%s", msg ? msg : strerror(-error));
@@ -41,10 +42,9 @@ static void on_registered(int error, const char *msg, void *data)
 		pcsi_call_reply(call, &out.base);
 }
 
-static void registry_register_node_controller(Registry__V1__Registry_Service *svc,
-					      const Registry__V1__RegisterNodeControllerRequest *in,
-					      Registry__V1__RegisterNodeControllerReply_Closure closure,
-					      void *call)
+static void registry_register_node_controller(
+	Registry__V1__Registry_Service *svc, const Registry__V1__RegisterNodeControllerRequest *in,
+	Registry__V1__RegisterNodeControllerReply_Closure closure, void *call)
 {
 	struct pcsi_endpoint ep;
 	const char *why;
@@ -74,9 +74,11 @@ static void registry_register_node_controller(Registry__V1__Registry_Service *sv
 			      call);
 }
 
-static void registry_unregister_node_controller(
-	Registry__V1__Registry_Service *svc, const Registry__V1__UnregisterNodeControllerRequest *in,
-	Registry__V1__UnregisterNodeControllerReply_Closure closure, void *call)
+static void
+registry_unregister_node_controller(Registry__V1__Registry_Service *svc,
+				    const Registry__V1__UnregisterNodeControllerRequest *in,
+				    Registry__V1__UnregisterNodeControllerReply_Closure closure,
+				    void *call)
 {
 	Registry__V1__UnregisterNodeControllerReply out =
 		REGISTRY__V1__UNREGISTER_NODE_CONTROLLER_REPLY__INIT;

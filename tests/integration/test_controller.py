@@ -1,0 +1,274 @@
+#!/usr/bin/python3
+"""The controller role with several node processes over mutual TLS, on the
+host: nodes use the TEST-ONLY in-memory backend (-deviceManager=
+fake-for-testing-only, built with -Dfake-backend=true), since the host has no
+PMEM; the real backends are proven in tests/vm. TAP output.
+
+usage: test_controller.py PATH-TO-pmem-csi-driver
+"""
+import concurrent.futures
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+
+DRIVER = pt.driver_path()
+t = pt.TAP()
+SC = grpc.StatusCode
+MiB = 1 << 20
+KEY = "pmem-csi.intel.com/node"
+P = pt.protos()
+csi = P.csi
+C = pt.certs()
+WORK = pt.mkdtemp("pcsi-ctl-")
+REG_PORT = pt.free_port()
+CTL_SOCK = os.path.join(WORK, "controller.sock")
+CAPS = {"n1": 1024 * MiB, "n2": 2048 * MiB, "n3": 512 * MiB}
+PORTS = {n: pt.free_port() for n in CAPS}
+
+
+def start_controller(grace=3):
+    args = ["-mode=controller", "-endpoint=unix://" + CTL_SOCK,
+            "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT, "-registrationGrace=%d" % grace,
+            "-v=4"] + C.server_flags(C.registry)
+    return pt.Daemon(DRIVER, args, name="controller").start()
+
+
+def start_node(n, leaf=None):
+    sock = os.path.join(WORK, n + ".sock")
+    args = ["-mode=node", "-nodeid=" + n, "-endpoint=unix://" + sock,
+            "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(WORK, n),
+            "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT,
+            "-controllerEndpoint=tcp://127.0.0.1:%d" % PORTS[n], "-registrationInterval=1",
+            "-v=4"] + C.server_flags(leaf or C.node)
+    os.environ["PCSI_FAKE_CAPACITY"] = str(CAPS[n])
+    d = pt.Daemon(DRIVER, args, name=n).start()
+    del os.environ["PCSI_FAKE_CAPACITY"]
+    return d
+
+
+ctl = start_controller()
+nodes = {n: start_node(n) for n in CAPS}
+ch = pt.unix_channel(CTL_SOCK)
+
+
+def rpc(method, req, channel=None, timeout=60):
+    path, _, resp = pt.rpc(csi, "Controller", method)
+    return pt.call_code(channel or ch, path, req, resp, timeout=timeout)
+
+
+def ok_call(method, req, channel=None):
+    code, details, r = rpc(method, req, channel)
+    pt.check(code == SC.OK, "%s: %s %s" % (method, code, details))
+    return r
+
+
+def cap(mode=csi.VolumeCapability.AccessMode.SINGLE_NODE_WRITER):
+    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type="ext4"),
+                                access_mode=csi.VolumeCapability.AccessMode(mode=mode))
+
+
+def create(name, size, params=None, requisite=(), preferred=(), mode=None):
+    req = csi.CreateVolumeRequest(name=name, capacity_range=csi.CapacityRange(required_bytes=size),
+                                  volume_capabilities=[cap(mode) if mode else cap()], parameters=params or {})
+    for n in requisite:
+        req.accessibility_requirements.requisite.add(segments={KEY: n})
+    for n in preferred:
+        req.accessibility_requirements.preferred.add(segments={KEY: n})
+    return req
+
+
+def holders(v):
+    return sorted(seg.segments[KEY] for seg in v.accessible_topology)
+
+
+def node_ids(n):
+    """Volume ids a node really has (asked over its own socket)."""
+    nch = pt.unix_channel(os.path.join(WORK, n + ".sock"))
+    try:
+        r = ok_call("ListVolumes", csi.ListVolumesRequest(), nch)
+        return sorted(e.volume.volume_id for e in r.entries)
+    finally:
+        nch.close()
+
+
+def wait_registered(names, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = [n for n in names if rpc("GetCapacity", csi.GetCapacityRequest(
+            accessible_topology=csi.Topology(segments={KEY: n})))[2] and
+            rpc("GetCapacity", csi.GetCapacityRequest(
+                accessible_topology=csi.Topology(segments={KEY: n})))[2].available_capacity > 0]
+        if len(got) == len(names):
+            return
+        time.sleep(0.2)
+    raise pt.TestFailure("nodes %r did not register\n%s" % (names, pt._tail(ctl.stderr_text())))
+
+
+@t.test("three nodes register over mutual TLS; capacity per node and in total")
+def _():
+    wait_registered(list(CAPS))
+    for n, c in CAPS.items():
+        r = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=csi.Topology(segments={KEY: n})))
+        pt.check(r.available_capacity == c, "%s: %d" % (n, r.available_capacity))
+    r = ok_call("GetCapacity", csi.GetCapacityRequest())
+    pt.check(r.available_capacity == sum(CAPS.values()), str(r.available_capacity))
+
+
+@t.test("CreateVolume: one node, the one with the most free space; idempotent by name")
+def _():
+    v = ok_call("CreateVolume", create("pvc-one", 100 * MiB)).volume
+    pt.check(holders(v) == ["n2"], holders(v))
+    pt.check(v.volume_id in node_ids("n2") and v.volume_id not in node_ids("n1"), "placement")
+    again = ok_call("CreateVolume", create("pvc-one", 100 * MiB)).volume
+    pt.check(again.volume_id == v.volume_id and holders(again) == ["n2"], str(again))
+    code, _, _ = rpc("CreateVolume", create("pvc-one", 900 * MiB))
+    pt.check(code == SC.ALREADY_EXISTS, str(code))
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    pt.check(v.volume_id not in node_ids("n2"), "not deleted on n2")
+
+
+@t.test("cache volume, cacheSize 2 on 3 nodes: the same id on two nodes, topology of both")
+def _():
+    v = ok_call("CreateVolume", create("pvc-cache", 64 * MiB, {"persistencyModel": "cache", "cacheSize": "2"},
+                                      mode=csi.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER)).volume
+    hs = holders(v)
+    pt.check(len(hs) == 2, hs)
+    for n in CAPS:
+        pt.check((v.volume_id in node_ids(n)) == (n in hs), "node %s" % n)
+    lv = ok_call("ListVolumes", csi.ListVolumesRequest())
+    e = [x.volume for x in lv.entries if x.volume.volume_id == v.volume_id]
+    pt.check(e and holders(e[0]) == hs, str(lv))
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    for n in CAPS:
+        pt.check(v.volume_id not in node_ids(n), "left on %s" % n)
+
+
+@t.test("cache volume that cannot be completed is rolled back: no half-created volume")
+def _():
+    code, details, _ = rpc("CreateVolume", create("pvc-cache-big", 600 * MiB, {"persistencyModel": "cache", "cacheSize": "3"}))
+    pt.check(code == SC.RESOURCE_EXHAUSTED, "%s %s" % (code, details))
+    for n in CAPS:
+        pt.check(not [i for i in node_ids(n) if i.startswith("pvc-ca")], "left on %s" % n)
+    code, _, _ = rpc("CreateVolume", create("pvc-cache-4", 4 * MiB, {"persistencyModel": "cache", "cacheSize": "4"}))
+    pt.check(code in (SC.RESOURCE_EXHAUSTED, SC.UNAVAILABLE), str(code))
+    for n in CAPS:
+        pt.check(not [i for i in node_ids(n) if i.startswith("pvc-ca")], "left on %s" % n)
+
+
+@t.test("topology: requisite picks the node; preferred first; an unknown node is UNAVAILABLE")
+def _():
+    v = ok_call("CreateVolume", create("pvc-req", 8 * MiB, requisite=["n3"])).volume
+    pt.check(holders(v) == ["n3"], holders(v))
+    w = ok_call("CreateVolume", create("pvc-pref", 8 * MiB, preferred=["n1"], requisite=["n1", "n3"])).volume
+    pt.check(holders(w) == ["n1"], holders(w))
+    code, _, _ = rpc("CreateVolume", create("pvc-nowhere", 8 * MiB, requisite=["n9"]))
+    pt.check(code == SC.UNAVAILABLE, str(code))
+    for x in (v, w):
+        ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=x.volume_id))
+
+
+@t.test("capacity exhausted everywhere: RESOURCE_EXHAUSTED")
+def _():
+    code, details, _ = rpc("CreateVolume", create("pvc-huge", 4096 * MiB))
+    pt.check(code == SC.RESOURCE_EXHAUSTED, "%s %s" % (code, details))
+
+
+@t.test("concurrent CreateVolume for one name: no duplicate")
+def _():
+    path, _, resp = pt.rpc(csi, "Controller", "CreateVolume")
+    with concurrent.futures.ThreadPoolExecutor(6) as ex:
+        fs = [ex.submit(pt.call_code, ch, path, create("pvc-race", 16 * MiB), resp, 30) for _ in range(6)]
+        res = [f.result() for f in fs]
+    codes = [r[0] for r in res]
+    pt.check(set(codes) <= {SC.OK, SC.ABORTED} and SC.OK in codes, str(codes))
+    v = ok_call("CreateVolume", create("pvc-race", 16 * MiB)).volume
+    total = sum(node_ids(n).count(v.volume_id) for n in CAPS)
+    pt.check(total == 1, "copies: %d" % total)
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+
+
+@t.test("a node unreachable during DeleteVolume: UNAVAILABLE; OK once it is back")
+def _():
+    v = ok_call("CreateVolume", create("pvc-down", 16 * MiB, requisite=["n1"])).volume
+    nodes["n1"].kill()
+    code, details, _ = rpc("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    pt.check(code == SC.UNAVAILABLE, "%s %s" % (code, details))
+    nodes["n1"] = start_node("n1")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        code, details, _ = rpc("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+        if code == SC.OK:
+            break
+        time.sleep(0.3)
+    pt.check(code == SC.OK, "%s %s" % (code, details))
+    pt.check(v.volume_id not in node_ids("n1"), "still on n1")
+
+
+@t.test("controller restart between create and delete: volumes re-imported from the nodes")
+def _():
+    global ctl, ch
+    v = ok_call("CreateVolume", create("pvc-restart", 16 * MiB, {"persistencyModel": "cache", "cacheSize": "2"})).volume
+    hs = holders(v)
+    ch.close()
+    pt.check(ctl.stop() == 0, "controller exit code")
+    ctl = start_controller(grace=3)
+    ch = pt.unix_channel(CTL_SOCK)
+    code, details, _ = rpc("DeleteVolume", csi.DeleteVolumeRequest(volume_id="pvc-xx-" + "0" * 56))
+    pt.check(code == SC.UNAVAILABLE, "unknown id right after a restart: %s %s" % (code, details))
+    wait_registered(list(CAPS))
+    lv = ok_call("ListVolumes", csi.ListVolumesRequest())
+    e = [x.volume for x in lv.entries if x.volume.volume_id == v.volume_id]
+    pt.check(e and holders(e[0]) == hs, "re-imported: %r" % lv)
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    for n in hs:
+        pt.check(v.volume_id not in node_ids(n), "left on %s" % n)
+    time.sleep(3)
+    code, details, _ = rpc("DeleteVolume", csi.DeleteVolumeRequest(volume_id="pvc-xx-" + "0" * 56))
+    pt.check(code == SC.OK, "unknown id after the grace period: %s %s" % (code, details))
+
+
+@t.test("a node with a certificate from a foreign CA cannot register")
+def _():
+    PORTS["n4"] = pt.free_port()
+    CAPS["n4"] = 256 * MiB
+    sock = os.path.join(WORK, "n4.sock")
+    args = ["-mode=node", "-nodeid=n4", "-endpoint=unix://" + sock, "-deviceManager=fake-for-testing-only",
+            "-statePath=" + os.path.join(WORK, "n4"), "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT,
+            "-controllerEndpoint=tcp://127.0.0.1:%d" % PORTS["n4"], "-registrationInterval=1",
+            "-caFile=" + C.foreign_ca[0], "-certFile=" + C.foreign_node[0], "-keyFile=" + C.foreign_node[1]]
+    d = pt.Daemon(DRIVER, args, name="n4").start()
+    try:
+        time.sleep(3)
+        r = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=csi.Topology(segments={KEY: "n4"})))
+        pt.check(r.available_capacity == 0, "n4 registered: %r" % r)
+        log = d.stderr_text()
+        pt.check(log.count("registration with the controller failed") == 1,
+                 "the failure reason should be logged once per change:\n" + pt._tail(log))
+    finally:
+        d.stop()
+
+
+@t.test("unregister on a clean node shutdown")
+def _():
+    pt.check(nodes["n3"].stop() == 0, "exit code")
+    r = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=csi.Topology(segments={KEY: "n3"})))
+    pt.check(r.available_capacity == 0, "n3 still registered")
+    pt.check("unregistered" in ctl.stderr_text() or "node unregistered" in ctl.stderr_text(), "no log line")
+
+
+def teardown():
+    ch.close()
+    for d in list(nodes.values()):
+        d.stop()
+    rc = ctl.stop()
+    if rc != 0:
+        t.diag("controller exit %r\n%s" % (rc, ctl.stderr_text()[-3000:]))
+
+
+sys.exit(t.main(teardown))
