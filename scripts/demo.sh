@@ -12,5 +12,5 @@ cd "$(dirname "$0")/.."
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build daemon/pmem-csi-driver >/dev/null
 export PCSI_PROTO_DIR="$PWD/proto" PCSI_SETUP_CA="$PWD/manifests/certs/setup-ca.sh"
-export GRPC_VERBOSITY=NONE
+export GRPC_VERBOSITY=NONE PCSI_TEST_TIMEOUT=900
 exec /usr/bin/python3 tests/vm/test_cluster.py build/daemon/pmem-csi-driver --demo

@@ -8,7 +8,8 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 export const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const SRC_ROOT = path.resolve(HERE, "..", "..");
-export const MANIFESTS = path.join(SRC_ROOT, "manifests");
+// PCSI_MANIFESTS_DIR: check a copy instead (used to try mutations by hand).
+export const MANIFESTS = process.env.PCSI_MANIFESTS_DIR || path.join(SRC_ROOT, "manifests");
 
 // ---------------------------------------------------------------------------
 // Dependencies: fail loudly (TAP "Bail out!") when npm packages are missing.
@@ -103,6 +104,11 @@ export function yamlFiles(dir, { includeKustomizations = false } = {}) {
   };
   walk(dir);
   return out;
+}
+
+// Is file (under MANIFESTS) inside the given subdirectory of it?
+export function inManifestDir(file, sub) {
+  return path.relative(MANIFESTS, file).split(path.sep)[0] === sub;
 }
 
 export function rel(p) {

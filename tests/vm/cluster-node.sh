@@ -12,7 +12,7 @@ log=$shared/$node.log
 	-endpoint="tcp://:$csiport" -controllerEndpoint="tcp://:$ctlport" \
 	-registryEndpoint="tcp://$VM_HOST_ADDR:$regport" -registrationInterval=2 \
 	-caFile="$certs/ca.crt" -certFile="$certs/pmem-node-controller.crt" \
-	-keyFile="$certs/pmem-node-controller.key" -v=3 2>"$log" &
+	-keyFile="$certs/pmem-node-controller.key" -v=5 2>"$log" &
 pid=$!
 echo "$node: driver started (pid $pid, $backend backend)"
 while [ ! -e "$shared/stop" ]; do

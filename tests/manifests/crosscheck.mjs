@@ -1,0 +1,902 @@
+#!/usr/bin/env node
+// crosscheck.mjs --driver PATH --params-check PATH
+//
+// Test 2 of the manifest tests: the manifests agree with each other, with the
+// driver binary and with the scripts next to them.
+//  - kustomizations: every listed resource exists, every object file is
+//    reachable, image overrides match;
+//  - every flag a manifest passes to pmem-csi-driver is accepted by the binary
+//    ($(VARS) replaced by dummy values, `--version` appended LAST: our parser
+//    handles flags in order and exits 0 at --version, so a bad flag before it
+//    still exits 2) and is spelled as in --help (no getopt abbreviations);
+//  - sidecar flags are known flags of the pinned sidecar versions;
+//  - socket paths: driver endpoint, sidecars' --csi-address and kubelet's
+//    registration path name the same file through the volume mounts;
+//  - Secrets: every Secret a pod mounts is produced by make-secrets.sh and by
+//    the cert-manager Certificates, with every key the flags read, and the
+//    certificate in it carries the name the mounting role presents;
+//  - ports: every declared port is served by a container of the pod, probes
+//    and the Service point at served ports, every port named for scraping is
+//    a metrics endpoint (-metricsListen / --http-endpoint);
+//  - RBAC, StorageClasses (parameters run through the driver's own parser),
+//    examples, the Prometheus snippet (promtool), the Containerfile.
+// Prints TAP; exits 1 on failure or when a dependency is missing.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { spawnSync } from "node:child_process";
+import {
+  TAP, MANIFESTS, SRC_ROOT, yamlFiles, loadYAML, parseYAMLString, validateObject, describe, rel, inManifestDir,
+  podSpecOf, podTemplateMeta, allContainers, expandVars, parseFlag, flagValue, bailOut,
+} from "./lib.mjs";
+
+// ---------------------------------------------------------------------------
+// Arguments and tools
+
+const argv = process.argv.slice(2);
+function arg(name) {
+  const i = argv.indexOf(name);
+  return i >= 0 ? argv[i + 1] : undefined;
+}
+const DRIVER = arg("--driver") || process.env.PCSI_DRIVER;
+const PARAMS_CHECK = arg("--params-check") || process.env.PCSI_PARAMS_CHECK;
+if (!DRIVER || !PARAMS_CHECK) bailOut("usage: crosscheck.mjs --driver PATH --params-check PATH");
+for (const [what, p] of [["driver", DRIVER], ["params-check", PARAMS_CHECK]]) {
+  try {
+    fs.accessSync(p, fs.constants.X_OK);
+  } catch {
+    bailOut(`${what} binary not found or not executable: ${p}`);
+  }
+}
+function which(tool) {
+  for (const d of (process.env.PATH || "/usr/bin:/bin").split(":")) {
+    const p = path.join(d, tool);
+    try {
+      fs.accessSync(p, fs.constants.X_OK);
+      return p;
+    } catch { /* next */ }
+  }
+  return null;
+}
+for (const tool of ["openssl", "sh", "base64", "promtool", "dpkg-query"]) {
+  if (!which(tool)) bailOut(`${tool} not found in PATH (scripts/install-deps.sh installs it)`);
+}
+
+function run(cmd, args, opts = {}) {
+  const r = spawnSync(cmd, args, { encoding: "utf8", timeout: 60000, ...opts });
+  if (r.error) throw new Error(`${cmd}: ${r.error.message}`);
+  return r;
+}
+
+const t = new TAP();
+const DRIVER_NAME = "pmem-csi.intel.com";
+const DRIVER_IMAGE = "pmem-csi-driver";
+const DRIVER_BIN = "/usr/local/bin/pmem-csi-driver";
+const SIDECARS = {
+  "csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
+  "csi-node-driver-registrar": "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0",
+  livenessprobe: "registry.k8s.io/sig-storage/livenessprobe:v2.19.0",
+};
+// Flags of the pinned sidecar versions (their --help / README), klog's
+// included. A typo here would make the sidecar exit at start.
+const KLOG = ["v", "vmodule", "logging-format", "log-flush-frequency", "add_dir_header", "alsologtostderr",
+  "log_backtrace_at", "log_dir", "log_file", "log_file_max_size", "logtostderr", "one_output",
+  "skip_headers", "skip_log_headers", "stderrthreshold", "kubeconfig", "version"];
+const SIDECAR_FLAGS = {
+  "csi-provisioner": [...KLOG, "csi-address", "timeout", "retry-interval-start", "retry-interval-max",
+    "worker-threads", "kube-api-qps", "kube-api-burst", "cloning-protection-threads", "http-endpoint",
+    "metrics-path", "metrics-address", "extra-create-metadata", "enable-capacity", "capacity-ownerref-level",
+    "capacity-threads", "capacity-poll-interval", "capacity-for-immediate-binding", "node-deployment",
+    "node-deployment-immediate-binding", "node-deployment-base-delay", "node-deployment-max-delay",
+    "feature-gates", "strict-topology", "immediate-topology", "master", "volume-name-prefix",
+    "volume-name-uuid-length", "leader-election", "leader-election-namespace", "leader-election-lease-duration",
+    "leader-election-renew-deadline", "leader-election-retry-period", "default-fstype",
+    "prevent-volume-mode-conversion", "controller-publish-readonly", "enable-pprof"],
+  "csi-node-driver-registrar": [...KLOG, "csi-address", "kubelet-registration-path", "plugin-registration-path",
+    "http-endpoint", "health-port", "timeout", "mode", "enable-pprof"],
+  livenessprobe: [...KLOG, "csi-address", "probe-timeout", "health-port", "http-endpoint", "metrics-address", "metrics-path"],
+};
+// Dummy values for the downward API, to expand $(VAR) in args.
+const FIELD_VALUES = {
+  "spec.nodeName": "node-1", "status.podIP": "10.0.0.17", "status.hostIP": "192.0.2.1",
+  "metadata.name": "pmem-csi-pod-1", "metadata.namespace": "pmem-csi", "metadata.uid": "00000000-0000-0000-0000-000000000001",
+  "spec.serviceAccountName": "sa",
+};
+
+// ---------------------------------------------------------------------------
+// Kustomizations -> object sets per mode
+
+function loadKustomization(dir, seen = new Set()) {
+  const kfile = path.join(dir, "kustomization.yaml");
+  const k = loadYAML(kfile)[0].doc;
+  const objs = [];
+  const problems = [];
+  const allowed = new Set(["apiVersion", "kind", "resources", "images"]);
+  for (const key of Object.keys(k)) if (!allowed.has(key)) problems.push(`${rel(kfile)}: unexpected key ${key} (the tests do not render it)`);
+  if (k.apiVersion !== "kustomize.config.k8s.io/v1beta1" || k.kind !== "Kustomization") problems.push(`${rel(kfile)}: not a kustomize.config.k8s.io/v1beta1 Kustomization`);
+  for (const r of k.resources || []) {
+    const p = path.resolve(dir, r);
+    if (!fs.existsSync(p)) {
+      problems.push(`${rel(kfile)}: resource ${r} does not exist`);
+      continue;
+    }
+    if (fs.statSync(p).isDirectory()) {
+      if (!fs.existsSync(path.join(p, "kustomization.yaml"))) {
+        problems.push(`${rel(kfile)}: ${r} is a directory without kustomization.yaml`);
+        continue;
+      }
+      const sub = loadKustomization(p, seen);
+      objs.push(...sub.objs);
+      problems.push(...sub.problems);
+    } else {
+      if (!p.startsWith(dir + path.sep)) problems.push(`${rel(kfile)}: file ${r} is outside the kustomization's directory (kustomize refuses that)`);
+      seen.add(p);
+      objs.push(...loadYAML(p));
+    }
+  }
+  const images = new Set(objs.flatMap((d) => {
+    const s = podSpecOf(d.doc);
+    return s ? allContainers(s).map((c) => c.image.replace(/[:@].*$/, "")) : [];
+  }));
+  for (const im of k.images || []) {
+    if (!images.has(im.name)) problems.push(`${rel(kfile)}: images entry ${im.name} matches no container image`);
+  }
+  return { objs, problems, images: k.images || [], file: kfile };
+}
+
+const MODES = {};
+t.test("kustomizations: resources exist; every object file is in one (or deliberately standalone)", () => {
+  const problems = [];
+  const reached = new Set();
+  for (const dir of ["central", "distributed", "storageclass", "examples", "metrics", "certs/cert-manager", "common"]) {
+    const k = loadKustomization(path.join(MANIFESTS, dir), reached);
+    problems.push(...k.problems);
+    MODES[dir] = k;
+  }
+  const standalone = new Set(["storageclass/pmem-csi-sc-cache.yaml", "examples/pmem-pvc-cache.yaml",
+    "examples/pmem-app-cache.yaml", "metrics/prometheus-scrape.yaml"]);
+  for (const f of yamlFiles(MANIFESTS)) {
+    const r = path.relative(MANIFESTS, f);
+    if (!reached.has(f) && !standalone.has(r)) problems.push(`${rel(f)} is in no kustomization`);
+  }
+  return problems;
+});
+if (!MODES.central || !MODES.distributed) {
+  t.done();
+}
+
+const ALL = yamlFiles(MANIFESTS).filter((f) => !f.endsWith("prometheus-scrape.yaml")).flatMap((f) => loadYAML(f));
+const byKind = (objs, kind) => objs.filter((d) => d.doc.kind === kind);
+const csidriver = byKind(ALL, "CSIDriver")[0];
+
+// ---------------------------------------------------------------------------
+// Pods of each mode
+
+function pods(objs) {
+  return objs.filter((d) => podSpecOf(d.doc)).filter((d) => !inManifestDir(d.file, "examples"));
+}
+const isDriver = (c) => c.image.replace(/[:@].*$/, "").endsWith(DRIVER_IMAGE);
+function sidecarKind(c) {
+  for (const [k, image] of Object.entries(SIDECARS)) {
+    if (c.image.replace(/:.*$/, "") === image.replace(/:.*$/, "")) return k;
+  }
+  return null;
+}
+
+function envValues(c) {
+  const vars = {};
+  for (const e of c.env || []) {
+    if (e.value !== undefined) vars[e.name] = expandVars(e.value, vars);
+    else if (e.valueFrom && e.valueFrom.fieldRef) vars[e.name] = FIELD_VALUES[e.valueFrom.fieldRef.fieldPath] || `dummy-${e.name}`;
+  }
+  return vars;
+}
+function expandedArgs(c) {
+  const vars = envValues(c);
+  return (c.args || []).map((a) => expandVars(a, vars));
+}
+
+const modePods = {
+  central: pods(MODES.central.objs),
+  distributed: pods(MODES.distributed.objs),
+};
+
+t.test("both modes have their workloads (central: controller Deployment + node DaemonSet; distributed: DaemonSet only)", () => {
+  const p = [];
+  const kinds = (m) => modePods[m].map((d) => `${d.doc.kind}/${d.doc.metadata.name}`).sort().join(", ");
+  if (kinds("central") !== "DaemonSet/pmem-csi-node, Deployment/pmem-csi-controller") p.push(`central: ${kinds("central")}`);
+  if (kinds("distributed") !== "DaemonSet/pmem-csi-node") p.push(`distributed: ${kinds("distributed")}`);
+  return p;
+});
+
+// ---------------------------------------------------------------------------
+// Driver flags against the binary
+
+const help = run(DRIVER, ["--help"]);
+const HELP_FLAGS = new Set([...help.stdout.matchAll(/(?:^|\s)-([A-Za-z][A-Za-z0-9]*)(?==|,|\s|$)/gm)].map((m) => m[1]));
+t.ok(help.status === 0 && HELP_FLAGS.has("mode") && HELP_FLAGS.has("metricsListen"),
+  "driver --help lists its flags", `exit ${help.status}; parsed: ${[...HELP_FLAGS].join(" ")}\n${help.stderr}`);
+
+t.test("the --version trick works: flags are parsed in order, --version last exits 0, a bad flag before it exits 2", () => {
+  const p = [];
+  const ok = run(DRIVER, ["-mode=node", "-v=3", "--version"]);
+  if (ok.status !== 0 || !/pmem-csi-driver/.test(ok.stdout)) p.push(`valid flags + --version: exit ${ok.status}, stdout ${JSON.stringify(ok.stdout)}`);
+  const bad = run(DRIVER, ["-mode=node", "-noSuchFlag=1", "--version"]);
+  if (bad.status !== 2) p.push(`unknown flag before --version: exit ${bad.status}, want 2`);
+  const badValue = run(DRIVER, ["-pmemPercentage=101", "--version"]);
+  if (badValue.status !== 2) p.push(`bad value before --version: exit ${badValue.status}, want 2`);
+  const after = run(DRIVER, ["--version", "-noSuchFlag=1"]);
+  if (after.status !== 0) p.push(`--version FIRST should exit 0 before seeing the bad flag (exit ${after.status}); the trick depends on order`);
+  return p;
+});
+
+for (const [mode, list] of Object.entries(modePods)) {
+  for (const d of list) {
+    for (const c of allContainers(podSpecOf(d.doc)).filter(isDriver)) {
+      const where = `${mode}: ${d.doc.kind}/${d.doc.metadata.name} ${c.name}`;
+      t.test(`${where}: every driver flag is accepted by the binary and spelled as in --help`, () => {
+        const p = [];
+        const args = expandedArgs(c);
+        for (const a of args) {
+          if (/\$\(/.test(a)) p.push(`unexpanded variable in ${a} (no such env var in the container)`);
+          const f = parseFlag(a);
+          if (!f) p.push(`not a flag: ${a}`);
+          else if (!HELP_FLAGS.has(f.name)) p.push(`-${f.name} is not in --help (abbreviation or unknown)`);
+        }
+        const r = run(DRIVER, [...args, "--version"]);
+        if (r.status !== 0) p.push(`pmem-csi-driver ${args.join(" ")} --version: exit ${r.status}: ${r.stderr.trim()}`);
+        const names = args.map((a) => (parseFlag(a) || {}).name);
+        const dup = names.filter((n, i) => n && names.indexOf(n) !== i);
+        if (dup.length) p.push(`flags given twice: ${dup.join(", ")}`);
+        if (!c.command || c.command[0] !== DRIVER_BIN) p.push(`command must be ${DRIVER_BIN} (where the Containerfile installs it), is ${JSON.stringify(c.command)}`);
+        if (flagValue(args, "drivername") !== csidriver.doc.metadata.name) p.push(`-drivername ${flagValue(args, "drivername")} != CSIDriver ${csidriver.doc.metadata.name}`);
+        return p;
+      });
+      t.test(`${where}: role flags fit the mode`, () => {
+        const p = [];
+        const args = (c.args || []);
+        const role = flagValue(args, "mode");
+        const has = (n) => flagValue(args, n) !== null;
+        const tls = ["caFile", "certFile", "keyFile"];
+        if (d.doc.kind === "Deployment") {
+          if (mode !== "central" || role !== "controller") p.push(`Deployment runs -mode=${role} in ${mode} mode`);
+          if (!has("registryEndpoint") || !flagValue(args, "registryEndpoint").startsWith("tcp://")) p.push("controller needs a tcp:// -registryEndpoint");
+          for (const f of tls) if (!has(f)) p.push(`controller needs -${f}`);
+          if (has("insecure")) p.push("-insecure in a manifest");
+        } else {
+          if (role !== "node") p.push(`DaemonSet runs -mode=${role}`);
+          if (flagValue(args, "nodeid") !== "$(KUBE_NODE_NAME)") p.push("-nodeid must be $(KUBE_NODE_NAME)");
+          const env = Object.fromEntries((c.env || []).map((e) => [e.name, e]));
+          if (!env.KUBE_NODE_NAME || env.KUBE_NODE_NAME.valueFrom.fieldRef.fieldPath !== "spec.nodeName") p.push("KUBE_NODE_NAME must come from spec.nodeName");
+          if (!["lvm", "direct"].includes(flagValue(args, "deviceManager"))) p.push("-deviceManager must be lvm or direct");
+          if (!has("statePath")) p.push("-statePath missing");
+          if (mode === "central") {
+            if (flagValue(args, "registryEndpoint") !== "tcp://pmem-csi-controller:10000") p.push("central node: -registryEndpoint=tcp://pmem-csi-controller:10000 expected");
+            if (flagValue(args, "controllerEndpoint") !== "tcp://$(KUBE_POD_IP):10001") p.push("central node: -controllerEndpoint=tcp://$(KUBE_POD_IP):10001 expected");
+            if (!env.KUBE_POD_IP || env.KUBE_POD_IP.valueFrom.fieldRef.fieldPath !== "status.podIP") p.push("KUBE_POD_IP must come from status.podIP");
+            for (const f of tls) if (!has(f)) p.push(`central node needs -${f}`);
+          } else {
+            for (const f of ["registryEndpoint", "controllerEndpoint", ...tls, "insecure"]) if (has(f)) p.push(`distributed node must not pass -${f}`);
+          }
+          const sel = podSpecOf(d.doc).nodeSelector || {};
+          if (sel.storage !== "nvdimm") p.push("DaemonSet nodeSelector must be storage: nvdimm");
+          if (!(c.securityContext && c.securityContext.privileged)) p.push("node driver must be privileged");
+        }
+        return p;
+      });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Sidecars
+
+for (const [mode, list] of Object.entries(modePods)) {
+  for (const d of list) {
+    const spec = podSpecOf(d.doc);
+    for (const c of allContainers(spec).filter((x) => !isDriver(x))) {
+      const where = `${mode}: ${d.doc.kind}/${d.doc.metadata.name} ${c.name}`;
+      t.test(`${where}: pinned image and known flags`, () => {
+        const p = [];
+        const kind = sidecarKind(c);
+        if (!kind) return [`unknown sidecar image ${c.image}`];
+        if (c.image !== SIDECARS[kind]) p.push(`image ${c.image}, want ${SIDECARS[kind]}`);
+        for (const a of c.args || []) {
+          const f = parseFlag(a);
+          if (!f) p.push(`not a flag: ${a}`);
+          else if (!SIDECAR_FLAGS[kind].includes(f.name)) p.push(`--${f.name} is not a ${kind} flag`);
+          if (/\$\(/.test(expandVars(a, envValues(c)))) p.push(`unexpanded variable in ${a}`);
+        }
+        if (kind === "csi-provisioner") {
+          const args = c.args || [];
+          const has = (n) => args.some((a) => (parseFlag(a) || {}).name === n);
+          const env = new Set((c.env || []).map((e) => e.name));
+          if (has("enable-capacity")) {
+            if (!env.has("NAMESPACE") || !env.has("POD_NAME")) p.push("--enable-capacity needs NAMESPACE and POD_NAME env");
+            const level = flagValue(args, "capacity-ownerref-level");
+            const want = d.doc.kind === "Deployment" ? "2" : "1";
+            if (level !== want) p.push(`--capacity-ownerref-level=${level}, want ${want} for a ${d.doc.kind}`);
+          }
+          if (!!csidriver.doc.spec.storageCapacity !== has("enable-capacity")) p.push("CSIDriver storageCapacity and --enable-capacity disagree");
+          if (d.doc.kind === "DaemonSet") {
+            if (!has("node-deployment")) p.push("a per-node provisioner needs --node-deployment");
+            if (!env.has("NODE_NAME")) p.push("--node-deployment needs NODE_NAME env");
+            if (has("leader-election")) p.push("no leader election for per-node provisioners");
+          } else {
+            if (!has("leader-election")) p.push("the central provisioner should use --leader-election");
+            if (has("node-deployment")) p.push("--node-deployment in the controller Deployment");
+          }
+          if (!has("strict-topology")) p.push("--strict-topology expected (one node per topology segment)");
+        }
+        return p;
+      });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Socket paths
+
+// Where a container path lives: {volume, sub} through the longest matching
+// mount, or null.
+function resolveMount(c, p) {
+  let best = null;
+  for (const m of c.volumeMounts || []) {
+    const mp = m.mountPath.replace(/\/$/, "");
+    if (p === mp || p.startsWith(mp + "/")) {
+      if (!best || mp.length > best.mp.length) best = { mp, volume: m.name, sub: path.posix.join(m.subPath || "", p.slice(mp.length).replace(/^\//, "")) };
+    }
+  }
+  return best ? { volume: best.volume, sub: best.sub } : null;
+}
+
+for (const [mode, list] of Object.entries(modePods)) {
+  for (const d of list) {
+    const spec = podSpecOf(d.doc);
+    t.test(`${mode}: ${d.doc.kind}/${d.doc.metadata.name}: every container names the driver's socket through the same volume`, () => {
+      const p = [];
+      const drv = allContainers(spec).find(isDriver);
+      const ep = flagValue(drv.args, "endpoint");
+      if (!ep || !ep.startsWith("unix://")) return [`driver -endpoint ${ep} is not a unix socket`];
+      const sock = ep.slice("unix://".length);
+      const at = resolveMount(drv, sock);
+      if (!at) return [`driver socket ${sock} is on no volume`];
+      const vol = (spec.volumes || []).find((v) => v.name === at.volume);
+      let users = 0;
+      for (const c of allContainers(spec).filter((x) => !isDriver(x))) {
+        const addr = flagValue(c.args || [], "csi-address");
+        if (addr === null) {
+          p.push(`${c.name}: no --csi-address`);
+          continue;
+        }
+        users++;
+        const r = resolveMount(c, addr.replace(/^unix:\/\//, ""));
+        if (!r) p.push(`${c.name}: --csi-address ${addr} is on no volume`);
+        else if (r.volume !== at.volume || r.sub !== at.sub) p.push(`${c.name}: --csi-address ${addr} is ${r.volume}:${r.sub}, the driver listens on ${at.volume}:${at.sub}`);
+        if (sidecarKind(c) === "csi-node-driver-registrar") {
+          const reg = flagValue(c.args, "kubelet-registration-path");
+          if (!vol.hostPath) p.push("the registrar needs the driver socket on a hostPath volume");
+          else if (reg !== path.posix.join(vol.hostPath.path, at.sub)) p.push(`--kubelet-registration-path ${reg} != host path of the socket ${path.posix.join(vol.hostPath.path, at.sub)}`);
+          if (vol.hostPath && vol.hostPath.path !== `/var/lib/kubelet/plugins/${DRIVER_NAME}`) p.push(`socket hostPath ${vol.hostPath.path}, want /var/lib/kubelet/plugins/${DRIVER_NAME}`);
+          const regDir = resolveMount(c, "/registration");
+          const rv = regDir && (spec.volumes || []).find((v) => v.name === regDir.volume);
+          if (!rv || !rv.hostPath || rv.hostPath.path !== "/var/lib/kubelet/plugins_registry") p.push("the registrar must mount /var/lib/kubelet/plugins_registry at /registration");
+        }
+      }
+      if (d.doc.kind === "Deployment" && !vol.emptyDir) p.push("the controller's socket should be on an emptyDir");
+      if (!users) p.push("no sidecar uses the socket");
+      return p;
+    });
+  }
+}
+
+t.test("node pods mount the kubelet directories the driver needs, with Bidirectional propagation", () => {
+  const p = [];
+  for (const [mode, list] of Object.entries(modePods)) {
+    for (const d of list.filter((x) => x.doc.kind === "DaemonSet")) {
+      const spec = podSpecOf(d.doc);
+      const drv = allContainers(spec).find(isDriver);
+      const need = {
+        "/var/lib/kubelet/pods": "Bidirectional",
+        "/var/lib/kubelet/plugins/kubernetes.io/csi": "Bidirectional",
+        "/dev": undefined, "/sys": undefined,
+      };
+      need[flagValue(drv.args, "statePath")] = undefined;
+      for (const [mp, prop] of Object.entries(need)) {
+        const m = (drv.volumeMounts || []).find((x) => x.mountPath === mp);
+        const v = m && spec.volumes.find((x) => x.name === m.name);
+        if (!m || !v || !v.hostPath || v.hostPath.path !== mp) p.push(`${mode}: ${mp} must be the host's ${mp}`);
+        else if (prop && m.mountPropagation !== prop) p.push(`${mode}: ${mp} needs mountPropagation ${prop}`);
+      }
+    }
+  }
+  return p;
+});
+
+// ---------------------------------------------------------------------------
+// Secrets: what the scripts and cert-manager produce vs. what pods mount
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "pcsi-manifests-"));
+process.on("exit", () => fs.rmSync(tmp, { recursive: true, force: true }));
+let produced = null; // secret name -> Secret object
+{
+  const certs = path.join(tmp, "certs");
+  const r1 = run("sh", [path.join(MANIFESTS, "certs", "setup-ca.sh"), certs, "30"]);
+  const out = path.join(tmp, "secrets.yaml");
+  const r2 = r1.status === 0 ? run("sh", [path.join(MANIFESTS, "certs", "make-secrets.sh"), "-o", out, certs]) : null;
+  const problems = [];
+  if (r1.status !== 0) problems.push(`setup-ca.sh: exit ${r1.status}\n${r1.stderr}`);
+  else if (r2.status !== 0) problems.push(`make-secrets.sh: exit ${r2.status}\n${r2.stderr}`);
+  else {
+    const mode = fs.statSync(out).mode & 0o777;
+    if (mode !== 0o600) problems.push(`secrets file mode ${mode.toString(8)}, want 600`);
+    const docs = parseYAMLString(fs.readFileSync(out, "utf8"));
+    produced = {};
+    for (const s of docs) {
+      const v = await validateObject(s);
+      problems.push(...v.map((x) => `${s.metadata && s.metadata.name}: ${x}`));
+      if (s.kind !== "Secret") problems.push(`unexpected ${s.kind}`);
+      if (s.metadata.namespace !== "pmem-csi") problems.push(`${s.metadata.name}: namespace ${s.metadata.namespace}`);
+      const caKey = fs.readFileSync(path.join(certs, "ca.key"), "utf8");
+      for (const [k, b] of Object.entries(s.data || {})) {
+        if (Buffer.from(b, "base64").toString("utf8") === caKey) problems.push(`${s.metadata.name}: key ${k} is the CA's private key`);
+      }
+      produced[s.metadata.name] = s;
+    }
+    // And the same from stdout, identical apart from nothing.
+    const r3 = run("sh", [path.join(MANIFESTS, "certs", "make-secrets.sh"), certs]);
+    if (r3.status !== 0 || r3.stdout !== fs.readFileSync(out, "utf8")) problems.push("make-secrets.sh to stdout differs from -o FILE");
+    const r4 = run("sh", [path.join(MANIFESTS, "certs", "make-secrets.sh"), "-n", "Not_A_Namespace", certs]);
+    if (r4.status !== 2) problems.push(`an invalid namespace must exit 2 (got ${r4.status})`);
+    const mixed = path.join(tmp, "mixed");
+    fs.cpSync(certs, mixed, { recursive: true });
+    fs.copyFileSync(path.join(certs, "pmem-node-controller.key"), path.join(mixed, "pmem-registry.key"));
+    const r5 = run("sh", [path.join(MANIFESTS, "certs", "make-secrets.sh"), mixed]);
+    if (r5.status === 0) problems.push("a key that does not belong to its certificate must be refused");
+  }
+  t.ok(problems.length === 0, "setup-ca.sh + make-secrets.sh: valid Secrets (schema, namespace, 0600 file, no CA key); mixed-up keys refused", problems.join("\n"));
+}
+
+// The name a certificate was issued to (SAN DNS, else CN).
+function certNames(pem) {
+  const f = path.join(tmp, `c-${Math.random().toString(36).slice(2)}.pem`);
+  fs.writeFileSync(f, pem);
+  const r = run("openssl", ["x509", "-in", f, "-noout", "-subject", "-ext", "subjectAltName", "-nameopt", "RFC2253"]);
+  const names = [...r.stdout.matchAll(/DNS:([^,\s]+)/g)].map((m) => m[1]);
+  const cn = (r.stdout.match(/CN=([^,\n]+)/) || [])[1];
+  return names.length ? names : cn ? [cn] : [];
+}
+
+const certificates = byKind(ALL, "Certificate");
+for (const [mode, list] of Object.entries(modePods)) {
+  for (const d of list) {
+    const spec = podSpecOf(d.doc);
+    const drv = allContainers(spec).find(isDriver);
+    const secretVols = (spec.volumes || []).filter((v) => v.secret);
+    if (!secretVols.length) {
+      t.test(`${mode}: ${d.doc.kind}/${d.doc.metadata.name}: no Secret and no TLS flags`, () =>
+        ["caFile", "certFile", "keyFile"].filter((f) => flagValue(drv.args, f) !== null).map((f) => `-${f} without a Secret`));
+      continue;
+    }
+    t.test(`${mode}: ${d.doc.kind}/${d.doc.metadata.name}: mounted Secrets come from make-secrets.sh and cert-manager, with every key the flags read`, () => {
+      const p = [];
+      if (!produced) return ["no Secrets were produced (see the make-secrets test)"];
+      const role = flagValue(drv.args, "mode");
+      const wantName = role === "controller" ? "pmem-registry" : "pmem-node-controller";
+      for (const v of secretVols) {
+        const name = v.secret.secretName;
+        const s = produced[name];
+        if (!s) {
+          p.push(`Secret ${name} is not produced by make-secrets.sh (produces ${Object.keys(produced).join(", ")})`);
+          continue;
+        }
+        const cert = certificates.find((c) => c.doc.spec.secretName === name);
+        if (!cert) p.push(`no cert-manager Certificate writes Secret ${name}`);
+        else {
+          const cm = [cert.doc.spec.commonName, ...(cert.doc.spec.dnsNames || [])];
+          if (!cm.includes(wantName)) p.push(`Certificate ${cert.doc.metadata.name} is not issued to ${wantName}`);
+          for (const u of ["server auth", "client auth"]) if (!(cert.doc.spec.usages || []).includes(u)) p.push(`Certificate ${cert.doc.metadata.name} lacks usage ${u}`);
+        }
+        // keys visible in the mount: all, or the items mapping
+        const files = {};
+        if (v.secret.items) for (const it of v.secret.items) files[it.path] = it.key;
+        else for (const k of Object.keys(s.data)) files[k] = k;
+        const mount = (drv.volumeMounts || []).find((m) => m.name === v.name);
+        if (!mount) continue;
+        for (const f of ["caFile", "certFile", "keyFile", "clientCertFile", "clientKeyFile"]) {
+          const val = flagValue(drv.args, f);
+          if (val === null) continue;
+          const r = resolveMount(drv, val);
+          if (!r || r.volume !== v.name) continue;
+          const key = files[r.sub];
+          if (!key || !(key in s.data)) p.push(`-${f}=${val}: the Secret ${name} has no key for ${r.sub}`);
+          else if (cert && key === "ca.crt") { /* cert-manager's CA issuer writes ca.crt */ }
+        }
+        const tlsCrt = Buffer.from(s.data["tls.crt"], "base64").toString("utf8");
+        const names = certNames(tlsCrt);
+        if (!names.includes(wantName)) p.push(`${name}: tls.crt is issued to ${names.join(",")}, but a ${role} presents ${wantName}`);
+        for (const k of ["ca.crt", "tls.crt", "tls.key"]) if (!(k in s.data)) p.push(`${name}: no ${k} (cert-manager writes it; both sources must agree)`);
+      }
+      return p;
+    });
+  }
+}
+
+t.test("cert-manager: issuers exist, CA chain, Secret names match make-secrets.sh", () => {
+  const p = [];
+  const issuers = new Set(byKind(ALL, "Issuer").map((d) => d.doc.metadata.name));
+  for (const c of certificates) {
+    if (!issuers.has(c.doc.spec.issuerRef.name)) p.push(`${c.doc.metadata.name}: issuer ${c.doc.spec.issuerRef.name} not defined`);
+    if ((c.doc.spec.privateKey || {}).algorithm !== "ECDSA") p.push(`${c.doc.metadata.name}: ECDSA keys, like setup-ca.sh`);
+  }
+  const ca = certificates.find((c) => c.doc.spec.isCA);
+  if (!ca) p.push("no CA Certificate");
+  const caIssuer = byKind(ALL, "Issuer").find((i) => i.doc.spec.ca);
+  if (!caIssuer || !ca || caIssuer.doc.spec.ca.secretName !== ca.doc.spec.secretName) p.push("the CA Issuer must use the CA Certificate's Secret");
+  const leafSecrets = certificates.filter((c) => !c.doc.spec.isCA).map((c) => c.doc.spec.secretName).sort();
+  if (produced && leafSecrets.join() !== Object.keys(produced).sort().join()) p.push(`cert-manager writes ${leafSecrets}, make-secrets.sh ${Object.keys(produced).sort()}`);
+  for (const c of certificates.filter((x) => !x.doc.spec.isCA)) {
+    if (!caIssuer || c.doc.spec.issuerRef.name !== caIssuer.doc.metadata.name) p.push(`${c.doc.metadata.name} must be signed by the CA Issuer`);
+  }
+  return p;
+});
+
+// ---------------------------------------------------------------------------
+// Ports
+
+// Ports a container serves (from its flags): [{port, what, metrics}]
+function servedPorts(c) {
+  const args = c.args || [];
+  const out = [];
+  const portOf = (s) => {
+    const m = String(s).match(/:(\d+)$/);
+    return m ? Number(m[1]) : null;
+  };
+  if (isDriver(c)) {
+    const ml = flagValue(args, "metricsListen");
+    if (ml) out.push({ port: portOf(ml), what: "-metricsListen", metrics: true, paths: ["/metrics", "/metrics/simple", "/healthz"] });
+    for (const f of ["registryEndpoint", "controllerEndpoint", "endpoint"]) {
+      const v = flagValue(args, f);
+      const role = flagValue(args, "mode");
+      // A node's -registryEndpoint is where it connects, not where it listens.
+      if (f === "registryEndpoint" && role === "node") continue;
+      if (v && v.startsWith("tcp://")) out.push({ port: portOf(v), what: `-${f}`, metrics: false, grpc: true });
+    }
+  } else {
+    const kind = sidecarKind(c);
+    const he = flagValue(args, "http-endpoint");
+    if (kind === "livenessprobe") {
+      const hp = flagValue(args, "health-port");
+      out.push({ port: he ? portOf(he) : hp ? Number(hp) : 9808, what: "livenessprobe", metrics: false, paths: ["/healthz"] });
+    } else if (kind === "csi-node-driver-registrar" && he) {
+      out.push({ port: portOf(he), what: "registrar --http-endpoint", metrics: false, paths: ["/healthz"] });
+    } else if (kind === "csi-provisioner" && he) {
+      const paths = ["/metrics"];
+      if ((args || []).some((a) => (parseFlag(a) || {}).name === "leader-election")) paths.push("/healthz/leader-election");
+      out.push({ port: portOf(he), what: "provisioner --http-endpoint", metrics: true, paths });
+    }
+  }
+  return out;
+}
+
+function podPorts(spec) {
+  const served = allContainers(spec).flatMap((c) => servedPorts(c).map((s) => ({ ...s, container: c.name })));
+  const declared = allContainers(spec).flatMap((c) => (c.ports || []).map((p) => ({ ...p, container: c.name })));
+  return { served, declared };
+}
+
+for (const [mode, list] of Object.entries(modePods)) {
+  for (const d of list) {
+    const spec = podSpecOf(d.doc);
+    t.test(`${mode}: ${d.doc.kind}/${d.doc.metadata.name}: declared ports are served, probes hit served paths`, () => {
+      const p = [];
+      const { served, declared } = podPorts(spec);
+      const seen = new Set();
+      for (const s of served) {
+        if (seen.has(s.port)) p.push(`port ${s.port} served twice`);
+        seen.add(s.port);
+      }
+      for (const dp of declared) {
+        if (!served.some((s) => s.port === dp.containerPort)) p.push(`${dp.container}: port ${dp.name} ${dp.containerPort} is served by no container`);
+      }
+      for (const s of served) {
+        if (!declared.some((dp) => dp.containerPort === s.port)) p.push(`${s.container}: serves ${s.port} (${s.what}) but no container declares it`);
+      }
+      for (const c of allContainers(spec)) {
+        for (const [kind, probe] of [["livenessProbe", c.livenessProbe], ["readinessProbe", c.readinessProbe], ["startupProbe", c.startupProbe]]) {
+          if (!probe) continue;
+          if (!probe.httpGet) {
+            p.push(`${c.name} ${kind}: only httpGet probes are checked here`);
+            continue;
+          }
+          const port = typeof probe.httpGet.port === "number" ? probe.httpGet.port : ((c.ports || []).find((x) => x.name === probe.httpGet.port) || {}).containerPort;
+          const s = served.find((x) => x.port === port);
+          if (!s) p.push(`${c.name} ${kind}: port ${probe.httpGet.port} is not served`);
+          else if (!s.paths || !s.paths.includes(probe.httpGet.path)) p.push(`${c.name} ${kind}: ${s.what} does not serve ${probe.httpGet.path} (serves ${(s.paths || []).join(", ")})`);
+        }
+      }
+      const drv = allContainers(spec).find(isDriver);
+      if (!drv.readinessProbe && !drv.livenessProbe) p.push("the driver container has no probe");
+      return p;
+    });
+  }
+}
+
+t.test("central: the Service reaches the controller's Registry port, and nodes connect to that Service", () => {
+  const p = [];
+  const svc = byKind(MODES.central.objs, "Service")[0];
+  const dep = modePods.central.find((d) => d.doc.kind === "Deployment");
+  const ds = modePods.central.find((d) => d.doc.kind === "DaemonSet");
+  if (!svc || !dep || !ds) return ["Service, Deployment and DaemonSet expected in central mode"];
+  const labels = podTemplateMeta(dep.doc).labels || {};
+  for (const [k, v] of Object.entries(svc.doc.spec.selector || {})) if (labels[k] !== v) p.push(`Service selector ${k}=${v} does not select the controller pods`);
+  const dsLabels = podTemplateMeta(ds.doc).labels || {};
+  if (Object.entries(svc.doc.spec.selector || {}).every(([k, v]) => dsLabels[k] === v)) p.push("the Service also selects the node pods");
+  const drv = allContainers(podSpecOf(dep.doc)).find(isDriver);
+  const regPort = Number(flagValue(drv.args, "registryEndpoint").split(":").pop());
+  const sp = svc.doc.spec.ports[0];
+  const target = typeof sp.targetPort === "number" ? sp.targetPort : ((drv.ports || []).find((x) => x.name === sp.targetPort) || {}).containerPort;
+  if (target !== regPort) p.push(`Service targetPort ${sp.targetPort} is not the registry port ${regPort}`);
+  const node = allContainers(podSpecOf(ds.doc)).find(isDriver);
+  const want = `tcp://${svc.doc.metadata.name}:${sp.port}`;
+  if (flagValue(node.args, "registryEndpoint") !== want) p.push(`node -registryEndpoint ${flagValue(node.args, "registryEndpoint")} != ${want}`);
+  if (svc.doc.metadata.namespace !== ds.doc.metadata.namespace) p.push("Service and node pods must share the namespace (short DNS name)");
+  if (dep.doc.spec.replicas !== 1) p.push("exactly one controller replica (in-memory registry)");
+  return p;
+});
+
+// Scraping: the PodMonitor and the Prometheus snippet
+
+const scrape = loadYAML(path.join(MANIFESTS, "metrics", "prometheus-scrape.yaml"))[0].doc;
+t.test("PodMonitor: selects the driver pods of both modes; every endpoint port is a metrics endpoint", () => {
+  const p = [];
+  const pm = byKind(ALL, "PodMonitor")[0];
+  if (!pm) return ["no PodMonitor"];
+  const sel = pm.doc.spec.selector.matchLabels || {};
+  for (const [mode, list] of Object.entries(modePods)) {
+    const names = new Set();
+    for (const d of list) {
+      const labels = podTemplateMeta(d.doc).labels || {};
+      if (!Object.entries(sel).every(([k, v]) => labels[k] === v)) p.push(`${mode}: ${d.doc.metadata.name} not selected`);
+      if (d.doc.metadata.namespace !== pm.doc.metadata.namespace) p.push(`${mode}: ${d.doc.metadata.name} in another namespace than the PodMonitor`);
+      const spec = podSpecOf(d.doc);
+      const { served } = podPorts(spec);
+      for (const c of allContainers(spec)) {
+        for (const port of c.ports || []) {
+          if (!pm.doc.spec.podMetricsEndpoints.some((e) => e.port === port.name)) continue;
+          names.add(port.name);
+          const s = served.find((x) => x.port === port.containerPort);
+          if (!s || !s.metrics) p.push(`${mode}: ${d.doc.metadata.name}: port ${port.name} is scraped but is not a metrics endpoint`);
+        }
+      }
+    }
+    const drvMetrics = list.every((d) => (allContainers(podSpecOf(d.doc)).find(isDriver).ports || []).some((x) => x.name === "metrics" && x.containerPort === 10010));
+    if (!drvMetrics) p.push(`${mode}: every driver container must declare metrics 10010`);
+    for (const e of pm.doc.spec.podMetricsEndpoints) if (!names.has(e.port)) p.push(`${mode}: PodMonitor port ${e.port} exists in no pod`);
+  }
+  return p;
+});
+
+t.test("Prometheus snippet: promtool accepts it; its port regex keeps exactly the metrics endpoints", () => {
+  const p = [];
+  // Debian's Prometheus is built without Kubernetes service discovery, so
+  // promtool checks the job with the discovery swapped for a static target
+  // (everything else: relabel rules, regexes, intervals, paths), and the
+  // kubernetes_sd_configs block is checked by hand below.
+  const job = scrape.scrape_configs[0];
+  const sd = job.kubernetes_sd_configs;
+  if (!Array.isArray(sd) || sd.length !== 1 || sd[0].role !== "pod" || Object.keys(sd[0]).some((k) => !["role", "namespaces"].includes(k)) ||
+      Object.keys(sd[0].namespaces || {}).some((k) => k !== "names")) {
+    p.push("kubernetes_sd_configs: one entry with role: pod and namespaces.names expected");
+  }
+  const forPromtool = JSON.parse(JSON.stringify(scrape));
+  for (const j of forPromtool.scrape_configs) {
+    delete j.kubernetes_sd_configs;
+    j.static_configs = [{ targets: ["127.0.0.1:10010"] }];
+  }
+  const cfg = path.join(tmp, "prometheus.yml");
+  fs.writeFileSync(cfg, JSON.stringify({ global: { scrape_interval: "1m" }, ...forPromtool }, null, 1));
+  const r = run("promtool", ["check", "config", cfg]);
+  if (r.status !== 0) p.push(`promtool check config: exit ${r.status}\n${r.stdout}${r.stderr}`);
+  const keep = (label) => job.relabel_configs.find((x) => x.action === "keep" && x.source_labels.includes(label));
+  const ann = keep("__meta_kubernetes_pod_annotation_pmem_csi_intel_com_scrape");
+  const portRule = keep("__meta_kubernetes_pod_container_port_name");
+  if (!ann || !portRule) return [...p, "keep rules for the scrape annotation and the port name expected"];
+  const re = new RegExp(`^(?:${portRule.regex})$`);
+  const annRe = new RegExp(`^(?:${ann.regex})$`);
+  for (const [mode, list] of Object.entries(modePods)) {
+    for (const d of list) {
+      const meta = podTemplateMeta(d.doc);
+      const a = (meta.annotations || {})["pmem-csi.intel.com/scrape"];
+      if (!a || !annRe.test(a)) p.push(`${mode}: ${d.doc.metadata.name} lacks the scrape annotation`);
+      if (!(job.kubernetes_sd_configs[0].namespaces.names || []).includes(d.doc.metadata.namespace)) p.push(`${mode}: namespace ${d.doc.metadata.namespace} not discovered`);
+      const spec = podSpecOf(d.doc);
+      const { served } = podPorts(spec);
+      for (const c of allContainers(spec)) {
+        for (const port of c.ports || []) {
+          const s = served.find((x) => x.port === port.containerPort);
+          const isMetrics = !!(s && s.metrics);
+          if (re.test(port.name) !== isMetrics) p.push(`${mode}: ${d.doc.metadata.name} port ${port.name}: regex ${re.test(port.name) ? "keeps" : "drops"} it but it is ${isMetrics ? "" : "not "}a metrics endpoint`);
+        }
+      }
+    }
+  }
+  return p;
+});
+
+// ---------------------------------------------------------------------------
+// RBAC
+
+t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provisioner roles; others get no token", () => {
+  const p = [];
+  for (const [mode, k] of Object.entries({ central: MODES.central, distributed: MODES.distributed })) {
+    const sas = new Map(byKind(k.objs, "ServiceAccount").map((d) => [d.doc.metadata.name, d.doc]));
+    const roles = new Set([...byKind(k.objs, "ClusterRole"), ...byKind(k.objs, "Role")].map((d) => `${d.doc.kind}/${d.doc.metadata.name}`));
+    const bound = new Map();
+    for (const b of [...byKind(k.objs, "ClusterRoleBinding"), ...byKind(k.objs, "RoleBinding")]) {
+      if (!roles.has(`${b.doc.roleRef.kind}/${b.doc.roleRef.name}`)) p.push(`${mode}: ${b.doc.metadata.name} refers to missing ${b.doc.roleRef.kind} ${b.doc.roleRef.name}`);
+      for (const s of b.doc.subjects) {
+        if (s.kind === "ServiceAccount") {
+          if (!sas.has(s.name)) p.push(`${mode}: ${b.doc.metadata.name} binds missing ServiceAccount ${s.name}`);
+          if (!bound.has(s.name)) bound.set(s.name, new Set());
+          bound.get(s.name).add(`${b.doc.roleRef.kind}/${b.doc.roleRef.name}`);
+        }
+      }
+    }
+    for (const d of modePods[mode]) {
+      const spec = podSpecOf(d.doc);
+      const sa = spec.serviceAccountName;
+      if (!sas.has(sa)) {
+        p.push(`${mode}: ${d.doc.metadata.name} uses missing ServiceAccount ${sa}`);
+        continue;
+      }
+      const hasProv = allContainers(spec).some((c) => sidecarKind(c) === "csi-provisioner");
+      const mount = spec.automountServiceAccountToken ?? sas.get(sa).automountServiceAccountToken ?? true;
+      if (hasProv) {
+        for (const r of roles) if (!(bound.get(sa) || new Set()).has(r)) p.push(`${mode}: ${sa} (runs csi-provisioner) is not bound to ${r}`);
+        if (!mount) p.push(`${mode}: ${d.doc.metadata.name} runs csi-provisioner without a ServiceAccount token`);
+      } else {
+        if (mount) p.push(`${mode}: ${d.doc.metadata.name} needs no API access: automountServiceAccountToken: false`);
+        if (bound.has(sa)) p.push(`${mode}: ${sa} needs no roles`);
+      }
+    }
+  }
+  const role = byKind(ALL, "Role")[0].doc;
+  const res = new Set(role.rules.flatMap((r) => r.resources));
+  for (const r of ["leases", "csistoragecapacities", "pods", "replicasets"]) if (!res.has(r)) p.push(`provisioner Role lacks ${r}`);
+  return p;
+});
+
+// ---------------------------------------------------------------------------
+// StorageClasses and examples
+
+function paramsCheck(origin, kv) {
+  const r = run(PARAMS_CHECK, [origin, ...Object.entries(kv).map(([k, v]) => `${k}=${v}`)]);
+  return r.status === 0 ? null : (r.stdout + r.stderr).trim() || `exit ${r.status}`;
+}
+
+const classes = new Map(byKind(ALL, "StorageClass").map((d) => [d.doc.metadata.name, d.doc]));
+t.test("StorageClasses: the issue's classes exist; provisioner is the CSIDriver; the driver's parser accepts the parameters", () => {
+  const p = [];
+  for (const n of ["pmem-csi-sc", "pmem-csi-sc-xfs", "pmem-csi-sc-cache"]) if (!classes.has(n)) p.push(`missing ${n}`);
+  for (const [n, sc] of classes) {
+    if (sc.provisioner !== csidriver.doc.metadata.name) p.push(`${n}: provisioner ${sc.provisioner}`);
+    const err = paramsCheck("create", sc.parameters || {});
+    if (err) p.push(`${n}: the driver refuses its parameters: ${err}`);
+    const fs_ = (sc.parameters || {})["csi.storage.k8s.io/fstype"];
+    if (fs_ !== undefined && !["ext4", "xfs"].includes(fs_)) p.push(`${n}: fstype ${fs_}`);
+  }
+  const sc = classes.get("pmem-csi-sc");
+  if (sc && (sc.volumeBindingMode !== "WaitForFirstConsumer" || sc.parameters["csi.storage.k8s.io/fstype"] !== "ext4")) p.push("pmem-csi-sc: ext4 + WaitForFirstConsumer");
+  const xfs = classes.get("pmem-csi-sc-xfs");
+  if (xfs && xfs.parameters["csi.storage.k8s.io/fstype"] !== "xfs") p.push("pmem-csi-sc-xfs: xfs");
+  const cache = classes.get("pmem-csi-sc-cache");
+  if (cache && (cache.volumeBindingMode !== "Immediate" || cache.parameters.persistencyModel !== "cache" || cache.parameters.cacheSize !== "2")) p.push("pmem-csi-sc-cache: Immediate, persistencyModel cache, cacheSize \"2\"");
+  // The check itself must be able to fail.
+  if (!paramsCheck("create", { noSuchParameter: "1" })) p.push("params-check accepted an unknown parameter (self-test)");
+  return p;
+});
+
+t.test("examples: claims use existing classes; inline volumes use the driver and attributes it accepts", () => {
+  const p = [];
+  const ex = ALL.filter((d) => inManifestDir(d.file, "examples"));
+  const pvcs = new Map(byKind(ex, "PersistentVolumeClaim").map((d) => [d.doc.metadata.name, d.doc]));
+  for (const n of ["pmem-csi-pvc-cache"]) if (!pvcs.has(n)) p.push(`missing PVC ${n}`);
+  let block = false;
+  let inline = false;
+  for (const [n, pvc] of pvcs) {
+    if (!classes.has(pvc.spec.storageClassName)) p.push(`${n}: unknown class ${pvc.spec.storageClassName}`);
+    if (pvc.spec.volumeMode === "Block") block = true;
+    if (pvc.spec.storageClassName === "pmem-csi-sc-cache" && !pvc.spec.accessModes.includes("ReadWriteMany")) p.push(`${n}: cache volumes are multi-node (ReadWriteMany)`);
+  }
+  const users = new Map();
+  for (const d of ex.filter((x) => podSpecOf(x.doc))) {
+    const spec = podSpecOf(d.doc);
+    for (const v of spec.volumes || []) {
+      if (v.persistentVolumeClaim) {
+        const pvc = pvcs.get(v.persistentVolumeClaim.claimName);
+        if (!pvc) {
+          p.push(`${d.doc.metadata.name}: claim ${v.persistentVolumeClaim.claimName} not defined`);
+          continue;
+        }
+        users.set(pvc.metadata.name, d.doc.metadata.name);
+        const asDevice = allContainers(spec).some((c) => (c.volumeDevices || []).some((x) => x.name === v.name));
+        if ((pvc.spec.volumeMode === "Block") !== asDevice) p.push(`${d.doc.metadata.name}: ${v.name} must be a volumeDevice iff the claim is Block`);
+      }
+      if (v.csi) {
+        inline = true;
+        if (v.csi.driver !== csidriver.doc.metadata.name) p.push(`${d.doc.metadata.name}: inline driver ${v.csi.driver}`);
+        if (!["ext4", "xfs", undefined].includes(v.csi.fsType)) p.push(`${d.doc.metadata.name}: fsType ${v.csi.fsType}`);
+        const err = paramsCheck("ephemeral", v.csi.volumeAttributes || {});
+        if (err) p.push(`${d.doc.metadata.name}: the driver refuses the inline attributes: ${err}`);
+        if (!csidriver.doc.spec.volumeLifecycleModes.includes("Ephemeral")) p.push("CSIDriver lacks Ephemeral");
+      }
+    }
+  }
+  for (const n of pvcs.keys()) if (!users.has(n)) p.push(`PVC ${n} is used by no example pod`);
+  if (!block) p.push("no raw block example");
+  if (!inline) p.push("no inline ephemeral example");
+  return p;
+});
+
+// ---------------------------------------------------------------------------
+// Image: tags, Containerfile
+
+const mesonVersion = (fs.readFileSync(path.join(SRC_ROOT, "meson.build"), "utf8").match(/version:\s*'([^']+)'/) || [])[1];
+t.test(`driver image tag = project version (${mesonVersion}) everywhere`, () => {
+  const p = [];
+  for (const d of ALL) {
+    const s = podSpecOf(d.doc);
+    if (!s) continue;
+    for (const c of allContainers(s).filter(isDriver)) if (c.image !== `${DRIVER_IMAGE}:${mesonVersion}`) p.push(`${describe(d)} ${c.name}: ${c.image}`);
+  }
+  for (const k of [MODES.central, MODES.distributed]) {
+    for (const im of k.images) if (im.name === DRIVER_IMAGE && im.newTag !== mesonVersion) p.push(`${rel(k.file)}: newTag ${im.newTag}`);
+  }
+  return p;
+});
+
+t.test("Containerfile: build packages come from install-deps.sh, runtime has the tools, COPY covers the build, options exist", () => {
+  const p = [];
+  const cf = fs.readFileSync(path.join(MANIFESTS, "Containerfile"), "utf8").replace(/\\\n/g, " ");
+  const stages = cf.split(/^FROM /m).slice(1);
+  if (stages.length !== 2) return [`want 2 stages, found ${stages.length}`];
+  if (!/^\S*debian:12/.test(stages[0].replace("${DEBIAN_IMAGE}", (cf.match(/ARG DEBIAN_IMAGE=(\S+)/) || [])[1] || ""))) p.push("build stage must be Debian 12");
+  const installed = (stage) => [...stage.matchAll(/apt-get install ([^&\n]*)/g)].flatMap((m) => m[1].split(/\s+/)).filter((w) => w && !w.startsWith("-") && !w.startsWith("$("));
+  const deps = fs.readFileSync(path.join(SRC_ROOT, "scripts", "install-deps.sh"), "utf8");
+  const pkgs = new Set(((deps.match(/PKGS="([^"]*)"/) || [])[1] || "").split(/\s+/).filter(Boolean));
+  for (const pk of installed(stages[0])) if (!pkgs.has(pk)) p.push(`build stage installs ${pk}, which scripts/install-deps.sh does not`);
+  const rt = installed(stages[1]);
+  for (const pk of ["e2fsprogs", "xfsprogs", "lvm2", "ndctl", "util-linux"]) if (!rt.includes(pk)) p.push(`runtime stage lacks ${pk}`);
+  if (!/\$\(cat \/tmp\/runtime-packages\)/.test(stages[1])) p.push("runtime stage must install the libraries found by runtime-packages.sh");
+  // Each tool the driver runs, and the package the runtime stage installs for it (checked on this machine).
+  for (const [tool, pk] of [["/usr/sbin/mkfs.ext4", "e2fsprogs"], ["/usr/sbin/mkfs.xfs", "xfsprogs"], ["/usr/sbin/lvm", "lvm2"], ["/usr/bin/ndctl", "ndctl"], ["/usr/sbin/blkid", "util-linux"], ["/usr/sbin/wipefs", "util-linux"], ["/usr/bin/mount", "mount"]]) {
+    const r = run("dpkg-query", ["-S", tool]);
+    const r2 = r.status === 0 ? r : run("dpkg-query", ["-S", tool.replace(/^\/usr/, "")]);
+    const owner = r2.status === 0 ? r2.stdout.split(":")[0] : null;
+    if (owner && owner !== pk) p.push(`${tool} belongs to ${owner}, not ${pk}`);
+    if (owner && !rt.includes(owner)) p.push(`runtime stage lacks ${owner} (for ${tool})`);
+  }
+  const copied = [...stages[0].matchAll(/^COPY (?!--from)(.+)$/gm)].flatMap((m) => m[1].trim().split(/\s+/).slice(0, -1)).map((s) => s.replace(/\/$/, ""));
+  const meson = fs.readFileSync(path.join(SRC_ROOT, "meson.build"), "utf8");
+  const top = meson.split(/^if get_option\('tests'\)/m)[0];
+  const subdirs = [...top.matchAll(/subdir\('([^']+)'\)/g)].map((m) => m[1]);
+  for (const s of ["meson.build", "meson_options.txt", "manifests/image", ...subdirs]) {
+    if (!copied.some((c) => s === c || s.startsWith(c + "/"))) p.push(`the build reads ${s} but the Containerfile does not COPY it`);
+  }
+  const opts = new Set([...fs.readFileSync(path.join(SRC_ROOT, "meson_options.txt"), "utf8").matchAll(/option\('([^']+)'/g)].map((m) => m[1]));
+  for (const m of stages[0].matchAll(/-D([a-z-]+)=/g)) if (!opts.has(m[1])) p.push(`meson option -D${m[1]} does not exist`);
+  if (!/COPY --from=build \/out\/usr\/local\/bin\/pmem-csi-driver \/usr\/local\/bin\/pmem-csi-driver/.test(stages[1])) p.push(`runtime stage must install the binary at ${DRIVER_BIN}`);
+  return p;
+});
+
+t.test("runtime-packages.sh names a package for every library the driver loads", () => {
+  const r = run("sh", [path.join(MANIFESTS, "image", "runtime-packages.sh"), DRIVER]);
+  if (r.status !== 0) return [`exit ${r.status}: ${r.stderr}`];
+  const pk = r.stdout.trim().split("\n");
+  const p = [];
+  for (const want of ["libuv1", "libssl3", "libnghttp2-14", "libprotobuf-c1"]) if (!pk.includes(want)) p.push(`${want} missing from ${pk.join(" ")}`);
+  return p;
+});
+
+t.done();

@@ -1,0 +1,516 @@
+#!/usr/bin/python3
+"""Test 3 of the manifest tests: the pods as the manifests describe them,
+with the certificates the scripts (or cert-manager) make, accept each other.
+
+For each certificate source (setup-ca.sh + make-secrets.sh; an emulation of
+cert-manager from the Certificate resources) this test
+  * materializes every Secret volume of the central-mode pods the way kubelet
+    does (files named by key, defaultMode, fsGroup ownership),
+  * starts the controller and a node with exactly the args of their
+    containers ($(VARS) expanded, mount paths and ports moved to a temp dir
+    and free loopback ports), the controller as the pod's runAsUser/fsGroup,
+  * checks mutual TLS: the Registry accepts the node certificate and refuses
+    the controller's own, the node's controller port accepts the registry
+    certificate and refuses the node's, and the node registers with the
+    controller through the Service name's port;
+and it starts the distributed-mode node with its args (no TLS) as well.
+TAP output.
+
+usage: test_manifest_tls.py PATH-TO-pmem-csi-driver   (or $PCSI_DRIVER)
+"""
+import base64
+import grp
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+
+DRIVER = pt.driver_path()
+MANIFESTS = os.environ.get("PCSI_MANIFESTS_DIR") or os.path.join(ROOT, "manifests")
+SETUP_CA = os.path.join(MANIFESTS, "certs", "setup-ca.sh")
+MAKE_SECRETS = os.path.join(MANIFESTS, "certs", "make-secrets.sh")
+SC = grpc.StatusCode
+REFUSED = (SC.UNAVAILABLE, SC.UNAUTHENTICATED, SC.PERMISSION_DENIED)
+t = pt.TAP()
+
+NODE = shutil.which("node") or "/usr/bin/node"
+if not os.path.exists(NODE):
+    print("Bail out! Node.js (node) not found: the manifests are read with tests/manifests/dump.mjs")
+    sys.exit(1)
+
+
+def load(*files):
+    """The objects of manifest files, parsed by dump.mjs (the same YAML parser as the other tests)."""
+    r = subprocess.run([NODE, os.path.join(HERE, "dump.mjs")] + list(files), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    out = r.stdout.decode("utf-8", "replace")
+    if r.returncode != 0:
+        print("Bail out! dump.mjs failed: %s" % out.replace("\n", "\n# "))
+        sys.exit(1)
+    return [d["doc"] for d in json.loads(out)]
+
+
+CENTRAL = load(os.path.join(MANIFESTS, "central", "controller.yaml"), os.path.join(MANIFESTS, "central", "node.yaml"))
+DISTRIBUTED = load(os.path.join(MANIFESTS, "distributed", "node.yaml"))
+CERTIFICATES = [d for d in load(os.path.join(MANIFESTS, "certs", "cert-manager", "certificates.yaml"))
+                if d["kind"] == "Certificate"]
+
+
+def workload(objs, kind):
+    for d in objs:
+        if d["kind"] == kind:
+            return d
+    raise pt.TestFailure("no %s in the manifests" % kind)
+
+
+def driver_container(podspec):
+    for c in podspec["containers"]:
+        if c["image"].split(":")[0].endswith("pmem-csi-driver"):
+            return c
+    raise pt.TestFailure("no pmem-csi-driver container")
+
+
+FIELD = {"spec.nodeName": "node-1", "status.podIP": "127.0.0.1", "metadata.name": "pod-1",
+         "metadata.namespace": "pmem-csi"}
+
+
+def expand(s, env):
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), s)
+
+
+def container_env(c):
+    env = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = expand(e["value"], env)
+        elif "fieldRef" in e.get("valueFrom", {}):
+            env[e["name"]] = FIELD[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+# ----------------------------------------------------------------------------
+# Certificates: the two sources
+
+def secrets_from_scripts(workdir):
+    """{secret name: {key: bytes}} from setup-ca.sh + make-secrets.sh."""
+    certdir = os.path.join(workdir, "certs")
+    out = os.path.join(workdir, "secrets.yaml")
+    for cmd in (["sh", SETUP_CA, certdir, "30"], ["sh", MAKE_SECRETS, "-o", out, certdir]):
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        if r.returncode != 0:
+            raise pt.TestFailure("%s failed (exit %d):\n%s" % (" ".join(cmd), r.returncode, r.stdout.decode()))
+    res = {}
+    for s in load(out):
+        res[s["metadata"]["name"]] = {k: base64.b64decode(v) for k, v in s["data"].items()}
+    return res
+
+
+KU = {"digital signature": "digitalSignature", "key encipherment": "keyEncipherment",
+      "signing": "digitalSignature", "cert sign": "keyCertSign", "crl sign": "cRLSign"}
+EKU = {"server auth": "serverAuth", "client auth": "clientAuth"}
+
+
+def _openssl(*args):
+    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    if r.returncode != 0:
+        raise pt.TestFailure("openssl %s:\n%s" % (" ".join(args), r.stdout.decode()))
+
+
+def secrets_like_cert_manager(workdir):
+    """{secret name: {key: bytes}} as cert-manager would write them from the
+    Certificate resources: a self-signed CA (isCA), leaves signed by it with
+    the spec's commonName, dnsNames, usages and key algorithm; leaf Secrets
+    hold tls.crt, tls.key and ca.crt (the CA issuer's certificate)."""
+    d = os.path.join(workdir, "cm")
+    os.makedirs(d)
+
+    def key(spec, path):
+        pk = spec.get("privateKey", {})
+        if pk.get("algorithm") == "ECDSA":
+            curve = {256: "P-256", 384: "P-384", 521: "P-521"}[pk.get("size", 256)]
+            _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:" + curve, "-out", path)
+        else:
+            _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:%d" % pk.get("size", 2048), "-out", path)
+
+    def ext(spec, ca):
+        lines = []
+        if ca:
+            lines += ["basicConstraints = critical, CA:TRUE", "keyUsage = critical, keyCertSign, cRLSign, digitalSignature"]
+        else:
+            usages = spec.get("usages", ["digital signature", "key encipherment"])
+            ku = sorted({KU[u] for u in usages if u in KU})
+            eku = [EKU[u] for u in usages if u in EKU]
+            lines += ["basicConstraints = critical, CA:FALSE"]
+            if ku:
+                lines.append("keyUsage = critical, " + ", ".join(ku))
+            if eku:
+                lines.append("extendedKeyUsage = " + ", ".join(eku))
+        if spec.get("dnsNames"):
+            lines.append("subjectAltName = " + ", ".join("DNS:" + n for n in spec["dnsNames"]))
+        return "\n".join(lines) + "\n"
+
+    ca_spec = [c for c in CERTIFICATES if c["spec"].get("isCA")]
+    if len(ca_spec) != 1:
+        raise pt.TestFailure("want exactly one isCA Certificate, found %d" % len(ca_spec))
+    ca = ca_spec[0]["spec"]
+    ca_key, ca_crt = os.path.join(d, "ca.key"), os.path.join(d, "ca.crt")
+    key(ca, ca_key)
+    with open(os.path.join(d, "ca.cnf"), "w") as f:
+        f.write("[req]\nprompt = no\ndistinguished_name = dn\nx509_extensions = v3\n[dn]\nCN = %s\n[v3]\n%s"
+                % (ca["commonName"], ext(ca, True)))
+    _openssl("req", "-new", "-x509", "-sha256", "-config", os.path.join(d, "ca.cnf"), "-key", ca_key,
+             "-days", "30", "-out", ca_crt)
+    res = {}
+    for c in CERTIFICATES:
+        spec = c["spec"]
+        if spec.get("isCA"):
+            continue
+        n = c["metadata"]["name"]
+        k, csr, crt = (os.path.join(d, n + s) for s in (".key", ".csr", ".crt"))
+        key(spec, k)
+        with open(os.path.join(d, n + ".cnf"), "w") as f:
+            f.write("[req]\nprompt = no\ndistinguished_name = dn\n[dn]\nCN = %s\n" % spec["commonName"])
+        with open(os.path.join(d, n + ".ext"), "w") as f:
+            f.write(ext(spec, False))
+        _openssl("req", "-new", "-sha256", "-config", os.path.join(d, n + ".cnf"), "-key", k, "-out", csr)
+        _openssl("x509", "-req", "-sha256", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-set_serial",
+                 "0x%x" % (int.from_bytes(os.urandom(15), "big") | 1), "-days", "30",
+                 "-extfile", os.path.join(d, n + ".ext"), "-out", crt)
+        rd = lambda p: open(p, "rb").read()  # noqa: E731
+        res[spec["secretName"]] = {"tls.crt": rd(crt), "tls.key": rd(k), "ca.crt": rd(ca_crt)}
+    return res
+
+
+# ----------------------------------------------------------------------------
+# A pod's container as a local process
+
+class LocalPod:
+    """Maps a pod's volumes to temp directories and its ports to free loopback ports."""
+
+    def __init__(self, doc, secrets, workdir, name):
+        self.doc = doc
+        self.spec = doc["spec"]["template"]["spec"]
+        self.c = driver_container(self.spec)
+        self.dir = os.path.join(workdir, name)
+        os.makedirs(self.dir)
+        os.chmod(self.dir, 0o755)
+        self.ports = {}
+        self.vol_dirs = {}
+        psc = self.spec.get("securityContext", {})
+        csc = self.c.get("securityContext", {})
+        self.uid = csc.get("runAsUser", psc.get("runAsUser"))
+        self.gid = csc.get("runAsGroup", psc.get("runAsGroup"))
+        self.fs_group = psc.get("fsGroup")
+        for v in self.spec.get("volumes", []):
+            p = os.path.join(self.dir, "vol-" + v["name"])
+            os.makedirs(p)
+            os.chmod(p, 0o777 if "emptyDir" in v else 0o755)
+            if "secret" in v:
+                self._secret(p, v["secret"], secrets)
+            self.vol_dirs[v["name"]] = p
+
+    def _secret(self, path, sv, secrets):
+        name = sv["secretName"]
+        if name not in secrets:
+            raise pt.TestFailure("the pod mounts Secret %s, which the certificate source does not produce (%s)"
+                                 % (name, ", ".join(sorted(secrets))))
+        data = secrets[name]
+        items = {it["path"]: it["key"] for it in sv["items"]} if sv.get("items") else {k: k for k in data}
+        mode = sv.get("defaultMode", 0o644)
+        if self.fs_group is not None:
+            mode |= 0o440  # kubelet: read-only volume with fsGroup -> group-readable
+        for fname, key in items.items():
+            f = os.path.join(path, fname)
+            with open(f, "wb") as fh:
+                fh.write(data[key])
+            if self.fs_group is not None and os.geteuid() == 0:
+                os.chown(f, 0, self.fs_group)
+            os.chmod(f, mode)
+
+    def host_path(self, container_path):
+        best = None
+        for m in self.c.get("volumeMounts", []):
+            mp = m["mountPath"].rstrip("/")
+            if container_path == mp or container_path.startswith(mp + "/"):
+                if best is None or len(mp) > len(best[0]):
+                    best = (mp, m["name"])
+        if best is None:
+            return None
+        return os.path.join(self.vol_dirs[best[1]], container_path[len(best[0]):].lstrip("/"))
+
+    def port(self, p):
+        if p not in self.ports:
+            self.ports[p] = pt.free_port()
+        return self.ports[p]
+
+    def args(self, extra_hosts=None):
+        """The container's args, runnable here."""
+        env = container_env(self.c)
+        out = []
+        for a in self.c.get("args", []):
+            a = expand(a, env)
+            m = re.match(r"^(-{1,2}[A-Za-z]+=)(.*)$", a)
+            if not m:
+                out.append(a)
+                continue
+            flag, val = m.groups()
+            um = re.match(r"^unix://(/.*)$", val)
+            tm = re.match(r"^tcp://([^:]*):(\d+)$", val)
+            lm = re.match(r"^([^:/]*):(\d+)$", val)
+            if um:
+                hp = self.host_path(um.group(1))
+                if hp is None:
+                    raise pt.TestFailure("%s: socket %s is on no volume" % (flag, um.group(1)))
+                val = "unix://" + hp
+            elif tm:
+                host, port = tm.groups()
+                if extra_hosts and host in extra_hosts:
+                    val = "tcp://127.0.0.1:%d" % extra_hosts[host][int(port)]
+                else:
+                    if host not in ("0.0.0.0", "127.0.0.1", ""):
+                        raise pt.TestFailure("%s: unexpected host %s" % (flag, host))
+                    val = "tcp://127.0.0.1:%d" % self.port(int(port))
+            elif lm and flag.lstrip("-").startswith("metricsListen"):
+                val = "127.0.0.1:%d" % self.port(int(lm.group(2)))
+            elif val.startswith("/"):
+                hp = self.host_path(val)
+                if hp is None:
+                    raise pt.TestFailure("%s: %s is on no volume" % (flag, val))
+                val = hp
+            out.append(flag + val)
+        return out
+
+    def command(self, args):
+        """(program, args) running as the pod's user when we are root."""
+        if os.geteuid() == 0 and self.uid not in (None, 0):
+            setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+            groups = [str(g) for g in (self.fs_group,) if g is not None]
+            pre = ["--reuid=%d" % self.uid, "--regid=%d" % (self.gid if self.gid is not None else self.uid)]
+            pre += ["--groups=" + ",".join(groups)] if groups else ["--clear-groups"]
+            return setpriv, pre + ["--", DRIVER] + args
+        return DRIVER, args
+
+    def start(self, name, args, wait=True, ready_channel=None):
+        prog, full = self.command(args)
+        d = pt.Daemon(prog, full, name=name, ready_channel=ready_channel, workdir=self.dir)
+        return d.start(wait=wait)
+
+
+def probe_code(make_channel):
+    p = pt.protos()
+    path, req, resp = pt.rpc(p.csi, "Identity", "Probe")
+    ch = make_channel()
+    try:
+        code, details, r = pt.call_code(ch, path, req(), resp, timeout=5)
+        return code, details
+    finally:
+        ch.close()
+
+
+def wait_for(cond, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise pt.TestFailure("timed out after %.0fs waiting for %s" % (timeout, what))
+
+
+def metrics_checks(daemon, lp, container_port):
+    """GET the paths the probes and scrapers use, when this driver serves metrics."""
+    if "not served by this version yet" in daemon.stderr_text():
+        return "metrics not served by this driver version yet"
+    port = lp.ports.get(container_port)
+    for path in ("/metrics", "/metrics/simple", "/healthz"):
+        url = "http://127.0.0.1:%d%s" % (port, path)
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                pt.check(r.status == 200, "%s: HTTP %d" % (url, r.status))
+        except Exception as e:
+            raise pt.TestFailure("GET %s: %s\n%s" % (url, e, pt._tail(daemon.stderr_text(), 15)))
+    return None
+
+
+# Without PMEM a node stays "not ready" and does not register. A build with
+# -Dfake-backend=true (meson passes PCSI_FAKE_BACKEND=1) lets the node run on
+# the test-only in-memory backend instead of -deviceManager=lvm|direct; that
+# swap is the only change to the manifest's args.
+FAKE = os.environ.get("PCSI_FAKE_BACKEND") == "1"
+
+
+def central_run(source_name, make_secrets, registration):
+    work = pt.mkdtemp("pcsi-mtls-")
+    os.chmod(work, 0o755)
+    secrets = make_secrets(work)
+    dep = workload(CENTRAL, "Deployment")
+    ds = workload(CENTRAL, "DaemonSet")
+    ctl = LocalPod(dep, secrets, work, "controller")
+    node = LocalPod(ds, secrets, work, "node")
+    reg_secret = next(v["secret"]["secretName"] for v in ctl.spec["volumes"] if "secret" in v)
+    node_secret = next(v["secret"]["secretName"] for v in node.spec["volumes"] if "secret" in v)
+    # Client credentials as files, from the Secrets (what a peer pod has).
+    cdir = os.path.join(work, "clients")
+    os.makedirs(cdir)
+    files = {}
+    for sname in (reg_secret, node_secret):
+        for k, v in secrets[sname].items():
+            p = os.path.join(cdir, "%s-%s" % (sname, k))
+            with open(p, "wb") as f:
+                f.write(v)
+            files[(sname, k)] = p
+
+    def creds(sname):
+        return files[(sname, "ca.crt")], files[(sname, "tls.crt")], files[(sname, "tls.key")]
+
+    cargs = ctl.args() + ["-v=5"]
+    controller = ctl.start("controller", cargs)
+    try:
+        reg_port = ctl.ports[10000]
+        # 1. The Registry accepts the node certificate...
+        ca, crt, key = creds(node_secret)
+        code, details = probe_code(lambda: pt.tls_channel(reg_port, ca=ca, cert=crt, key=key, server_name="pmem-registry"))
+        pt.check(code == SC.OK, "%s: Registry refused the node certificate: %s %s\n%s"
+                 % (source_name, code, details, pt._tail(controller.stderr_text(), 20)))
+        # ... and refuses a client presenting the controller's own certificate.
+        ca, crt, key = creds(reg_secret)
+        code, details = probe_code(lambda: pt.tls_channel(reg_port, ca=ca, cert=crt, key=key, server_name="pmem-registry"))
+        pt.check(code in REFUSED, "%s: Registry accepted a pmem-registry client: %s" % (source_name, code))
+        # 2. A node with the DaemonSet's args registers with it through the Service's port.
+        nargs = node.args(extra_hosts={"pmem-csi-controller": {10000: reg_port}}) + ["-v=5"]
+        if registration:
+            nargs = [("-deviceManager=fake-for-testing-only" if a.startswith("-deviceManager=") else a) for a in nargs]
+        sp = [a for a in nargs if a.startswith("-statePath=")]
+        pt.check(sp, "node args lack -statePath")
+        os.makedirs(sp[0].split("=", 1)[1], exist_ok=True)
+        nctl_port = node.ports[10001]
+        ca, crt, key = creds(reg_secret)
+        as_registry = lambda: pt.tls_channel(nctl_port, ca=ca, cert=crt, key=key, server_name="pmem-node-controller")  # noqa: E731
+        nd = node.start("node", nargs, wait=False)
+        try:
+            # The node's controller port: TLS up (Probe answers, ready or not).
+            wait_for(lambda: probe_code(as_registry)[0] == SC.OK, 15,
+                     "the node's controller port to accept the registry certificate\n" + pt._tail(nd.stderr_text(), 20))
+            nca, ncrt, nkey = creds(node_secret)
+            code, _ = probe_code(lambda: pt.tls_channel(nctl_port, ca=nca, cert=ncrt, key=nkey, server_name="pmem-node-controller"))
+            pt.check(code in REFUSED, "%s: the node's controller port accepted a pmem-node-controller client: %s" % (source_name, code))
+            if registration:
+                wait_for(lambda: "registered with the controller" in nd.stderr_text()
+                         and "node registered" in controller.stderr_text(), 20,
+                         "the node to register with the controller (and the controller to import it)\n"
+                         "--- node ---\n%s\n--- controller ---\n%s"
+                         % (pt._tail(nd.stderr_text(), 20), pt._tail(controller.stderr_text(), 20)))
+                t.diag("%s: node registered; controller RSS %s, node RSS %s" % (source_name, rss(controller), rss(nd)))
+            for d, lp in ((controller, ctl), (nd, node)):
+                skip = metrics_checks(d, lp, 10010)
+                if skip:
+                    t.diag("%s: %s" % (source_name, skip))
+        finally:
+            rc = nd.stop()
+            pt.check(rc == 0, "node exit code after SIGTERM: %s\n%s" % (rc, pt._tail(nd.stderr_text())))
+    finally:
+        rc = controller.stop()
+    pt.check(rc == 0, "controller exit code after SIGTERM: %s\n%s" % (rc, pt._tail(controller.stderr_text())))
+
+
+def rss(d):
+    try:
+        with open("/proc/%d/status" % d.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+@t.test("central mode, Secrets from setup-ca.sh + make-secrets.sh: controller and node (manifest args, pod users) accept each other over mutual TLS, refuse the wrong peer")
+def _():
+    central_run("make-secrets.sh", secrets_from_scripts, registration=False)
+
+
+@t.test("central mode, Secrets as cert-manager issues them from the Certificate resources: the same")
+def _():
+    central_run("cert-manager", secrets_like_cert_manager, registration=False)
+
+
+@t.test("central mode (make-secrets.sh): the node registers with the controller through the Service's port, the controller imports it")
+def _():
+    if not FAKE:
+        raise pt.Skip("no PMEM here and the driver was built without -Dfake-backend=true")
+    central_run("make-secrets.sh", secrets_from_scripts, registration=True)
+
+
+@t.test("central mode (cert-manager): the node registers with the controller")
+def _():
+    if not FAKE:
+        raise pt.Skip("no PMEM here and the driver was built without -Dfake-backend=true")
+    central_run("cert-manager", secrets_like_cert_manager, registration=True)
+
+
+@t.test("the controller as the pod's non-root user can read its Secret files (fsGroup) and open its socket")
+def _():
+    dep = workload(CENTRAL, "Deployment")
+    psc = dep["spec"]["template"]["spec"].get("securityContext", {})
+    if os.geteuid() != 0:
+        raise pt.Skip("not root: cannot switch to runAsUser %s" % psc.get("runAsUser"))
+    pt.check(psc.get("runAsUser") not in (None, 0), "the controller pod should not run as root")
+    pt.check(psc.get("fsGroup") is not None, "a non-root controller needs fsGroup to read its Secret")
+    try:
+        grp.getgrgid(psc["fsGroup"])
+    except KeyError:
+        pass  # a numeric group without a name works as well
+    # Same materialization, but without fsGroup the files stay 0440 root:root
+    # and the controller must fail (so the previous tests really ran as that user).
+    work = pt.mkdtemp("pcsi-nofsg-")
+    os.chmod(work, 0o755)
+    secrets = secrets_from_scripts(work)
+    lp = LocalPod(dep, secrets, work, "controller")
+    lp.fs_group = None
+    for v in lp.spec["volumes"]:
+        if "secret" in v:
+            for f in os.listdir(lp.vol_dirs[v["name"]]):
+                p = os.path.join(lp.vol_dirs[v["name"]], f)
+                os.chown(p, 0, 0)
+                os.chmod(p, v["secret"].get("defaultMode", 0o644) & 0o770)
+    prog, args = lp.command(lp.args())
+    rc, out, err = pt.run_driver(prog, args, timeout=10)
+    pt.check(rc != 0 and ("TLS" in err or "ermission" in err),
+             "the controller started without being able to read its key? exit %d\n%s" % (rc, err))
+
+
+@t.test("distributed mode: the node starts with the DaemonSet's args (no TLS) and answers Probe on its socket")
+def _():
+    work = pt.mkdtemp("pcsi-dist-")
+    os.chmod(work, 0o755)
+    node = LocalPod(workload(DISTRIBUTED, "DaemonSet"), {}, work, "node")
+    args = node.args()
+    sp = [a for a in args if a.startswith("-statePath=")]
+    os.makedirs(sp[0].split("=", 1)[1], exist_ok=True)
+    sock = [a for a in args if a.startswith("-endpoint=unix://")][0][len("-endpoint=unix://"):]
+    nd = node.start("node", args, wait=False)
+    try:
+        wait_for(lambda: probe_code(lambda: pt.unix_channel(sock))[0] == SC.OK, 15,
+                 "Probe on %s\n%s" % (sock, pt._tail(nd.stderr_text(), 20)))
+        skip = metrics_checks(nd, node, 10010)
+        if skip:
+            t.diag(skip)
+        for a in args:
+            pt.check(not a.startswith(("-registryEndpoint", "-controllerEndpoint", "-caFile")), "distributed node got %s" % a)
+    finally:
+        rc = nd.stop()
+    pt.check(rc == 0, "node exit code after SIGTERM: %s\n%s" % (rc, pt._tail(nd.stderr_text())))
+
+
+sys.exit(t.main())
