@@ -26,11 +26,22 @@ for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
 if [ -z "$missing" ]; then
-	echo "install-deps: all packages present"
-	exit 0
+	echo "install-deps: all Debian packages present"
+else
+	echo "install-deps: installing:$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	# shellcheck disable=SC2086
+	apt-get install -y -qq --no-install-recommends $missing
 fi
-echo "install-deps: installing:$missing"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-# shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $missing
+
+# npm packages of the manifest tests (Kubernetes API schemas), pinned by
+# tests/manifests/package-lock.json.
+command -v npm >/dev/null 2>&1 || {
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends nodejs npm
+}
+tm="$(cd "$(dirname "$0")/.." && pwd)/tests/manifests"
+if [ ! "$tm/node_modules/.package-lock.json" -nt "$tm/package-lock.json" ]; then
+	npm ci --prefix "$tm" --no-audit --no-fund
+fi

@@ -46,4 +46,5 @@ for lib in $libs; do
 	pkg=$(owner "$lib") || { echo "runtime-packages: no package owns $lib" >&2; exit 1; }
 	pkgs="$pkgs $pkg"
 done
+# shellcheck disable=SC2086 # word splitting wanted: one package per line
 printf '%s\n' $pkgs | sort -u
