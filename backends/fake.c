@@ -125,7 +125,8 @@ static void fake_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	struct fake *f = impl(be);
 
 	req->vols = pcsi_xcalloc(f->n ? f->n : 1, sizeof(*req->vols));
-	memcpy(req->vols, f->vols, f->n * sizeof(*f->vols));
+	if (f->n)
+		memcpy(req->vols, f->vols, f->n * sizeof(*f->vols));
 	req->n_vols = f->n;
 	pcsi_backend_op_done(req, 0);
 }

@@ -602,7 +602,8 @@ static void lvm_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	struct lvm *l = impl(be);
 
 	req->vols = pcsi_xcalloc(l->nvols ? l->nvols : 1, sizeof(*req->vols));
-	memcpy(req->vols, l->vols, l->nvols * sizeof(*l->vols));
+	if (l->nvols)
+		memcpy(req->vols, l->vols, l->nvols * sizeof(*l->vols));
 	req->n_vols = l->nvols;
 	pcsi_backend_op_done(req, 0);
 }

@@ -15,7 +15,9 @@
 #include "../rpc/tls.h"
 #include "config.h"
 #include "core/log.h"
+#include "http.h"
 #include "identity.h"
+#include "metrics.h"
 #include "node.h"
 #include "node_controller.h"
 #include "nodestate.h"
@@ -45,6 +47,7 @@ struct daemon {
 	struct pcsi_node node;
 	struct pcsi_node_service node_svc;
 	struct pcsi_node_controller node_ctrl;
+	struct pcsi_http *http; /* -metricsListen */
 	uv_signal_t sigterm, sigint;
 	bool stopping;
 	int exit_code;
@@ -89,6 +92,8 @@ static void on_signal(uv_signal_t *h, int signum)
 	pcsi_info(1, "shutting down", "signal=%s grace_s=%u",
 		  signum == SIGTERM ? "SIGTERM" : "SIGINT", d->cfg.shutdown_grace_s);
 	pcsi_identity_set_ready(&d->identity, false);
+	pcsi_http_stop(d->http);
+	d->http = NULL;
 	if (d->registering) {
 		/* Say goodbye to the controller first, then stop serving. */
 		d->registering = false;
@@ -223,6 +228,49 @@ static int start_node(struct daemon *d)
 	return 0;
 }
 
+/* ---- metrics: -metricsListen (daemon/http.h, daemon/metrics.h) ---- */
+
+/* Controller: the registered nodes, before each scrape. */
+static void collect_metrics(void *data)
+{
+	struct daemon *d = data;
+	const struct pcsi_cnode *n;
+
+	pcsi_metrics_nodes_reset();
+	for (n = d->cluster.nodes; n; n = n->next)
+		if (n->ready)
+			pcsi_metrics_node_registered(
+				n->id, (double)(pcsi_now_ms() - n->registered_ms) / 1000.0);
+}
+
+static int start_metrics(struct daemon *d)
+{
+	struct pcsi_http_opts o = {
+		.listen = d->cfg.metrics_listen,
+		.driver_name = d->cfg.driver_name,
+		.version = PCSI_VERSION,
+		.identity = &d->identity,
+	};
+	char err[512];
+
+	if (!d->cfg.metrics_listen)
+		return 0;
+	if (d->cfg.mode == PCSI_MODE_NODE) {
+		o.node_id = d->cfg.node_id;
+		o.backend = d->backend;
+	} else {
+		o.collect = collect_metrics;
+		o.collect_data = d;
+	}
+	if (pcsi_http_start(d->loop, &o, &d->http, err, sizeof(err)) < 0) {
+		pcsi_err("cannot serve metrics", "err=\"%s\"", err);
+		return -1;
+	}
+	pcsi_info(1, "listening", "what=metrics endpoint=%s", d->cfg.metrics_listen);
+	return 0;
+}
+/* ---- end of metrics ---- */
+
 int main(int argc, char **argv)
 {
 	struct daemon d;
@@ -245,10 +293,6 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (d.cfg.metrics_listen)
-		pcsi_warn("-metricsListen is not served by this version yet; ignored", "addr=%s",
-			  d.cfg.metrics_listen);
-
 	/* Unreadable or mismatched certificate files are flag errors too: one
 	 * line, exit 2, before anything is started. */
 	if (d.cfg.ca_file) {
@@ -275,6 +319,7 @@ int main(int argc, char **argv)
 	sopts.max_recv_msg = d.cfg.max_recv_msg;
 	sopts.max_streams = d.cfg.max_streams;
 	sopts.max_conns = d.cfg.max_conns;
+	sopts.on_call_end = pcsi_metrics_on_call_end;
 	d.server = pcsi_server_new(d.loop, &sopts);
 
 	uv_timer_init(d.loop, &d.open_timer);
@@ -285,7 +330,8 @@ int main(int argc, char **argv)
 	uv_signal_start(&d.sigterm, on_signal, SIGTERM);
 	uv_signal_start(&d.sigint, on_signal, SIGINT);
 
-	if ((d.cfg.mode == PCSI_MODE_NODE ? start_node(&d) : start_controller(&d)) < 0) {
+	if ((d.cfg.mode == PCSI_MODE_NODE ? start_node(&d) : start_controller(&d)) < 0 ||
+	    start_metrics(&d) < 0) {
 		/* Close what was opened, then report the failure. */
 		d.stopping = true;
 		pcsi_server_shutdown(d.server, 0, on_server_closed, &d);

@@ -719,8 +719,8 @@ static void on_connection(uv_stream_t *ls, int status)
 			uv_pipe_init(srv->loop, (uv_pipe_t *)s, 0);
 		uv_accept(ls, s);
 		uv_close((uv_handle_t *)s, on_reject_closed);
-		pcsi_warn("connection refused: too many connections", "max=%u",
-			  srv->opts.max_conns);
+		pcsi_warn_rl(NULL, 10000, "connection refused: too many connections", "max=%u",
+			     srv->opts.max_conns);
 		return;
 	}
 	sc = pcsi_xcalloc(1, sizeof(*sc));

@@ -29,10 +29,24 @@ static const char *basename_of(const char *path)
 	return s ? s + 1 : path;
 }
 
+/* Keys that would overwrite the record's own members get a prefix. */
+static const char *json_key(const char *key, char *buf, size_t size)
+{
+	static const char *const reserved[] = { "ts", "level", "caller", "msg" };
+	size_t i;
+
+	for (i = 0; i < PCSI_ARRAY_SIZE(reserved); i++)
+		if (!strcmp(key, reserved[i])) {
+			snprintf(buf, size, "field_%s", key);
+			return buf;
+		}
+	return key;
+}
+
 /* Splits "k=v k2=\"v w\"" into JSON fields. Tokens without '=' are kept under "extra". */
 static void add_fields(json_object *obj, const char *s)
 {
-	char key[64], val[1024];
+	char key[64], val[1024], kbuf[80];
 
 	while (*s) {
 		size_t kn = 0, vn = 0;
@@ -70,23 +84,25 @@ static void add_fields(json_object *obj, const char *s)
 			}
 		}
 		val[vn] = '\0';
-		json_object_object_add(obj, key, json_object_new_string(val));
+		json_object_object_add(obj, json_key(key, kbuf, sizeof(kbuf)),
+				       json_object_new_string(val));
 	}
 }
 
-void pcsi_log_emit(enum pcsi_log_level level, const char *file, int line, const char *msg,
-		   const char *fields, ...)
+static void vemit(enum pcsi_log_level level, const char *file, int line, unsigned suppressed,
+		  const char *msg, const char *fields, va_list ap)
 {
 	static const char letters[] = { 'E', 'W', 'I' };
 	static const char *names[] = { "error", "warning", "info" };
 	char fbuf[2048], tbuf[64];
 	struct timeval tv;
 	struct tm tm;
-	va_list ap;
+	size_t n;
 
-	va_start(ap, fields);
 	vsnprintf(fbuf, sizeof(fbuf), fields, ap);
-	va_end(ap);
+	n = strlen(fbuf);
+	if (suppressed)
+		snprintf(fbuf + n, sizeof(fbuf) - n, "%ssuppressed=%u", n ? " " : "", suppressed);
 
 	gettimeofday(&tv, NULL);
 	gmtime_r(&tv.tv_sec, &tm);
@@ -111,4 +127,93 @@ void pcsi_log_emit(enum pcsi_log_level level, const char *file, int line, const 
 			(long)tv.tv_usec, (int)getpid(), basename_of(file), line, msg,
 			fbuf[0] ? " " : "", fbuf);
 	}
+}
+
+void pcsi_log_emit(enum pcsi_log_level level, const char *file, int line, const char *msg,
+		   const char *fields, ...)
+{
+	va_list ap;
+
+	va_start(ap, fields);
+	vemit(level, file, line, 0, msg, fields, ap);
+	va_end(ap);
+}
+
+/* ---- rate limiting ---------------------------------------------------------- */
+
+#define RL_SLOTS   64
+#define RL_KEY_MAX 128
+
+static struct rl_slot {
+	const char *file; /* NULL: free */
+	int line;
+	char key[RL_KEY_MAX];
+	uint64_t last_ms; /* last printed */
+	uint64_t used_ms; /* last asked, for eviction */
+	unsigned suppressed;
+} rl_slots[RL_SLOTS];
+
+bool pcsi_log_ratelimit(const char *file, int line, const char *key, uint64_t interval_ms,
+			unsigned *ret_suppressed)
+{
+	uint64_t now = pcsi_now_ms();
+	struct rl_slot *s = NULL, *victim = &rl_slots[0];
+	size_t i;
+
+	if (!key)
+		key = "";
+	for (i = 0; i < RL_SLOTS; i++) {
+		struct rl_slot *c = &rl_slots[i];
+
+		if (c->file && c->line == line && !strcmp(c->file, file) &&
+		    !strncmp(c->key, key, RL_KEY_MAX - 1)) {
+			s = c;
+			break;
+		}
+		if (!c->file || (victim->file && c->used_ms < victim->used_ms))
+			victim = c;
+	}
+	if (!s) {
+		s = victim;
+		s->file = file;
+		s->line = line;
+		snprintf(s->key, sizeof(s->key), "%s", key);
+		s->used_ms = now;
+		s->last_ms = now;
+		s->suppressed = 0;
+		if (ret_suppressed)
+			*ret_suppressed = 0;
+		return true;
+	}
+	s->used_ms = now;
+	if (now - s->last_ms < interval_ms) {
+		s->suppressed++;
+		return false;
+	}
+	if (ret_suppressed)
+		*ret_suppressed = s->suppressed;
+	s->suppressed = 0;
+	s->last_ms = now;
+	return true;
+}
+
+void pcsi_log_emit_rl(enum pcsi_log_level level, const char *key, uint64_t interval_ms,
+		      const char *file, int line, const char *msg, const char *fields, ...)
+{
+	unsigned suppressed;
+	va_list ap;
+
+	if (!pcsi_log_ratelimit(file, line, key, interval_ms, &suppressed))
+		return;
+	va_start(ap, fields);
+	vemit(level, file, line, suppressed, msg, fields, ap);
+	va_end(ap);
+}
+
+bool pcsi_log_changed(char *last, size_t size, const char *now)
+{
+	if (!strncmp(last, now, size - 1))
+		return false;
+	snprintf(last, size, "%s", now);
+	return true;
 }

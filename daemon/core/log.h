@@ -12,11 +12,20 @@
  *
  * Info messages carry a verbosity: they are printed when it is <= -v (default 2).
  * Errors and warnings are always printed. Never pass secrets to the logger.
+ *
+ * Warnings and errors that can repeat on every retry (a node that cannot be
+ * reached, a connection limit hit by a burst) go through pcsi_warn_rl() /
+ * pcsi_err_rl(): at most one line per interval for one call site and key, the
+ * next printed line saying how many were suppressed (suppressed=N). For a
+ * condition that persists, logging once per change of the reason (see
+ * pcsi_log_changed()) is often better still.
  */
 #ifndef PCSI_LOG_H
 #define PCSI_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "util.h"
 
@@ -35,8 +44,29 @@ static inline bool pcsi_log_enabled(int v)
 void pcsi_log_emit(enum pcsi_log_level level, const char *file, int line, const char *msg,
 		   const char *fields, ...) PCSI_PRINTF(5, 6);
 
+/* True when a message of call site |file|:|line| with |key| (may be NULL) may
+ * be printed now: the first time, then once |interval_ms| has passed since the
+ * last one printed. The number of messages refused since then goes to
+ * |*ret_suppressed| (may be NULL). Keys live in a small table (64 most recent
+ * call site + key pairs); an evicted pair starts afresh. */
+bool pcsi_log_ratelimit(const char *file, int line, const char *key, uint64_t interval_ms,
+			unsigned *ret_suppressed);
+
+/* pcsi_log_emit() behind pcsi_log_ratelimit(); adds suppressed=N when N > 0. */
+void pcsi_log_emit_rl(enum pcsi_log_level level, const char *key, uint64_t interval_ms,
+		      const char *file, int line, const char *msg, const char *fields, ...)
+	PCSI_PRINTF(7, 8);
+
+/* "Once per change": true when |now| differs from the string kept in |last|
+ * (|size| bytes, initially ""), which then becomes |now| (truncated). */
+bool pcsi_log_changed(char *last, size_t size, const char *now);
+
 #define pcsi_err(msg, ...)  pcsi_log_emit(PCSI_LOG_ERROR, __FILE__, __LINE__, msg, __VA_ARGS__)
 #define pcsi_warn(msg, ...) pcsi_log_emit(PCSI_LOG_WARN, __FILE__, __LINE__, msg, __VA_ARGS__)
+#define pcsi_err_rl(key, interval_ms, msg, ...) \
+	pcsi_log_emit_rl(PCSI_LOG_ERROR, key, interval_ms, __FILE__, __LINE__, msg, __VA_ARGS__)
+#define pcsi_warn_rl(key, interval_ms, msg, ...) \
+	pcsi_log_emit_rl(PCSI_LOG_WARN, key, interval_ms, __FILE__, __LINE__, msg, __VA_ARGS__)
 #define pcsi_info(v, msg, ...)                                                              \
 	do {                                                                                \
 		if (pcsi_log_enabled(v))                                                    \

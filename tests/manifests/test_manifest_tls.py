@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -328,18 +329,21 @@ def wait_for(cond, timeout, what):
     raise pt.TestFailure("timed out after %.0fs waiting for %s" % (timeout, what))
 
 
-def metrics_checks(daemon, lp, container_port):
-    """GET the paths the probes and scrapers use, when this driver serves metrics."""
-    if "not served by this version yet" in daemon.stderr_text():
-        return "metrics not served by this driver version yet"
+def metrics_checks(daemon, lp, container_port, ready=True):
+    """GET the paths the probes and scrapers use. /healthz is 200 only when the
+    driver is ready (Probe ready=true): a node without PMEM answers 503."""
     port = lp.ports.get(container_port)
     for path in ("/metrics", "/metrics/simple", "/healthz"):
         url = "http://127.0.0.1:%d%s" % (port, path)
+        want = 200 if ready or path != "/healthz" else 503
         try:
             with urllib.request.urlopen(url, timeout=5) as r:
-                pt.check(r.status == 200, "%s: HTTP %d" % (url, r.status))
+                status = r.status
+        except urllib.error.HTTPError as e:
+            status = e.code
         except Exception as e:
             raise pt.TestFailure("GET %s: %s\n%s" % (url, e, pt._tail(daemon.stderr_text(), 15)))
+        pt.check(status == want, "%s: HTTP %d, want %d" % (url, status, want))
     return None
 
 
@@ -412,8 +416,8 @@ def central_run(source_name, make_secrets, registration):
                          "--- node ---\n%s\n--- controller ---\n%s"
                          % (pt._tail(nd.stderr_text(), 20), pt._tail(controller.stderr_text(), 20)))
                 t.diag("%s: node registered; controller RSS %s, node RSS %s" % (source_name, rss(controller), rss(nd)))
-            for d, lp in ((controller, ctl), (nd, node)):
-                skip = metrics_checks(d, lp, 10010)
+            for d, lp, ready in ((controller, ctl, True), (nd, node, registration and FAKE)):
+                skip = metrics_checks(d, lp, 10010, ready)
                 if skip:
                     t.diag("%s: %s" % (source_name, skip))
         finally:
@@ -503,7 +507,7 @@ def _():
     try:
         wait_for(lambda: probe_code(lambda: pt.unix_channel(sock))[0] == SC.OK, 15,
                  "Probe on %s\n%s" % (sock, pt._tail(nd.stderr_text(), 20)))
-        skip = metrics_checks(nd, node, 10010)
+        skip = metrics_checks(nd, node, 10010, ready=False)  # no PMEM here
         if skip:
             t.diag(skip)
         for a in args:

@@ -429,6 +429,105 @@ def _():
     ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
 
 
+@t.test("metrics: pmem_amount_* of a -metricsListen node match GetCapacity; promtool; answers during a create")
+def _():
+    # A second, short-lived node process on the same PMEM (its own socket and
+    # state directory) serves the metrics; the node above stays as it is.
+    import http.client
+    import re
+    import threading
+
+    wd = pt.mkdtemp("pcsi-mnode-")
+    msock = os.path.join(wd, "csi.sock")
+    port = pt.free_port()
+    d = pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + msock, "-nodeid=" + NODE,
+                           "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(wd, "state"),
+                           "-metricsListen=127.0.0.1:%d" % port, "-v=3"],
+                  name="metrics-node-" + BACKEND).start(timeout=120)
+    mch = pt.unix_channel(msock)
+
+    def get(path):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            c.request("GET", path)
+            r = c.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            c.close()
+
+    def gauge(text, name):
+        m = re.search(r'^%s\{node="%s",driver_name="pmem-csi.intel.com"\} (\S+)$' % (name, NODE), text, re.M)
+        pt.check(m is not None, "no %s for node %s in:\n%s" % (name, NODE, text[-1500:]))
+        return float(m.group(1))
+
+    def mcall(service, method, req):
+        path, _, resp = pt.rpc(csi, service, method)
+        code, details, r = pt.call_code(mch, path, req, resp, timeout=120)
+        pt.check(code == SC.OK, "%s: %s %s" % (method, code, details))
+        return r
+
+    try:
+        cap = mcall("Controller", "GetCapacity", csi.GetCapacityRequest())
+        status, text = get("/metrics")
+        pt.check(status == 200, "/metrics: %d" % status)
+        avail, mx = gauge(text, "pmem_amount_available"), gauge(text, "pmem_amount_max_volume_size")
+        total, managed = gauge(text, "pmem_amount_total"), gauge(text, "pmem_amount_managed")
+        t.diag("%s: total %d managed %d available %d max_volume_size %d; GetCapacity %d / %d"
+               % (BACKEND, total, managed, avail, mx, cap.available_capacity, cap.maximum_volume_size.value))
+        pt.check(avail == cap.available_capacity and mx == cap.maximum_volume_size.value,
+                 "gauges %d/%d vs GetCapacity %d/%d" % (avail, mx, cap.available_capacity,
+                                                       cap.maximum_volume_size.value))
+        pt.check(total >= managed >= avail > 100 * MiB, "total %d managed %d available %d" % (total, managed, avail))
+        r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=60)
+        findings = [l for l in r.stdout.decode().splitlines() if l.strip()]
+        pt.check(findings == ['pmem_amount_total non-counter metrics should not have "_total" suffix'],
+                 "promtool: exit %d %r" % (r.returncode, findings))
+        pt.check(get("/healthz") == (200, "ok\n"), "healthz")
+
+        # A create (lvcreate or ndctl, in the backend's queue) while the
+        # endpoint is polled: /healthz and /metrics/simple never wait;
+        # /metrics waits at most for its capacity time limit (2 s).
+        path, _, resp = pt.rpc(csi, "Controller", "CreateVolume")
+        res = {}
+        th = threading.Thread(target=lambda: res.update(r=pt.call_code(
+            mch, path, create("pvc-metrics", 64 * MiB, params={"eraseafter": "false"}), resp, 120)))
+        worst, worst_m, n = 0.0, 0.0, 0
+        c0 = time.monotonic()
+        th.start()
+        while th.is_alive():
+            for p in ("/healthz", "/metrics/simple"):
+                t0 = time.monotonic()
+                pt.check(get(p)[0] == 200, p)
+                worst = max(worst, time.monotonic() - t0)
+                n += 1
+            if n % 10 == 2:
+                t0 = time.monotonic()
+                pt.check(get("/metrics")[0] == 200, "/metrics")
+                worst_m = max(worst_m, time.monotonic() - t0)
+            time.sleep(0.02)
+        th.join()
+        took = time.monotonic() - c0
+        pt.check(res["r"][0] == SC.OK, "CreateVolume: %s %s" % res["r"][:2])
+        t.diag("during a %.1f s CreateVolume: %d answers, slowest /healthz or /metrics/simple %.1f ms, "
+               "slowest /metrics %.1f ms" % (took, n, worst * 1000, worst_m * 1000))
+        pt.check(n >= 4 and worst < min(1.5, took / 2) and worst_m < 3.5,
+                 "%d answers; slowest %.2fs, /metrics %.2fs" % (n, worst, worst_m))
+        cap2 = mcall("Controller", "GetCapacity", csi.GetCapacityRequest())
+        status, text = get("/metrics")
+        pt.check(gauge(text, "pmem_amount_available") == cap2.available_capacity < avail,
+                 "after create: gauge %d, GetCapacity %d, before %d"
+                 % (gauge(text, "pmem_amount_available"), cap2.available_capacity, avail))
+        pt.check(re.search(r'^csi_plugin_operations_seconds_count\{driver_name="pmem-csi.intel.com",'
+                           r'method_name="/csi.v1.Controller/CreateVolume",grpc_status_code="OK"\} 1$', text, re.M),
+                 "CreateVolume not counted")
+        mcall("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=res["r"][2].volume.volume_id))
+    finally:
+        mch.close()
+        rc = d.stop()
+    pt.check(rc == 0, "metrics node exit code %r\n%s" % (rc, d.stderr_text()[-2000:]))
+
+
 def teardown():
     ch.close()
     rc = daemon.stop()
