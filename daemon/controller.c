@@ -723,60 +723,13 @@ static void ctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
-		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
-		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
-		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY,
-	};
-	Csi__V1__ControllerGetCapabilitiesResponse out =
-		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__ControllerServiceCapability caps[3], *capp[3];
-	Csi__V1__ControllerServiceCapability__RPC rpcs[3];
-	size_t i;
-
 	(void)svc;
 	(void)in;
 	(void)closure;
-	for (i = 0; i < 3; i++) {
-		csi__v1__controller_service_capability__rpc__init(&rpcs[i]);
-		rpcs[i].type = types[i];
-		csi__v1__controller_service_capability__init(&caps[i]);
-		caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
-		caps[i].rpc = &rpcs[i];
-		capp[i] = &caps[i];
-	}
-	out.n_capabilities = 3;
-	out.capabilities = capp;
-	pcsi_call_reply(call, &out.base);
+	pcsi_reply_controller_capabilities(call);
 }
 
-#define UNIMPLEMENTED(fn, req_t, closure_t)                                                  \
-	static void fn(Csi__V1__Controller_Service *svc, const req_t *in, closure_t closure, \
-		       void *call)                                                           \
-	{                                                                                    \
-		(void)svc;                                                                   \
-		(void)in;                                                                    \
-		(void)closure;                                                               \
-		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");    \
-	}
-
-UNIMPLEMENTED(ctl_controller_publish_volume, Csi__V1__ControllerPublishVolumeRequest,
-	      Csi__V1__ControllerPublishVolumeResponse_Closure)
-UNIMPLEMENTED(ctl_controller_unpublish_volume, Csi__V1__ControllerUnpublishVolumeRequest,
-	      Csi__V1__ControllerUnpublishVolumeResponse_Closure)
-UNIMPLEMENTED(ctl_create_snapshot, Csi__V1__CreateSnapshotRequest,
-	      Csi__V1__CreateSnapshotResponse_Closure)
-UNIMPLEMENTED(ctl_delete_snapshot, Csi__V1__DeleteSnapshotRequest,
-	      Csi__V1__DeleteSnapshotResponse_Closure)
-UNIMPLEMENTED(ctl_list_snapshots, Csi__V1__ListSnapshotsRequest,
-	      Csi__V1__ListSnapshotsResponse_Closure)
-UNIMPLEMENTED(ctl_get_snapshot, Csi__V1__GetSnapshotRequest, Csi__V1__GetSnapshotResponse_Closure)
-UNIMPLEMENTED(ctl_controller_expand_volume, Csi__V1__ControllerExpandVolumeRequest,
-	      Csi__V1__ControllerExpandVolumeResponse_Closure)
-UNIMPLEMENTED(ctl_controller_get_volume, Csi__V1__ControllerGetVolumeRequest,
-	      Csi__V1__ControllerGetVolumeResponse_Closure)
-UNIMPLEMENTED(ctl_controller_modify_volume, Csi__V1__ControllerModifyVolumeRequest,
-	      Csi__V1__ControllerModifyVolumeResponse_Closure)
+PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)
 
 void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluster,
 			  const char *driver_name, uint64_t grace_ms)

@@ -1,6 +1,8 @@
 /* csi_util.c: CSI message helpers. See csi_util.h. */
 #include "csi_util.h"
 
+#include "../rpc/server.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -185,4 +187,61 @@ size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_m
 		k++;
 	}
 	return k;
+}
+
+void pcsi_reply_controller_capabilities(struct pcsi_call *call)
+{
+	static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY,
+	};
+	Csi__V1__ControllerGetCapabilitiesResponse out =
+		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__ControllerServiceCapability caps[3], *capp[3];
+	Csi__V1__ControllerServiceCapability__RPC rpcs[3];
+	size_t i;
+
+	for (i = 0; i < 3; i++) {
+		csi__v1__controller_service_capability__rpc__init(&rpcs[i]);
+		rpcs[i].type = types[i];
+		csi__v1__controller_service_capability__init(&caps[i]);
+		caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
+		caps[i].rpc = &rpcs[i];
+		capp[i] = &caps[i];
+	}
+	out.n_capabilities = 3;
+	out.capabilities = capp;
+	pcsi_call_reply(call, &out.base);
+}
+
+void pcsi_reply_validated(struct pcsi_call *call,
+			  const Csi__V1__ValidateVolumeCapabilitiesRequest *in, bool multi_node_ok)
+{
+	Csi__V1__ValidateVolumeCapabilitiesResponse out =
+		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed conf =
+		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__CONFIRMED__INIT;
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < in->n_volume_capabilities; i++)
+		if (pcsi_cap_check(in->volume_capabilities[i], multi_node_ok, err, sizeof(err)) <
+		    0) {
+			out.message = err;
+			pcsi_call_reply(call, &out.base);
+			return;
+		}
+	conf.n_volume_capabilities = in->n_volume_capabilities;
+	conf.volume_capabilities = in->volume_capabilities;
+	conf.n_volume_context = in->n_volume_context;
+	conf.volume_context =
+		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__VolumeContextEntry **)
+			in->volume_context;
+	conf.n_parameters = in->n_parameters;
+	conf.parameters =
+		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__ParametersEntry **)
+			in->parameters;
+	out.confirmed = &conf;
+	pcsi_call_reply(call, &out.base);
 }

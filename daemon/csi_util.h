@@ -55,6 +55,54 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_map_entry *entries,
 			   struct pcsi_map_entry **ptrs, size_t n);
 
+struct pcsi_call;
+
+/* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
+ * GET_CAPACITY (both roles offer the same). */
+void pcsi_reply_controller_capabilities(struct pcsi_call *call);
+
+/* Replies to ValidateVolumeCapabilities of an existing volume: confirmed
+ * (echoing the request) when every capability is supported, else a message. */
+void pcsi_reply_validated(struct pcsi_call *call,
+			  const Csi__V1__ValidateVolumeCapabilitiesRequest *in, bool multi_node_ok);
+
+/* Defines the Controller RPCs neither role implements (snapshots,
+ * expansion, publish, get, modify) for a service whose handlers are named
+ * PREFIX##method. */
+#define PCSI_CONTROLLER_UNIMPLEMENTED_ONE(fn, req_t, closure_t)                              \
+	static void fn(Csi__V1__Controller_Service *svc, const req_t *in, closure_t closure, \
+		       void *call)                                                           \
+	{                                                                                    \
+		(void)svc;                                                                   \
+		(void)in;                                                                    \
+		(void)closure;                                                               \
+		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");    \
+	}
+#define PCSI_CONTROLLER_UNIMPLEMENTED(p)                                                      \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_publish_volume,                       \
+					  Csi__V1__ControllerPublishVolumeRequest,            \
+					  Csi__V1__ControllerPublishVolumeResponse_Closure)   \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_unpublish_volume,                     \
+					  Csi__V1__ControllerUnpublishVolumeRequest,          \
+					  Csi__V1__ControllerUnpublishVolumeResponse_Closure) \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##create_snapshot, Csi__V1__CreateSnapshotRequest, \
+					  Csi__V1__CreateSnapshotResponse_Closure)            \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##delete_snapshot, Csi__V1__DeleteSnapshotRequest, \
+					  Csi__V1__DeleteSnapshotResponse_Closure)            \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##list_snapshots, Csi__V1__ListSnapshotsRequest,   \
+					  Csi__V1__ListSnapshotsResponse_Closure)             \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##get_snapshot, Csi__V1__GetSnapshotRequest,       \
+					  Csi__V1__GetSnapshotResponse_Closure)               \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_expand_volume,                        \
+					  Csi__V1__ControllerExpandVolumeRequest,             \
+					  Csi__V1__ControllerExpandVolumeResponse_Closure)    \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_get_volume,                           \
+					  Csi__V1__ControllerGetVolumeRequest,                \
+					  Csi__V1__ControllerGetVolumeResponse_Closure)       \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_modify_volume,                        \
+					  Csi__V1__ControllerModifyVolumeRequest,             \
+					  Csi__V1__ControllerModifyVolumeResponse_Closure)
+
 /* True when topology |t| names this node (segment "<driver>/node" = node_id). */
 bool pcsi_topology_is_node(const Csi__V1__Topology *t, const char *key, const char *node_id);
 

@@ -223,6 +223,28 @@ static bool cache_context(const void *ctx, size_t n)
 	return v && !strcmp(v, "cache");
 }
 
+/* The checks every Node call starts with: a volume id and an absolute,
+ * normalised path (|what| names the field). Ends the call and returns false
+ * when one fails. */
+static bool check_id_path(struct pcsi_call *call, const char *id, const char *path,
+			  const char *what)
+{
+	if (!id || !*id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return false;
+	}
+	if (!path || !*path) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s is required", what);
+		return false;
+	}
+	if (!pcsi_path_valid(path)) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s must be absolute and normalised",
+			       what);
+		return false;
+	}
+	return true;
+}
+
 /* ---- NodeStageVolume ----------------------------------------------------------------- */
 
 static void stage_done(struct nop *op)
@@ -318,21 +340,10 @@ static void node_node_stage_volume(Csi__V1__Node_Service *svc,
 	size_t n;
 
 	(void)closure;
-	if (!in->volume_id || !*in->volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+	if (!check_id_path(call, in->volume_id, in->staging_target_path, "staging_target_path"))
 		return;
-	}
-	if (!in->staging_target_path || !*in->staging_target_path) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "staging_target_path is required");
-		return;
-	}
 	if (!in->volume_capability) {
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capability is required");
-		return;
-	}
-	if (!pcsi_path_valid(in->staging_target_path)) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
-			       "staging_target_path must be absolute and normalised");
 		return;
 	}
 	if (pcsi_cap_check(in->volume_capability,
@@ -388,19 +399,8 @@ static void node_node_unstage_volume(Csi__V1__Node_Service *svc,
 	int rc;
 
 	(void)closure;
-	if (!in->volume_id || !*in->volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+	if (!check_id_path(call, in->volume_id, in->staging_target_path, "staging_target_path"))
 		return;
-	}
-	if (!in->staging_target_path || !*in->staging_target_path) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "staging_target_path is required");
-		return;
-	}
-	if (!pcsi_path_valid(in->staging_target_path)) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
-			       "staging_target_path must be absolute and normalised");
-		return;
-	}
 	op = nop_new(from_svc(svc), call, "NodeUnstageVolume");
 	snprintf(op->id, sizeof(op->id), "%.63s", in->volume_id);
 	snprintf(op->staging, sizeof(op->staging), "%s", in->staging_target_path);
@@ -745,19 +745,8 @@ static void node_node_unpublish_volume(Csi__V1__Node_Service *svc,
 	int rc;
 
 	(void)closure;
-	if (!in->volume_id || !*in->volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+	if (!check_id_path(call, in->volume_id, in->target_path, "target_path"))
 		return;
-	}
-	if (!in->target_path || !*in->target_path) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "target_path is required");
-		return;
-	}
-	if (!pcsi_path_valid(in->target_path)) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
-			       "target_path must be absolute and normalised");
-		return;
-	}
 	op = nop_new(from_svc(svc), call, "NodeUnpublishVolume");
 	/* An inline volume is known by kubelet's handle (its name); a provisioned
 	 * one by its id. */
@@ -836,19 +825,8 @@ static void node_node_get_volume_stats(Csi__V1__Node_Service *svc,
 	struct nop *op;
 
 	(void)closure;
-	if (!in->volume_id || !*in->volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+	if (!check_id_path(call, in->volume_id, in->volume_path, "volume_path"))
 		return;
-	}
-	if (!in->volume_path || !*in->volume_path) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_path is required");
-		return;
-	}
-	if (!pcsi_path_valid(in->volume_path)) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
-			       "volume_path must be absolute and normalised");
-		return;
-	}
 	if (!pcsi_volume_id_valid(in->volume_id)) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		return;

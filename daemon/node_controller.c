@@ -425,40 +425,13 @@ static void on_validate_get(struct pcsi_backend_req *req, void *data)
 {
 	struct simple_op *op = data;
 	const Csi__V1__ValidateVolumeCapabilitiesRequest *in = op->in;
-	Csi__V1__ValidateVolumeCapabilitiesResponse out =
-		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed conf =
-		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__CONFIRMED__INIT;
-	char err[256];
-	size_t i;
 
-	if (req->error == -ENOENT) {
+	if (req->error == -ENOENT)
 		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", in->volume_id);
-		goto out;
-	}
-	if (req->error) {
+	else if (req->error)
 		fail_errno(op->call, req->error, "ValidateVolumeCapabilities", req->msg);
-		goto out;
-	}
-	for (i = 0; i < in->n_volume_capabilities; i++)
-		if (pcsi_cap_check(in->volume_capabilities[i], false, err, sizeof(err)) < 0) {
-			out.message = err;
-			pcsi_call_reply(op->call, &out.base);
-			goto out;
-		}
-	conf.n_volume_capabilities = in->n_volume_capabilities;
-	conf.volume_capabilities = in->volume_capabilities;
-	conf.n_volume_context = in->n_volume_context;
-	conf.volume_context =
-		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__VolumeContextEntry **)
-			in->volume_context;
-	conf.n_parameters = in->n_parameters;
-	conf.parameters =
-		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__ParametersEntry **)
-			in->parameters;
-	out.confirmed = &conf;
-	pcsi_call_reply(op->call, &out.base);
-out:
+	else
+		pcsi_reply_validated(op->call, in, false);
 	free(op);
 }
 
@@ -495,60 +468,13 @@ static void nctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
-		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
-		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
-		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY,
-	};
-	Csi__V1__ControllerGetCapabilitiesResponse out =
-		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__ControllerServiceCapability caps[3], *capp[3];
-	Csi__V1__ControllerServiceCapability__RPC rpcs[3];
-	size_t i;
-
 	(void)svc;
 	(void)in;
 	(void)closure;
-	for (i = 0; i < 3; i++) {
-		csi__v1__controller_service_capability__rpc__init(&rpcs[i]);
-		rpcs[i].type = types[i];
-		csi__v1__controller_service_capability__init(&caps[i]);
-		caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
-		caps[i].rpc = &rpcs[i];
-		capp[i] = &caps[i];
-	}
-	out.n_capabilities = 3;
-	out.capabilities = capp;
-	pcsi_call_reply(call, &out.base);
+	pcsi_reply_controller_capabilities(call);
 }
 
-#define UNIMPLEMENTED(fn, req_t, closure_t)                                                  \
-	static void fn(Csi__V1__Controller_Service *svc, const req_t *in, closure_t closure, \
-		       void *call)                                                           \
-	{                                                                                    \
-		(void)svc;                                                                   \
-		(void)in;                                                                    \
-		(void)closure;                                                               \
-		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");    \
-	}
-
-UNIMPLEMENTED(nctl_controller_publish_volume, Csi__V1__ControllerPublishVolumeRequest,
-	      Csi__V1__ControllerPublishVolumeResponse_Closure)
-UNIMPLEMENTED(nctl_controller_unpublish_volume, Csi__V1__ControllerUnpublishVolumeRequest,
-	      Csi__V1__ControllerUnpublishVolumeResponse_Closure)
-UNIMPLEMENTED(nctl_create_snapshot, Csi__V1__CreateSnapshotRequest,
-	      Csi__V1__CreateSnapshotResponse_Closure)
-UNIMPLEMENTED(nctl_delete_snapshot, Csi__V1__DeleteSnapshotRequest,
-	      Csi__V1__DeleteSnapshotResponse_Closure)
-UNIMPLEMENTED(nctl_list_snapshots, Csi__V1__ListSnapshotsRequest,
-	      Csi__V1__ListSnapshotsResponse_Closure)
-UNIMPLEMENTED(nctl_get_snapshot, Csi__V1__GetSnapshotRequest, Csi__V1__GetSnapshotResponse_Closure)
-UNIMPLEMENTED(nctl_controller_expand_volume, Csi__V1__ControllerExpandVolumeRequest,
-	      Csi__V1__ControllerExpandVolumeResponse_Closure)
-UNIMPLEMENTED(nctl_controller_get_volume, Csi__V1__ControllerGetVolumeRequest,
-	      Csi__V1__ControllerGetVolumeResponse_Closure)
-UNIMPLEMENTED(nctl_controller_modify_volume, Csi__V1__ControllerModifyVolumeRequest,
-	      Csi__V1__ControllerModifyVolumeResponse_Closure)
+PCSI_CONTROLLER_UNIMPLEMENTED(nctl_)
 
 void pcsi_node_controller_init(struct pcsi_node_controller *nc, struct pcsi_node *node)
 {
