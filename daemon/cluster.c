@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "csi.pb-c.h"
+#include "metrics.h"
 
 #define SVC "csi.v1.Controller"
 
@@ -119,6 +120,12 @@ void pcsi_cluster_remove(struct pcsi_cluster *cl, const char *id, const char *no
 	}
 }
 
+void pcsi_cluster_observe(const char *node_id, const struct pcsi_client_call *call)
+{
+	pcsi_metrics_observe_node_call(node_id, call->method->name, (int)call->status,
+				       (double)(pcsi_now_ns() - call->start_ns) / 1e9);
+}
+
 /* ---- capacity ------------------------------------------------------------------- */
 
 struct cap_req {
@@ -134,6 +141,7 @@ static void on_capacity(struct pcsi_client_call *call, void *data)
 	struct cap_req *r = data;
 	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
 
+	pcsi_cluster_observe(r->node_id, call);
 	if (n && call->status == PCSI_OK && call->reply)
 		n->available = ((Csi__V1__GetCapacityResponse *)call->reply)->available_capacity;
 	if (r->cb)
@@ -213,6 +221,7 @@ static void on_list(struct pcsi_client_call *call, void *data)
 	char msg[300];
 	size_t i;
 
+	pcsi_cluster_observe(r->node_id, call);
 	if (!n) {
 		pcsi_client_call_done(call);
 		reg_end(r, -ECANCELED, "node unregistered meanwhile");

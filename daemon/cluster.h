@@ -66,6 +66,9 @@ void pcsi_cluster_add(struct pcsi_cluster *cl, const char *id, int64_t size, con
 /* Records that |node_id| no longer holds |id|; the volume goes when no node does. */
 void pcsi_cluster_remove(struct pcsi_cluster *cl, const char *id, const char *node_id);
 
+/* Records a finished controller -> node call in the metrics. */
+void pcsi_cluster_observe(const char *node_id, const struct pcsi_client_call *call);
+
 /* Refreshes a node's cached capacity in the background. */
 void pcsi_cluster_refresh_capacity(struct pcsi_cluster *cl, struct pcsi_cnode *n);
 

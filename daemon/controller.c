@@ -226,6 +226,7 @@ static void on_undo(struct pcsi_client_call *call, void *data)
 {
 	struct create_op *op = data;
 
+	pcsi_cluster_observe(op->made[op->undo], call);
 	if (call->status == PCSI_OK)
 		pcsi_cluster_remove(op->c->cluster, op->id, op->made[op->undo]);
 	else
@@ -245,6 +246,7 @@ static void on_node_created(struct pcsi_client_call *call, void *data)
 	const char *node = op->targets[op->next - 1];
 	Csi__V1__CreateVolumeResponse *r = (Csi__V1__CreateVolumeResponse *)call->reply;
 
+	pcsi_cluster_observe(node, call);
 	switch (call->status) {
 	case PCSI_OK:
 		pcsi_cluster_add(op->c->cluster, op->id, r->volume ? r->volume->capacity_bytes : 0,
@@ -414,6 +416,7 @@ static void on_node_deleted(struct pcsi_client_call *call, void *data)
 	struct delete_op *op = data;
 	const char *node = op->nodes[op->next - 1];
 
+	pcsi_cluster_observe(node, call);
 	if (call->status == PCSI_OK) {
 		pcsi_cluster_remove(op->c->cluster, op->id, node);
 		{

@@ -376,6 +376,7 @@ void pcsi_channel_call(struct pcsi_channel *chan, struct pcsi_client_call *call,
 	size_t len = protobuf_c_message_get_packed_size(input);
 
 	memset(call, 0, sizeof(*call));
+	call->start_ns = pcsi_now_ns();
 	call->chan = chan;
 	call->method = method;
 	call->cb = cb;

@@ -45,6 +45,7 @@ struct pcsi_client_call {
 	enum pcsi_status status;
 	char *message;		 /* decoded grpc-message, or NULL */
 	ProtobufCMessage *reply; /* for OK only */
+	uint64_t start_ns;	 /* when the call was started (pcsi_now_ns) */
 	/* private */
 	struct pcsi_channel *chan;
 	const ProtobufCMethodDescriptor *method;

@@ -27,6 +27,7 @@ csi = P.csi
 C = pt.certs()
 WORK = pt.mkdtemp("pcsi-ctl-")
 REG_PORT = pt.free_port()
+METRICS_PORT = pt.free_port()
 CTL_SOCK = os.path.join(WORK, "controller.sock")
 CAPS = {"n1": 1024 * MiB, "n2": 2048 * MiB, "n3": 512 * MiB}
 PORTS = {n: pt.free_port() for n in CAPS}
@@ -35,7 +36,7 @@ PORTS = {n: pt.free_port() for n in CAPS}
 def start_controller(grace=3):
     args = ["-mode=controller", "-endpoint=unix://" + CTL_SOCK,
             "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT, "-registrationGrace=%d" % grace,
-            "-v=4"] + C.server_flags(C.registry)
+            "-metricsListen=127.0.0.1:%d" % METRICS_PORT, "-v=4"] + C.server_flags(C.registry)
     return pt.Daemon(DRIVER, args, name="controller").start()
 
 
@@ -252,6 +253,23 @@ def _():
                  "the failure reason should be logged once per change:\n" + pt._tail(log))
     finally:
         d.stop()
+
+
+@t.test("metrics: registered nodes and controller -> node calls per node, method and status")
+def _():
+    import urllib.request
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % METRICS_PORT, timeout=5).read().decode()
+    nodes_line = [l for l in text.splitlines() if l.startswith("pmem_nodes ")]
+    pt.check(nodes_line and float(nodes_line[0].split()[1]) == 3, "pmem_nodes: %r" % nodes_line)
+    # This controller was restarted (test above): since then it imported each
+    # node (ListVolumes) and deleted a volume on two of them.
+    calls = [l for l in text.splitlines() if l.startswith("pmem_csi_controller_operations_seconds_count{")]
+
+    def count(method):
+        return sum(float(l.split()[-1]) for l in calls
+                   if 'method_name="%s"' % method in l and 'grpc_status_code="OK"' in l)
+    pt.check(count("ListVolumes") >= 3 and count("DeleteVolume") >= 2,
+             "node calls not counted:\n" + "\n".join(calls))
 
 
 @t.test("unregister on a clean node shutdown")
