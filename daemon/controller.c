@@ -679,13 +679,7 @@ static void ctl_validate_volume_capabilities(
 	Csi__V1__ValidateVolumeCapabilitiesResponse_Closure closure, void *call)
 {
 	struct pcsi_controller *c = from_svc(svc);
-	Csi__V1__ValidateVolumeCapabilitiesResponse out =
-		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed conf =
-		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__CONFIRMED__INIT;
 	struct pcsi_cvol *v;
-	char err[256];
-	size_t i;
 
 	(void)closure;
 	if (!in->volume_id || !*in->volume_id) {
@@ -701,25 +695,7 @@ static void ctl_validate_volume_capabilities(
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		return;
 	}
-	for (i = 0; i < in->n_volume_capabilities; i++)
-		if (pcsi_cap_check(in->volume_capabilities[i], v->n_nodes > 1, err, sizeof(err)) <
-		    0) {
-			out.message = err;
-			pcsi_call_reply(call, &out.base);
-			return;
-		}
-	conf.n_volume_capabilities = in->n_volume_capabilities;
-	conf.volume_capabilities = in->volume_capabilities;
-	conf.n_volume_context = in->n_volume_context;
-	conf.volume_context =
-		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__VolumeContextEntry **)
-			in->volume_context;
-	conf.n_parameters = in->n_parameters;
-	conf.parameters =
-		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__ParametersEntry **)
-			in->parameters;
-	out.confirmed = &conf;
-	pcsi_call_reply(call, &out.base);
+	pcsi_reply_validated(call, in, v->n_nodes > 1);
 }
 
 static void ctl_controller_get_capabilities(

@@ -245,6 +245,23 @@ static bool check_id_path(struct pcsi_call *call, const char *id, const char *pa
 	return true;
 }
 
+/* The volume's device was looked up: on success it is recorded in |op|;
+ * otherwise the call ends (NOT_FOUND for an unknown volume). */
+static bool found(struct nop *op, struct pcsi_backend_req *req)
+{
+	if (req->error == -ENOENT) {
+		nop_fail(op, PCSI_NOT_FOUND, "volume %s does not exist on this node", op->id);
+		return false;
+	}
+	if (req->error) {
+		nop_fail(op, pcsi_status_from_errno(req->error), "%s", req->msg);
+		return false;
+	}
+	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
+	op->size = req->vol.size;
+	return true;
+}
+
 /* ---- NodeStageVolume ----------------------------------------------------------------- */
 
 static void stage_done(struct nop *op)
@@ -281,16 +298,8 @@ static void stage_found(struct pcsi_backend_req *req, void *data)
 	char type[32];
 	int rc;
 
-	if (req->error == -ENOENT) {
-		nop_fail(op, PCSI_NOT_FOUND, "volume %s does not exist on this node", op->id);
+	if (!found(op, req))
 		return;
-	}
-	if (req->error) {
-		nop_fail(op, pcsi_status_from_errno(req->error), "%s", req->msg);
-		return;
-	}
-	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
-	op->size = req->vol.size;
 	if (op->block) {
 		nop_ok(op, &out.base); /* raw block: nothing to stage */
 		return;
@@ -517,15 +526,8 @@ static void publish_found(struct pcsi_backend_req *req, void *data)
 	struct pcsi_mount_info mi, smi;
 	int rc;
 
-	if (req->error == -ENOENT) {
-		nop_fail(op, PCSI_NOT_FOUND, "volume %s does not exist on this node", op->id);
+	if (!found(op, req))
 		return;
-	}
-	if (req->error) {
-		nop_fail(op, pcsi_status_from_errno(req->error), "%s", req->msg);
-		return;
-	}
-	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
 	rc = pcsi_mount_lookup(op->target, &mi);
 	if (rc < 0) {
 		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));

@@ -145,6 +145,12 @@ def _():
     lv = ok_call("ListVolumes", csi.ListVolumesRequest())
     e = [x.volume for x in lv.entries if x.volume.volume_id == v.volume_id]
     pt.check(e and holders(e[0]) == hs, str(lv))
+    r = ok_call("ValidateVolumeCapabilities", csi.ValidateVolumeCapabilitiesRequest(
+        volume_id=v.volume_id, volume_capabilities=[cap(csi.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER)]))
+    pt.check(len(r.confirmed.volume_capabilities) == 1, "cache volume not confirmed multi-node: %r" % r)
+    code, _, _ = rpc("ValidateVolumeCapabilities", csi.ValidateVolumeCapabilitiesRequest(
+        volume_id="pvc-no-" + "2" * 56, volume_capabilities=[cap()]))
+    pt.check(code == SC.NOT_FOUND, str(code))
     ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
     for n in CAPS:
         pt.check(v.volume_id not in node_ids(n), "left on %s" % n)
