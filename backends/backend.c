@@ -251,7 +251,9 @@ void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 		deliver(req, error);
 		break;
 	case OP_CREATE:
-		if (error == 0 && !req->existed)
+		/* A new device starts with zeros; a volume without a device node
+		 * (a namespace that is not enabled) has nothing to zero. */
+		if (error == 0 && !req->existed && req->vol.path[0])
 			after_create(req);
 		else
 			deliver(req, error);

@@ -3,7 +3,8 @@
  * and selected by -deviceManager=fake-for-testing-only; no shipped build has it.
  * Volumes live in memory: a restart forgets them. Capacity comes from
  * PCSI_FAKE_CAPACITY (bytes, default 8 GiB); sizes are rounded up to 4 MiB.
- * Devices are reported as /dev/null. */
+ * Volumes have no device: their path is empty, so the front end has nothing
+ * to zero, check or erase. */
 #include "backend_internal.h"
 
 #include <errno.h>
@@ -86,12 +87,9 @@ static void fake_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	v = &f->vols[f->n++];
 	memset(v, 0, sizeof(*v));
 	memcpy(v->id, req->vol.id, sizeof(v->id));
-	strcpy(v->path, "/dev/null");
 	v->size = size;
 	f->used += size;
 	req->vol = *v;
-	/* Mark it existing so the front end does not try to zero /dev/null. */
-	req->existed = true;
 	pcsi_backend_op_done(req, 0);
 }
 
@@ -104,7 +102,6 @@ static void fake_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
 		return;
 	}
 	req->vol = *v;
-	req->vol.path[0] = '\0'; /* nothing to check or erase */
 	pcsi_backend_op_done(req, 0);
 }
 
