@@ -1,6 +1,6 @@
 /* backend.c: the backend front end (queue, validation, zeroing, erase, busy
  * check, delivery). See backend.h and backend_internal.h. */
-#include "backend_internal.h"
+#include "backends/backend_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,8 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/core/log.h"
-#include "../daemon/core/util.h"
+#include "daemon/core/later.h"
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
+
+/* A request's child process; allocated by its first tool, freed at delivery. */
+struct tool {
+	struct pcsi_proc proc;
+	struct pcsi_backend_req *req;
+};
 
 enum op { OP_OPEN, OP_CAPACITY, OP_CREATE, OP_GET, OP_DELETE, OP_LIST };
 
@@ -41,23 +48,6 @@ const char *const pcsi_backend_names[] = {
 	NULL,
 };
 
-bool pcsi_volume_id_valid(const char *id)
-{
-	size_t n = 0;
-
-	if (!id || !*id || id[0] == '-' || id[0] == '.')
-		return false;
-	for (; id[n]; n++) {
-		char c = id[n];
-		if (n >= PCSI_VOLUME_ID_MAX)
-			return false;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '.' || c == '+' || c == '-'))
-			return false;
-	}
-	return true;
-}
-
 uint64_t pcsi_align_up(uint64_t v, uint64_t align)
 {
 	uint64_t r = v % align;
@@ -65,20 +55,6 @@ uint64_t pcsi_align_up(uint64_t v, uint64_t align)
 	if (r == 0)
 		return v;
 	return v > UINT64_MAX - (align - r) ? UINT64_MAX : v + (align - r);
-}
-
-uint64_t pcsi_lcm(uint64_t a, uint64_t b)
-{
-	uint64_t x = a, y = b, t;
-
-	if (!a || !b)
-		return 0;
-	while (y) {
-		t = x % y;
-		x = y;
-		y = t;
-	}
-	return a / x * b;
 }
 
 int pcsi_backend_new(uv_loop_t *loop, const struct pcsi_backend_config *cfg,
@@ -149,9 +125,9 @@ void pcsi_backend_msg(struct pcsi_backend_req *req, const char *fmt, ...)
 
 /* ---- delivery and the queue ------------------------------------------------ */
 
-static void on_deliver(uv_handle_t *h)
+static void on_deliver(void *data)
 {
-	struct pcsi_backend_req *req = pcsi_container_of(h, struct pcsi_backend_req, timer);
+	struct pcsi_backend_req *req = data;
 
 	req->cb(req, req->data);
 }
@@ -162,8 +138,10 @@ static void deliver(struct pcsi_backend_req *req, int error)
 	req->error = error;
 	if (error && !req->msg[0])
 		snprintf(req->msg, sizeof(req->msg), "%s", strerror(-error));
-	uv_timer_init(req->be->loop, &req->timer);
-	uv_close((uv_handle_t *)&req->timer, on_deliver);
+	if (req->proc)
+		free(pcsi_container_of(req->proc, struct tool, proc));
+	req->proc = NULL;
+	pcsi_later_run(req->be->loop, &req->later, on_deliver, req);
 }
 
 static void run_next(struct pcsi_backend *be);
@@ -274,7 +252,7 @@ void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 
 static void on_tool_done(struct pcsi_proc *p, void *data)
 {
-	struct pcsi_backend_req *req = pcsi_container_of(p, struct pcsi_backend_req, proc);
+	struct pcsi_backend_req *req = pcsi_container_of(p, struct tool, proc)->req;
 	void (*cb)(struct pcsi_backend_req *) = data;
 
 	pcsi_info(4, "tool", "cmd=%s status=%lld error=%d elapsed_ms=%llu", p->name,
@@ -309,7 +287,12 @@ static void run_tool(struct pcsi_backend_req *req, const char *const *argv, uint
 {
 	struct pcsi_proc_opts o = { .timeout_ms = timeout_ms, .env = tool_env() };
 
-	pcsi_proc_run(req->be->loop, &req->proc, argv, &o, on_tool_done, (void *)cb);
+	if (!req->proc) {
+		struct tool *t = pcsi_xcalloc(1, sizeof(*t));
+		t->req = req;
+		req->proc = &t->proc;
+	}
+	pcsi_proc_run(req->be->loop, req->proc, argv, &o, on_tool_done, (void *)cb);
 }
 
 void pcsi_backend_run(struct pcsi_backend_req *req, const char *const *argv,
@@ -361,12 +344,12 @@ static void on_zeroed(struct pcsi_backend_req *req)
 	char why[256];
 	int rc = 0;
 
-	if (!pcsi_proc_ok(&req->proc)) {
-		pcsi_proc_describe(&req->proc, why, sizeof(why));
+	if (!pcsi_proc_ok(req->proc)) {
+		pcsi_proc_describe(req->proc, why, sizeof(why));
 		pcsi_backend_msg(req, "clearing the start of %s: %s", req->vol.path, why);
 		rc = -EIO;
 	}
-	pcsi_proc_done(&req->proc);
+	pcsi_proc_done(req->proc);
 	deliver(req, rc);
 }
 
@@ -400,14 +383,14 @@ static void on_erased(struct pcsi_backend_req *req)
 {
 	char why[256];
 
-	if (!pcsi_proc_ok(&req->proc)) {
-		pcsi_proc_describe(&req->proc, why, sizeof(why));
+	if (!pcsi_proc_ok(req->proc)) {
+		pcsi_proc_describe(req->proc, why, sizeof(why));
 		pcsi_backend_msg(req, "erasing %s: %s", req->vol.path, why);
-		pcsi_proc_done(&req->proc);
+		pcsi_proc_done(req->proc);
 		deliver(req, -EIO);
 		return;
 	}
-	pcsi_proc_done(&req->proc);
+	pcsi_proc_done(req->proc);
 	req->step = DEL_REMOVE;
 	enqueue(req);
 }

@@ -38,10 +38,10 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "../daemon/core/proc.h"
+#include "daemon/core/later.h"
+#include "daemon/core/volid.h"
 
-#define PCSI_VOLUME_ID_MAX 63 /* ndctl namespace names are at most 63 bytes */
-#define PCSI_LVM_ALIGN	   (4ull << 20)
+#define PCSI_LVM_ALIGN (4ull << 20)
 
 struct pcsi_backend;
 struct pcsi_backend_req;
@@ -87,10 +87,10 @@ struct pcsi_backend_req {
 	struct pcsi_backend *be;
 	int op, step;
 	struct pcsi_backend_req *next; /* in the backend's queue */
-	struct pcsi_proc proc;
+	struct pcsi_proc *proc;	       /* the running tool (backend_internal.h) */
 	uv_work_t work;
 	uv_fs_t fs;
-	uv_timer_t timer;
+	struct pcsi_later later; /* delivery */
 	void *priv;
 };
 
@@ -126,10 +126,5 @@ void pcsi_backend_req_done(struct pcsi_backend_req *req);
 
 /* Frees the backend. No request may be pending. */
 void pcsi_backend_free(struct pcsi_backend *be);
-
-/* True when |id| is acceptable as a volume id: 1..63 bytes of [A-Za-z0-9_.+-],
- * not starting with '-' or '.'. Everything that reaches a command line or a
- * device name passes this check. */
-bool pcsi_volume_id_valid(const char *id);
 
 #endif

@@ -19,7 +19,8 @@
 #ifndef PCSI_BACKEND_INTERNAL_H
 #define PCSI_BACKEND_INTERNAL_H
 
-#include "backend.h"
+#include "backends/backend.h"
+#include "daemon/core/proc.h"
 
 struct pcsi_backend_ops {
 	const char *name;
@@ -62,9 +63,6 @@ void pcsi_backend_work(struct pcsi_backend_req *req, void (*fn)(struct pcsi_back
 
 /* Rounds |v| up to a multiple of |align| (> 0), saturating. */
 uint64_t pcsi_align_up(uint64_t v, uint64_t align);
-
-/* Least common multiple; 0 if either is 0. */
-uint64_t pcsi_lcm(uint64_t a, uint64_t b);
 
 /* The name of the namespace the lvm backend makes in each region; the direct
  * backend never treats it as a volume. */

@@ -5,13 +5,13 @@
  * PCSI_FAKE_CAPACITY (bytes, default 8 GiB); sizes are rounded up to 4 MiB.
  * Volumes have no device: their path is empty, so the front end has nothing
  * to zero, check or erase. */
-#include "backend_internal.h"
+#include "backends/backend_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/core/util.h"
+#include "daemon/core/util.h"
 
 struct fake {
 	uint64_t total, used;
@@ -42,7 +42,6 @@ static void fake_fini(struct pcsi_backend *be)
 
 static void fake_open(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
-	(void)be;
 	pcsi_backend_op_done(req, 0);
 }
 

@@ -8,17 +8,17 @@
  * rounded up to 4 MiB. LVM is driven through its command-line tools as child
  * processes, one command at a time (the backend queue), reading reports with
  * --reportformat json. Only LVs in our VGs count as volumes. */
-#include "backend_internal.h"
+#include "backends/backend_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/core/log.h"
-#include "../daemon/core/util.h"
-#include "lvm_report.h"
-#include "pmem.h"
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
+#include "backends/lvm_report.h"
+#include "backends/pmem.h"
 
 #define MAX_REGIONS 32
 
@@ -123,9 +123,9 @@ static int tool_result(struct pcsi_backend_req *req)
 {
 	char why[200];
 
-	if (pcsi_proc_ok(&req->proc))
+	if (pcsi_proc_ok(req->proc))
 		return 0;
-	pcsi_proc_describe(&req->proc, why, sizeof(why));
+	pcsi_proc_describe(req->proc, why, sizeof(why));
 	pcsi_backend_msg(req, "%s", why);
 	return -EIO;
 }
@@ -156,7 +156,7 @@ static int apply_vgs(struct pcsi_backend_req *req, struct lvm *l, bool all)
 	struct pcsi_lvm_vg rows[64];
 	int n, i;
 
-	n = pcsi_lvm_parse_vgs(req->proc.out.data, rows, PCSI_ARRAY_SIZE(rows));
+	n = pcsi_lvm_parse_vgs(req->proc->out.data, rows, PCSI_ARRAY_SIZE(rows));
 	if (n < 0 || n > (int)PCSI_ARRAY_SIZE(rows)) {
 		pcsi_backend_msg(req, "vgs: unexpected report");
 		return -EIO;
@@ -184,7 +184,7 @@ static int apply_lvs(struct pcsi_backend_req *req, struct lvm *l)
 
 	for (;;) {
 		rows = pcsi_xcalloc((size_t)cap, sizeof(*rows));
-		n = pcsi_lvm_parse_lvs(req->proc.out.data, rows, (size_t)cap);
+		n = pcsi_lvm_parse_lvs(req->proc->out.data, rows, (size_t)cap);
 		if (n <= cap)
 			break;
 		free(rows);
@@ -310,7 +310,7 @@ static void open_tool_done(struct pcsi_backend_req *req)
 		rc = tool_result(req);
 		if (rc == 0) {
 			struct pcsi_lvm_pv pvs[64];
-			int n = pcsi_lvm_parse_pvs(req->proc.out.data, pvs, PCSI_ARRAY_SIZE(pvs)),
+			int n = pcsi_lvm_parse_pvs(req->proc->out.data, pvs, PCSI_ARRAY_SIZE(pvs)),
 			    i, j;
 			if (n < 0 || n > (int)PCSI_ARRAY_SIZE(pvs)) {
 				pcsi_backend_msg(req, "pvs: unexpected report");
@@ -354,7 +354,7 @@ static void open_tool_done(struct pcsi_backend_req *req)
 		req->step = O_DONE;
 		break;
 	}
-	pcsi_proc_done(&req->proc);
+	pcsi_proc_done(req->proc);
 	if (rc < 0) {
 		pcsi_backend_op_done(req, rc);
 		return;
@@ -457,7 +457,6 @@ static void open_regions_done(struct pcsi_backend_req *req)
 
 static void lvm_open(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
-	(void)be;
 	pcsi_backend_work(req, open_regions_job, open_regions_done);
 }
 
@@ -470,7 +469,7 @@ static void capacity_done(struct pcsi_backend_req *req)
 
 	if (rc == 0)
 		rc = apply_vgs(req, l, false);
-	pcsi_proc_done(&req->proc);
+	pcsi_proc_done(req->proc);
 	if (rc == 0) {
 		memset(&req->cap, 0, sizeof(req->cap));
 		req->cap.total = l->total;
@@ -505,17 +504,17 @@ static void create_done(struct pcsi_backend_req *req)
 	struct lvm *l = impl(req->be);
 	struct vg *vg;
 
-	if (!pcsi_proc_ok(&req->proc)) {
+	if (!pcsi_proc_ok(req->proc)) {
 		/* Perhaps the VG had less room than we thought: try the next. */
 		tool_result(req);
 		pcsi_info(2, "lvcreate failed, trying the next volume group", "vg=%s reason=\"%s\"",
 			  l->vgs[l->ivg].name, req->msg);
-		pcsi_proc_done(&req->proc);
+		pcsi_proc_done(req->proc);
 		l->ivg++;
 		create_try(req);
 		return;
 	}
-	pcsi_proc_done(&req->proc);
+	pcsi_proc_done(req->proc);
 	/* The LV is exactly the size asked for (a multiple of the extent size)
 	 * at the path lvm2 always gives it: no report needed. */
 	vg = &l->vgs[l->ivg];
@@ -614,7 +613,7 @@ static void remove_done(struct pcsi_backend_req *req)
 	struct pcsi_volume *v;
 	int rc = tool_result(req);
 
-	pcsi_proc_done(&req->proc);
+	pcsi_proc_done(req->proc);
 	if (rc == 0 && (v = find_vol(l, req->id))) {
 		struct vg *vg;
 		char vgname[128];
@@ -630,7 +629,6 @@ static void lvm_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
 	struct cmd c = { .n = 0 };
 
-	(void)be;
 	cmd_add(&c, "lvremove");
 	cmd_add(&c, "-fy");
 	cmd_add(&c, req->vol.path);

@@ -1,5 +1,5 @@
 /* lvm_report.c: lvm2 JSON report parsing with json-c. See lvm_report.h. */
-#include "lvm_report.h"
+#include "backends/lvm_report.h"
 
 #include <errno.h>
 #include <json-c/json.h>

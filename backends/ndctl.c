@@ -10,16 +10,16 @@
  * Every libndctl call runs in a thread-pool job (pcsi_backend_work(): |fn| off
  * the loop, |after| back on it); the backend queue runs one job at a time, so
  * the job's inputs and results can live in the backend's struct direct. */
-#include "backend_internal.h"
+#include "backends/backend_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/core/log.h"
-#include "../daemon/core/util.h"
-#include "pmem.h"
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
+#include "backends/pmem.h"
 
 struct direct {
 	struct pcsi_pmem *pmem; /* opened by the open job */

@@ -16,7 +16,7 @@
  * `ndctl destroy-namespace -f`: disable (refused while the block device is
  * mounted or held open exclusively), then delete (size 0 frees the labels).
  */
-#include "pmem.h"
+#include "backends/pmem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,9 +49,6 @@ static void on_ndctl_log(struct ndctl_ctx *ctx, int priority, const char *file, 
 	struct pcsi_pmem *p = ndctl_get_userdata(ctx);
 	size_t n;
 
-	(void)file;
-	(void)line;
-	(void)fn;
 	if (!p || priority > LOG_ERR) /* NDCTL_LOG=debug must not hide the error */
 		return;
 	vsnprintf(p->last, sizeof(p->last), format, args);

@@ -1,5 +1,5 @@
 /* config.c: flag parsing and validation. See config.h. */
-#include "config.h"
+#include "daemon/config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../rpc/endpoint.h"
-#include "version.h"
+#include "rpc/endpoint.h"
+#include "daemon/version.h"
 
 enum {
 	OPT_MODE = 256,

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/log.h"
+#include "daemon/core/log.h"
 
 enum pcsi_mode { PCSI_MODE_CONTROLLER, PCSI_MODE_NODE };
 

@@ -1,16 +1,16 @@
 /* client.c: gRPC channels and unary calls over nghttp2 + libuv. See client.h. */
-#include "client.h"
+#include "rpc/client.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/core/log.h"
-#include "../daemon/core/util.h"
-#include "conn.h"
-#include "endpoint.h"
-#include "wire.h"
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
+#include "rpc/conn.h"
+#include "rpc/endpoint.h"
+#include "rpc/wire.h"
 
 enum chan_state { CH_IDLE, CH_RESOLVING, CH_CONNECTING, CH_READY, CH_BACKOFF };
 
@@ -175,8 +175,6 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint
 	struct pcsi_client_call *call =
 		nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
 
-	(void)flags;
-	(void)user_data;
 	if (!call || frame->hd.type != NGHTTP2_HEADERS)
 		return 0;
 #define IS(s) (namelen == sizeof(s) - 1 && !memcmp(name, s, namelen))
@@ -205,8 +203,6 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id, 
 	size_t used;
 	int rc;
 
-	(void)flags;
-	(void)user_data;
 	if (!call || call->finishing)
 		return 0;
 	dec = call->dec;
@@ -244,7 +240,6 @@ static int on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t erro
 	struct pcsi_client_call *call = nghttp2_session_get_stream_user_data(ng, stream_id);
 	char msg[160];
 
-	(void)user_data;
 	if (!call || call->finishing)
 		return 0;
 	call->active = false;
@@ -274,7 +269,6 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *
 	struct cconn *cc = user_data;
 	struct pcsi_channel *chan = cc->chan;
 
-	(void)ng;
 	if (frame->hd.type != NGHTTP2_GOAWAY || chan->conn != cc)
 		return 0;
 	/* No new streams on this connection: detach it so that new calls make
@@ -313,9 +307,6 @@ static ssize_t on_body_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf
 	struct pcsi_client_call *call = src->ptr;
 	size_t n;
 
-	(void)ng;
-	(void)stream_id;
-	(void)user_data;
 	if (!call || call->finishing) {
 		*flags |= NGHTTP2_DATA_FLAG_EOF;
 		return 0;

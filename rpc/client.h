@@ -23,8 +23,8 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "status.h"
-#include "tls.h"
+#include "rpc/status.h"
+#include "rpc/tls.h"
 
 struct pcsi_channel;
 struct pcsi_client_call;

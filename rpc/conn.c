@@ -1,13 +1,13 @@
 /* conn.c: HTTP/2 over libuv streams with optional TLS. See conn.h. */
-#include "conn.h"
+#include "rpc/conn.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/core/log.h"
-#include "../daemon/core/util.h"
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
 
 struct wbuf {
 	uv_write_t req;
@@ -61,8 +61,6 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
 	static char slab[64 * 1024]; /* one thread: one read is processed at a time */
 
-	(void)h;
-	(void)hint;
 	buf->base = slab;
 	buf->len = sizeof(slab);
 }

@@ -26,7 +26,7 @@
 #include <stdbool.h>
 #include <uv.h>
 
-#include "tls.h"
+#include "rpc/tls.h"
 
 #define PCSI_CONN_HIGH_WATER (1u << 20)
 #define PCSI_CONN_LOW_WATER  (256u << 10)

@@ -1,5 +1,5 @@
 /* endpoint.c: endpoint string parsing. See endpoint.h. */
-#include "endpoint.h"
+#include "rpc/endpoint.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* server.c: gRPC server over nghttp2 + libuv. See server.h. */
-#include "server.h"
+#include "rpc/server.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../daemon/core/log.h"
-#include "../daemon/core/util.h"
-#include "conn.h"
-#include "wire.h"
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
+#include "rpc/conn.h"
+#include "rpc/wire.h"
 
 struct listener {
 	union {
@@ -250,7 +250,6 @@ static ssize_t on_data_read(nghttp2_session *ng, int32_t stream_id, uint8_t *buf
 	struct pcsi_call *call = src->ptr;
 	size_t n = PCSI_MIN(len, call->out_len - call->out_off);
 
-	(void)user_data;
 	memcpy(buf, call->out + call->out_off, n);
 	call->out_off += n;
 	if (call->out_off == call->out_len) {
@@ -426,7 +425,6 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint
 	struct sconn *sc = user_data;
 	struct pcsi_call *call;
 
-	(void)flags;
 	if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
 		return 0;
 	call = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
@@ -539,8 +537,6 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id, 
 	size_t used;
 	int rc;
 
-	(void)flags;
-	(void)user_data;
 	if (!call || call->responded || call->dispatched)
 		return 0;
 	while (len > 0) {
@@ -581,7 +577,6 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *
 {
 	struct pcsi_call *call;
 
-	(void)user_data;
 	if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
 		return 0;
 	call = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
@@ -599,8 +594,6 @@ static int on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t erro
 {
 	struct pcsi_call *call = nghttp2_session_get_stream_user_data(ng, stream_id);
 
-	(void)error_code;
-	(void)user_data;
 	if (!call)
 		return 0;
 	call->sc->last_active = uv_now(call->sc->srv->loop);

@@ -34,9 +34,9 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "endpoint.h"
-#include "status.h"
-#include "tls.h"
+#include "rpc/endpoint.h"
+#include "rpc/status.h"
+#include "rpc/tls.h"
 
 struct pcsi_server;
 struct pcsi_call;

@@ -1,9 +1,9 @@
 /* status.c: status names and mappings. See status.h. */
-#include "status.h"
+#include "rpc/status.h"
 
 #include <errno.h>
 
-#include "../daemon/core/util.h"
+#include "daemon/core/util.h"
 
 static const char *const names[] = {
 	"OK",

@@ -1,5 +1,5 @@
 /* tls.c: OpenSSL contexts and memory-BIO sessions. See tls.h. */
-#include "tls.h"
+#include "rpc/tls.h"
 
 #include <errno.h>
 #include <openssl/err.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/core/util.h"
+#include "daemon/core/util.h"
 
 struct pcsi_tls_ctx {
 	SSL_CTX *ssl_ctx;
@@ -33,8 +33,6 @@ static int on_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *ou
 {
 	unsigned char *sel;
 
-	(void)ssl;
-	(void)arg;
 	if (SSL_select_next_proto(&sel, outlen, alpn_h2, sizeof(alpn_h2), in, inlen) !=
 	    OPENSSL_NPN_NEGOTIATED)
 		return SSL_TLSEXT_ERR_ALERT_FATAL;

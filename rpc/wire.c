@@ -1,12 +1,12 @@
 /* wire.c: message framing, grpc-timeout and grpc-message encodings. See wire.h. */
-#include "wire.h"
+#include "rpc/wire.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/core/util.h"
+#include "daemon/core/util.h"
 
 void pcsi_msgdec_init(struct pcsi_msgdec *d, size_t max)
 {

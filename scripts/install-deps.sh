@@ -10,7 +10,7 @@ PKGS="
   libh2o-dev libndctl-dev libdaxctl-dev libjson-c-dev libmount-dev libblkid-dev
   check valgrind openssl
   python3 python3-grpcio python3-protobuf python3-h2 protobuf-compiler
-  nghttp2-client golang-go golang-google-grpc-dev golang-google-protobuf-dev
+  nghttp2-client
   qemu-system-x86 linux-image-amd64 busybox-static kmod cpio udev xz-utils
   ndctl daxctl lvm2 e2fsprogs xfsprogs util-linux uuid-dev
   prometheus

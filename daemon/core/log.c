@@ -1,5 +1,5 @@
 /* log.c: klog-style text and JSON-lines output. See log.h. */
-#include "log.h"
+#include "daemon/core/log.h"
 
 #include <json-c/json.h>
 #include <stdarg.h>

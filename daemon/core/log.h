@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util.h"
+#include "daemon/core/util.h"
 
 enum pcsi_log_level { PCSI_LOG_ERROR, PCSI_LOG_WARN, PCSI_LOG_INFO };
 enum pcsi_log_format { PCSI_LOG_TEXT, PCSI_LOG_JSON };

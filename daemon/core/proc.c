@@ -1,5 +1,5 @@
 /* proc.c: the child-process runner. See proc.h. */
-#include "proc.h"
+#include "daemon/core/proc.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "daemon/core/util.h"
 
 #define RUNNER_PATH "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -110,8 +110,6 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
 	static char slab[16384];
 
-	(void)h;
-	(void)hint;
 	buf->base = slab;
 	buf->len = sizeof(slab);
 }

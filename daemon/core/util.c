@@ -1,5 +1,5 @@
 /* util.c: allocation wrappers that abort on OOM, clocks. See util.h. */
-#include "util.h"
+#include "daemon/core/util.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/params.h"
+#include "daemon/core/volid.h"
+#include "daemon/csi/params.h"
 
 int main(int argc, char **argv)
 {

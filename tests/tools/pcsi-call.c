@@ -17,9 +17,9 @@
 #include <string.h>
 #include <uv.h>
 
-#include "../../daemon/core/util.h"
-#include "../../rpc/client.h"
-#include "registry.pb-c.h"
+#include "daemon/core/util.h"
+#include "rpc/client.h"
+#include "proto/registry.pb-c.h"
 
 static struct {
 	const char *endpoint, *ca, *cert, *key, *peer, *node, *target;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "daemon/config.h"
-#include "version.h"
+#include "daemon/version.h"
 
 /* ---- harness -------------------------------------------------------------------- */
 

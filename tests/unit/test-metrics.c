@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/metrics.h"
+#include "daemon/metrics/metrics.h"
 #include "rpc/status.h"
 
 static struct pcsi_metrics *m;

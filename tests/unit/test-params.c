@@ -4,11 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/params.h"
+#include "daemon/core/volid.h"
+#include "daemon/csi/params.h"
 
 START_TEST(volume_id_matches_the_original_scheme)
 {
-	char id[PCSI_ID_MAX + 1];
+	char id[PCSI_VOLUME_ID_MAX + 1];
 
 	/* sha224("pvc-7d...") computed independently with `printf %s NAME | sha224sum`. */
 	pcsi_volume_id("pvc-7d1b1b1a-4d8b-4a2d-9c9a-0a7b1e6a2f01", id);

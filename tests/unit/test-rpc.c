@@ -32,7 +32,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "csi.pb-c.h"
+#include "proto/csi.pb-c.h"
 #include "rpc/client.h"
 #include "rpc/conn.h"
 #include "rpc/server.h"

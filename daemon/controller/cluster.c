@@ -1,0 +1,387 @@
+/* cluster.c: registered nodes and the volumes they hold. See cluster.h. */
+#include "daemon/controller/cluster.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/core/later.h"
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
+#include "proto/csi.pb-c.h"
+#include "daemon/metrics/metrics.h"
+
+#define SVC "csi.v1.Controller"
+
+static const ProtobufCMethodDescriptor *method(const char *name)
+{
+	return protobuf_c_service_descriptor_get_method_by_name(&csi__v1__controller__descriptor,
+								name);
+}
+
+void pcsi_cluster_init(struct pcsi_cluster *cl, uv_loop_t *loop, struct pcsi_tls_ctx *tls)
+{
+	memset(cl, 0, sizeof(*cl));
+	cl->loop = loop;
+	cl->tls = tls;
+	cl->start_ms = pcsi_now_ms();
+	pcsi_list_init(&cl->nodes);
+	pcsi_list_init(&cl->vols);
+	cl->rpc_timeout_ms = 30000;
+}
+
+static void node_free(struct pcsi_cnode *n)
+{
+	if (n->chan)
+		pcsi_channel_close(n->chan);
+	free(n->id);
+	free(n->endpoint);
+	free(n);
+}
+
+static void vol_free(struct pcsi_cvol *v)
+{
+	size_t i;
+
+	for (i = 0; i < v->n_nodes; i++)
+		free(v->nodes[i]);
+	free(v->nodes);
+	free(v);
+}
+
+void pcsi_cluster_done(struct pcsi_cluster *cl)
+{
+	struct pcsi_list *p, *t;
+
+	pcsi_list_foreach_safe (p, t, &cl->nodes) {
+		pcsi_list_remove(p);
+		node_free(pcsi_list_entry(p, struct pcsi_cnode, link));
+	}
+	pcsi_list_foreach_safe (p, t, &cl->vols) {
+		pcsi_list_remove(p);
+		vol_free(pcsi_list_entry(p, struct pcsi_cvol, link));
+	}
+	cl->n_nodes = cl->n_vols = 0;
+}
+
+struct pcsi_cnode *pcsi_cluster_node(struct pcsi_cluster *cl, const char *node_id)
+{
+	struct pcsi_list *p;
+
+	pcsi_list_foreach (p, &cl->nodes) {
+		struct pcsi_cnode *n = pcsi_list_entry(p, struct pcsi_cnode, link);
+		if (!strcmp(n->id, node_id))
+			return n;
+	}
+	return NULL;
+}
+
+struct pcsi_cvol *pcsi_cluster_volume(struct pcsi_cluster *cl, const char *id)
+{
+	struct pcsi_list *p;
+
+	pcsi_list_foreach (p, &cl->vols) {
+		struct pcsi_cvol *v = pcsi_list_entry(p, struct pcsi_cvol, link);
+		if (!strcmp(v->id, id))
+			return v;
+	}
+	return NULL;
+}
+
+void pcsi_cluster_foreach_node(struct pcsi_cluster *cl,
+			       void (*fn)(const struct pcsi_cnode *n, void *data), void *data)
+{
+	struct pcsi_list *p;
+
+	pcsi_list_foreach (p, &cl->nodes) {
+		fn(pcsi_list_entry(p, struct pcsi_cnode, link), data);
+	}
+}
+
+void pcsi_cluster_foreach_volume(struct pcsi_cluster *cl,
+				 void (*fn)(const struct pcsi_cvol *v, void *data), void *data)
+{
+	struct pcsi_list *p;
+
+	pcsi_list_foreach (p, &cl->vols) {
+		fn(pcsi_list_entry(p, struct pcsi_cvol, link), data);
+	}
+}
+
+size_t pcsi_cluster_n_nodes(const struct pcsi_cluster *cl)
+{
+	return cl->n_nodes;
+}
+
+size_t pcsi_cluster_n_volumes(const struct pcsi_cluster *cl)
+{
+	return cl->n_vols;
+}
+
+bool pcsi_cvol_on(const struct pcsi_cvol *v, const char *node_id)
+{
+	size_t i;
+
+	for (i = 0; i < v->n_nodes; i++)
+		if (!strcmp(v->nodes[i], node_id))
+			return true;
+	return false;
+}
+
+void pcsi_cluster_add(struct pcsi_cluster *cl, const char *id, int64_t size, const char *node_id)
+{
+	struct pcsi_cvol *v = pcsi_cluster_volume(cl, id);
+
+	if (!v) {
+		v = pcsi_xcalloc(1, sizeof(*v));
+		snprintf(v->id, sizeof(v->id), "%s", id);
+		pcsi_list_add_tail(&cl->vols, &v->link);
+		cl->n_vols++;
+	}
+	if (size > v->size)
+		v->size = size;
+	if (pcsi_cvol_on(v, node_id))
+		return;
+	v->nodes = pcsi_xrealloc(v->nodes, (v->n_nodes + 1) * sizeof(*v->nodes));
+	v->nodes[v->n_nodes++] = pcsi_xstrdup(node_id);
+}
+
+void pcsi_cluster_remove(struct pcsi_cluster *cl, const char *id, const char *node_id)
+{
+	struct pcsi_cvol *v = pcsi_cluster_volume(cl, id);
+	size_t i;
+
+	if (!v)
+		return;
+	for (i = 0; i < v->n_nodes; i++)
+		if (!strcmp(v->nodes[i], node_id)) {
+			free(v->nodes[i]);
+			v->nodes[i] = v->nodes[--v->n_nodes];
+			break;
+		}
+	if (v->n_nodes == 0) {
+		pcsi_list_remove(&v->link);
+		vol_free(v);
+		cl->n_vols--;
+	}
+}
+
+void pcsi_cluster_observe(const char *node_id, const struct pcsi_client_call *call)
+{
+	pcsi_metrics_observe_node_call(node_id, call->method->name, (int)call->status,
+				       (double)(pcsi_now_ns() - call->start_ns) / 1e9);
+}
+
+/* ---- capacity ------------------------------------------------------------------- */
+
+struct cap_req {
+	struct pcsi_client_call call;
+	struct pcsi_cluster *cl;
+	char *node_id;
+	pcsi_cluster_cb cb; /* optional: registration continues here */
+	void *data;
+};
+
+static void on_capacity(struct pcsi_client_call *call, void *data)
+{
+	struct cap_req *r = data;
+	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
+
+	pcsi_cluster_observe(r->node_id, call);
+	if (n && call->status == PCSI_OK && call->reply)
+		n->available = ((Csi__V1__GetCapacityResponse *)call->reply)->available_capacity;
+	if (r->cb)
+		r->cb(0, NULL, r->data);
+	pcsi_client_call_done(call);
+	free(r->node_id);
+	free(r);
+}
+
+static void get_capacity(struct pcsi_cluster *cl, struct pcsi_cnode *n, pcsi_cluster_cb cb,
+			 void *data)
+{
+	Csi__V1__GetCapacityRequest in = CSI__V1__GET_CAPACITY_REQUEST__INIT;
+	struct cap_req *r = pcsi_xcalloc(1, sizeof(*r));
+
+	r->cl = cl;
+	r->node_id = pcsi_xstrdup(n->id);
+	r->cb = cb;
+	r->data = data;
+	pcsi_channel_call(n->chan, &r->call, SVC, method("GetCapacity"), &in.base,
+			  cl->rpc_timeout_ms, on_capacity, r);
+}
+
+void pcsi_cluster_refresh_capacity(struct pcsi_cluster *cl, const char *node_id)
+{
+	struct pcsi_cnode *n = pcsi_cluster_node(cl, node_id);
+
+	if (n)
+		get_capacity(cl, n, NULL, NULL);
+}
+
+/* ---- registration ---------------------------------------------------------------- */
+
+struct reg {
+	struct pcsi_client_call call;
+	struct pcsi_cluster *cl;
+	char *node_id;
+	char token[32];
+	pcsi_cluster_cb cb;
+	void *data;
+};
+
+static void list_page(struct reg *r);
+
+static void reg_end(struct reg *r, int error, const char *msg)
+{
+	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
+
+	if (n && !error) {
+		n->ready = true;
+		n->registered_ms = pcsi_now_ms();
+	}
+	if (n && error) {
+		/* Never half-registered: a node that cannot be reached is not used. */
+		pcsi_cluster_unregister(r->cl, r->node_id);
+	}
+	r->cb(error, msg, r->data);
+	free(r->node_id);
+	free(r);
+}
+
+static void on_reg_capacity(int error, const char *msg, void *data)
+{
+	struct reg *r = data;
+	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
+
+	if (n)
+		pcsi_info(2, "node registered", "node=%s endpoint=%s available=%lld", n->id,
+			  n->endpoint, (long long)n->available);
+	reg_end(r, 0, NULL);
+}
+
+static void on_list(struct pcsi_client_call *call, void *data)
+{
+	struct reg *r = data;
+	Csi__V1__ListVolumesResponse *out = (Csi__V1__ListVolumesResponse *)call->reply;
+	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
+	char msg[300];
+	size_t i;
+
+	pcsi_cluster_observe(r->node_id, call);
+	if (!n) {
+		pcsi_client_call_done(call);
+		reg_end(r, -ECANCELED, "node unregistered meanwhile");
+		return;
+	}
+	if (call->status != PCSI_OK) {
+		snprintf(msg, sizeof(msg), "cannot list the volumes of node %s at %s: %s: %s",
+			 r->node_id, n->endpoint, pcsi_status_name((int)call->status),
+			 call->message ? call->message : "");
+		pcsi_client_call_done(call);
+		reg_end(r, -EAGAIN, msg);
+		return;
+	}
+	for (i = 0; i < out->n_entries; i++)
+		if (out->entries[i]->volume && out->entries[i]->volume->volume_id)
+			pcsi_cluster_add(r->cl, out->entries[i]->volume->volume_id,
+					 out->entries[i]->volume->capacity_bytes, r->node_id);
+	if (out->next_token && *out->next_token) {
+		snprintf(r->token, sizeof(r->token), "%.31s", out->next_token);
+		pcsi_client_call_done(call);
+		list_page(r);
+		return;
+	}
+	pcsi_client_call_done(call);
+	get_capacity(r->cl, n, on_reg_capacity, r);
+}
+
+static void list_page(struct reg *r)
+{
+	Csi__V1__ListVolumesRequest in = CSI__V1__LIST_VOLUMES_REQUEST__INIT;
+	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
+
+	in.max_entries = 1000;
+	in.starting_token = r->token;
+	pcsi_channel_call(n->chan, &r->call, SVC, method("ListVolumes"), &in.base,
+			  r->cl->rpc_timeout_ms, on_list, r);
+}
+
+/* A registration answered without asking the node (a heartbeat, a bad
+ * endpoint): the callback still runs on a later loop turn. */
+struct reply_later {
+	pcsi_cluster_cb cb;
+	void *data;
+	int error;
+	const char *msg; /* static */
+};
+
+static void on_reply_later(void *data)
+{
+	struct reply_later *l = data;
+
+	l->cb(l->error, l->msg, l->data);
+	free(l);
+}
+
+static void reply_later(struct pcsi_cluster *cl, int error, const char *msg, pcsi_cluster_cb cb,
+			void *data)
+{
+	struct reply_later *l = pcsi_xmalloc(sizeof(*l));
+
+	*l = (struct reply_later){ cb, data, error, msg };
+	pcsi_later(cl->loop, on_reply_later, l);
+}
+
+void pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id, const char *endpoint,
+			   pcsi_cluster_cb cb, void *data)
+{
+	struct pcsi_cnode *n = pcsi_cluster_node(cl, node_id);
+	struct reg *r;
+	char err[256];
+
+	if (n && n->ready && !strcmp(n->endpoint, endpoint)) {
+		/* A heartbeat. */
+		n->registered_ms = pcsi_now_ms();
+		get_capacity(cl, n, NULL, NULL);
+		reply_later(cl, 0, NULL, cb, data);
+		return;
+	}
+	if (n) {
+		pcsi_info(2, "node re-registers at a new endpoint", "node=%s old=%s endpoint=%s",
+			  node_id, n->endpoint, endpoint);
+		pcsi_cluster_unregister(cl, node_id);
+	}
+	n = pcsi_xcalloc(1, sizeof(*n));
+	n->id = pcsi_xstrdup(node_id);
+	n->endpoint = pcsi_xstrdup(endpoint);
+	n->chan = pcsi_channel_new(cl->loop, endpoint, cl->tls, NULL, err, sizeof(err));
+	if (!n->chan) {
+		/* Validated by the registry already; kept as a guard. */
+		free(n->id);
+		free(n->endpoint);
+		free(n);
+		reply_later(cl, -EINVAL, "bad endpoint", cb, data);
+		return;
+	}
+	pcsi_list_add_tail(&cl->nodes, &n->link);
+	cl->n_nodes++;
+	r = pcsi_xcalloc(1, sizeof(*r));
+	r->cl = cl;
+	r->node_id = pcsi_xstrdup(node_id);
+	r->cb = cb;
+	r->data = data;
+	list_page(r);
+}
+
+void pcsi_cluster_unregister(struct pcsi_cluster *cl, const char *node_id)
+{
+	struct pcsi_cnode *n = pcsi_cluster_node(cl, node_id);
+
+	if (!n)
+		return;
+	pcsi_list_remove(&n->link);
+	cl->n_nodes--;
+	node_free(n);
+}

@@ -1,0 +1,35 @@
+/* role.h: the controller role (-mode=controller): start-up and shutdown.
+ *
+ * Serves Identity and the central Controller on -endpoint (the provisioner's
+ * unix socket) and the Registry (with Identity) on -registryEndpoint (TCP,
+ * mutual TLS), where nodes register. Ready as soon as it listens: the picture
+ * of the cluster is rebuilt from the nodes as they register (cluster.h). */
+#ifndef PCSI_CONTROLLER_ROLE_H
+#define PCSI_CONTROLLER_ROLE_H
+
+#include "daemon/controller/cluster.h"
+#include "daemon/controller/registry.h"
+#include "daemon/controller/service.h"
+#include "daemon/csi/role.h"
+
+struct pcsi_controller_role {
+	const struct pcsi_role_env *env; /* borrowed */
+	struct pcsi_cluster cluster;
+	struct pcsi_registry registry;
+	struct pcsi_controller controller;
+	ProtobufCService *csi[2], *reg[2];
+	bool started;
+};
+
+/* Listens and becomes ready. Returns 0, or -1 after logging why. */
+int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi_role_env *env);
+
+/* Closes the links to the nodes and frees the picture, once the server has
+ * closed. */
+void pcsi_controller_role_close(struct pcsi_controller_role *r);
+
+/* Sets the gauges of the registered nodes before a scrape (struct
+ * pcsi_http_opts.collect; |data| is the role). */
+void pcsi_controller_role_collect(void *data);
+
+#endif

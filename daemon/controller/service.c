@@ -1,0 +1,636 @@
+/* controller.c: the controller role's csi.v1.Controller. See controller.h. */
+#include "daemon/controller/service.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc/server.h"
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
+#include "daemon/core/volid.h"
+#include "daemon/csi/messages.h"
+#include "daemon/csi/params.h"
+
+#define SVC	    "csi.v1.Controller"
+#define MAX_TARGETS 1024
+
+static const ProtobufCMethodDescriptor *method(const char *name)
+{
+	return protobuf_c_service_descriptor_get_method_by_name(&csi__v1__controller__descriptor,
+								name);
+}
+
+static struct pcsi_controller *from_svc(Csi__V1__Controller_Service *svc)
+{
+	return pcsi_container_of(svc, struct pcsi_controller, svc);
+}
+
+/* The topology segment value of |t| for our key, or NULL. */
+static const char *topo_node(struct pcsi_controller *c, const Csi__V1__Topology *t)
+{
+	size_t i;
+
+	for (i = 0; i < t->n_segments; i++)
+		if (!strcmp(t->segments[i]->key, c->topology_key))
+			return t->segments[i]->value;
+	return NULL;
+}
+
+/* ---- CreateVolume --------------------------------------------------------------- */
+
+struct create_op {
+	struct pcsi_controller *c;
+	struct pcsi_call *call;
+	const Csi__V1__CreateVolumeRequest *in;
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	struct pcsi_params params;
+	uint64_t size, limit;
+	char *targets[MAX_TARGETS]; /* candidate node ids, in order */
+	size_t n_targets, next;
+	char *made[MAX_TARGETS]; /* nodes that created it */
+	size_t n_made, need;
+	int64_t vol_size;
+	int exhausted, unreachable;
+	enum pcsi_status fatal;
+	char fatal_msg[300];
+	struct pcsi_client_call ccall;
+	size_t n_pre; /* copies that existed before this call: never rolled back */
+	size_t undo;  /* roll back: index into made */
+};
+
+static void create_free(struct create_op *op)
+{
+	size_t i;
+
+	for (i = 0; i < op->n_targets; i++)
+		free(op->targets[i]);
+	for (i = 0; i < op->n_made; i++)
+		free(op->made[i]);
+	pcsi_inflight_drop(&op->c->busy, op->id);
+	free(op);
+}
+
+static void add_target(struct create_op *op, const char *node)
+{
+	size_t i;
+
+	for (i = 0; i < op->n_targets; i++)
+		if (!strcmp(op->targets[i], node))
+			return;
+	if (op->n_targets < MAX_TARGETS)
+		op->targets[op->n_targets++] = pcsi_xstrdup(node);
+}
+
+static int cmp_available(const void *a, const void *b)
+{
+	const struct pcsi_cnode *x = *(const struct pcsi_cnode *const *)a,
+				*y = *(const struct pcsi_cnode *const *)b;
+
+	return x->available < y->available ? 1 : x->available > y->available ? -1 : 0;
+}
+
+struct node_array {
+	const struct pcsi_cnode **v;
+	size_t n;
+};
+
+static void collect_node(const struct pcsi_cnode *n, void *data)
+{
+	struct node_array *a = data;
+
+	if (n->ready)
+		a->v[a->n++] = n;
+}
+
+static void pick_targets(struct create_op *op)
+{
+	const Csi__V1__TopologyRequirement *tr = op->in->accessibility_requirements;
+	struct pcsi_cluster *cl = op->c->cluster;
+	size_t i;
+
+	if (tr && (tr->n_preferred || tr->n_requisite)) {
+		for (i = 0; i < tr->n_preferred; i++) {
+			const char *n = topo_node(op->c, tr->preferred[i]);
+			if (n)
+				add_target(op, n);
+		}
+		for (i = 0; i < tr->n_requisite; i++) {
+			const char *n = topo_node(op->c, tr->requisite[i]);
+			if (n)
+				add_target(op, n);
+		}
+		return;
+	}
+	{
+		struct node_array all = {
+			pcsi_xcalloc(pcsi_cluster_n_nodes(cl) + 1, sizeof(*all.v)), 0
+		};
+		pcsi_cluster_foreach_node(cl, collect_node, &all);
+		qsort(all.v, all.n, sizeof(*all.v), cmp_available);
+		for (i = 0; i < all.n; i++)
+			add_target(op, all.v[i]->id);
+		free(all.v);
+	}
+}
+
+static void create_reply(struct create_op *op)
+{
+	struct pcsi_controller *c = op->c;
+	Csi__V1__CreateVolumeResponse out = CSI__V1__CREATE_VOLUME_RESPONSE__INIT;
+	Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
+	Csi__V1__Topology *topo = pcsi_xcalloc(op->n_made, sizeof(*topo)),
+			  **topop = pcsi_xcalloc(op->n_made, sizeof(*topop));
+	Csi__V1__Topology__SegmentsEntry *seg = pcsi_xcalloc(op->n_made, sizeof(*seg)),
+					 **segp = pcsi_xcalloc(op->n_made, sizeof(*segp));
+	struct pcsi_map_entry ctx[PCSI_MAX_PARAMS + 1], *ctxp[PCSI_MAX_PARAMS + 1];
+	size_t i;
+
+	for (i = 0; i < op->n_made; i++) {
+		csi__v1__topology__segments_entry__init(&seg[i]);
+		seg[i].key = c->topology_key;
+		seg[i].value = op->made[i];
+		segp[i] = &seg[i];
+		csi__v1__topology__init(&topo[i]);
+		topo[i].n_segments = 1;
+		topo[i].segments = &segp[i];
+		topop[i] = &topo[i];
+	}
+	vol.volume_id = op->id;
+	vol.capacity_bytes = op->vol_size;
+	vol.n_volume_context = pcsi_volume_context(op->in, ctx, ctxp, PCSI_MAX_PARAMS + 1);
+	vol.volume_context = (Csi__V1__Volume__VolumeContextEntry **)ctxp;
+	vol.n_accessible_topology = op->n_made;
+	vol.accessible_topology = topop;
+	out.volume = &vol;
+	pcsi_info(2, "volume ready", "name=%s volume=%s nodes=%zu size=%lld", op->in->name, op->id,
+		  op->n_made, (long long)op->vol_size);
+	pcsi_call_reply(op->call, &out.base);
+	free(topo);
+	free(topop);
+	free(seg);
+	free(segp);
+	create_free(op);
+}
+
+static void create_fail(struct create_op *op)
+{
+	pcsi_call_fail(op->call, op->fatal, "%s", op->fatal_msg);
+	create_free(op);
+}
+
+/* Rolls back the copies made so far, then fails. */
+static void on_undo(struct pcsi_client_call *call, void *data);
+
+static void undo_next(struct create_op *op)
+{
+	Csi__V1__DeleteVolumeRequest in = CSI__V1__DELETE_VOLUME_REQUEST__INIT;
+	struct pcsi_cnode *n;
+
+	if (op->undo < op->n_pre)
+		op->undo = op->n_pre;
+	while (op->undo < op->n_made) {
+		n = pcsi_cluster_node(op->c->cluster, op->made[op->undo]);
+		if (n) {
+			in.volume_id = op->id;
+			pcsi_channel_call(n->chan, &op->ccall, SVC, method("DeleteVolume"),
+					  &in.base, op->c->cluster->rpc_timeout_ms, on_undo, op);
+			return;
+		}
+		op->undo++;
+	}
+	create_fail(op);
+}
+
+static void on_undo(struct pcsi_client_call *call, void *data)
+{
+	struct create_op *op = data;
+
+	pcsi_cluster_observe(op->made[op->undo], call);
+	if (call->status == PCSI_OK)
+		pcsi_cluster_remove(op->c->cluster, op->id, op->made[op->undo]);
+	else
+		pcsi_warn("rolling back a partial cache volume failed; the node keeps a copy",
+			  "volume=%s node=%s status=%s", op->id, op->made[op->undo],
+			  pcsi_status_name((int)call->status));
+	pcsi_client_call_done(call);
+	op->undo++;
+	undo_next(op);
+}
+
+static void create_next(struct create_op *op);
+
+static void on_node_created(struct pcsi_client_call *call, void *data)
+{
+	struct create_op *op = data;
+	const char *node = op->targets[op->next - 1];
+	Csi__V1__CreateVolumeResponse *r = (Csi__V1__CreateVolumeResponse *)call->reply;
+
+	pcsi_cluster_observe(node, call);
+	switch (call->status) {
+	case PCSI_OK:
+		pcsi_cluster_add(op->c->cluster, op->id, r->volume ? r->volume->capacity_bytes : 0,
+				 node);
+		if (r->volume && r->volume->capacity_bytes > op->vol_size)
+			op->vol_size = r->volume->capacity_bytes;
+		op->made[op->n_made++] = pcsi_xstrdup(node);
+		pcsi_cluster_refresh_capacity(op->c->cluster, node);
+		break;
+	case PCSI_RESOURCE_EXHAUSTED:
+		op->exhausted++;
+		break;
+	case PCSI_UNAVAILABLE:
+	case PCSI_DEADLINE_EXCEEDED:
+	case PCSI_CANCELLED:
+		op->unreachable++;
+		pcsi_warn("node unreachable during CreateVolume", "node=%s status=%s msg=\"%s\"",
+			  node, pcsi_status_name((int)call->status),
+			  call->message ? call->message : "");
+		break;
+	default:
+		/* The request itself is wrong for this volume (e.g. an existing one of
+		 * another size): asking other nodes cannot help. */
+		op->fatal = call->status;
+		snprintf(op->fatal_msg, sizeof(op->fatal_msg), "node %s: %s", node,
+			 call->message ? call->message : pcsi_status_name((int)call->status));
+		break;
+	}
+	pcsi_client_call_done(call);
+	if (op->fatal) {
+		undo_next(op);
+		return;
+	}
+	create_next(op);
+}
+
+static void create_next(struct create_op *op)
+{
+	struct pcsi_cluster *cl = op->c->cluster;
+
+	if (op->n_made >= op->need) {
+		create_reply(op);
+		return;
+	}
+	while (op->next < op->n_targets) {
+		const char *node = op->targets[op->next++];
+		struct pcsi_cnode *n = pcsi_cluster_node(cl, node);
+		struct pcsi_cvol *v = pcsi_cluster_volume(cl, op->id);
+
+		if (v && pcsi_cvol_on(v, node))
+			continue; /* already counted */
+		if (!n || !n->ready) {
+			op->unreachable++;
+			continue;
+		}
+		pcsi_channel_call(n->chan, &op->ccall, SVC, method("CreateVolume"), &op->in->base,
+				  cl->rpc_timeout_ms, on_node_created, op);
+		return;
+	}
+	/* Out of candidates. */
+	if (op->exhausted) {
+		op->fatal = PCSI_RESOURCE_EXHAUSTED;
+		snprintf(op->fatal_msg, sizeof(op->fatal_msg),
+			 "not enough free PMEM: %zu of %zu nodes could take volume \"%s\" "
+			 "(%d without space, %d unreachable)",
+			 op->n_made, op->need, op->in->name, op->exhausted, op->unreachable);
+	} else {
+		op->fatal = PCSI_UNAVAILABLE;
+		snprintf(op->fatal_msg, sizeof(op->fatal_msg),
+			 op->n_targets ? "no node could be reached for volume \"%s\""
+				       : "no node is registered for volume \"%s\"",
+			 op->in->name);
+	}
+	undo_next(op);
+}
+
+static void ctl_create_volume(Csi__V1__Controller_Service *svc,
+			      const Csi__V1__CreateVolumeRequest *in,
+			      Csi__V1__CreateVolumeResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	struct create_op *op = pcsi_xcalloc(1, sizeof(*op));
+	enum pcsi_status code;
+	struct pcsi_cvol *v;
+	char err[256];
+	size_t i;
+
+	code = pcsi_create_validate(in, &op->params, &op->size, &op->limit, err, sizeof(err));
+	if (code != PCSI_OK) {
+		pcsi_call_fail(call, code, "%s", err);
+		free(op);
+		return;
+	}
+	pcsi_volume_id(in->name, op->id);
+	if (pcsi_inflight_take(&c->busy, op->id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "CreateVolume for \"%s\" is already in progress",
+			       in->name);
+		free(op);
+		return;
+	}
+	op->c = c;
+	op->call = call;
+	op->in = in;
+	op->need = op->params.persistency == PCSI_PERSIST_CACHE ? op->params.cache_size : 1;
+	v = pcsi_cluster_volume(c->cluster, op->id);
+	if (v) {
+		/* Known already: check that it fits; if it is short of copies (an
+		 * earlier attempt, or a node that was lost), make the missing ones. */
+		if ((uint64_t)v->size < op->size || (op->limit && (uint64_t)v->size > op->limit)) {
+			pcsi_call_fail(
+				call, PCSI_ALREADY_EXISTS,
+				"volume \"%s\" exists with %lld bytes, incompatible with the "
+				"request",
+				in->name, (long long)v->size);
+			create_free(op);
+			return;
+		}
+		for (i = 0; i < v->n_nodes && op->n_made < MAX_TARGETS; i++)
+			op->made[op->n_made++] = pcsi_xstrdup(v->nodes[i]);
+		op->n_pre = op->n_made;
+		op->vol_size = v->size;
+	}
+	pick_targets(op);
+	create_next(op);
+}
+
+/* ---- DeleteVolume -------------------------------------------------------------- */
+
+struct delete_op {
+	struct pcsi_controller *c;
+	struct pcsi_call *call;
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	char **nodes; /* to ask */
+	size_t n_nodes, next;
+	bool known;
+	int unreachable;
+	enum pcsi_status fatal;
+	char msg[300];
+	struct pcsi_client_call ccall;
+};
+
+static void delete_free(struct delete_op *op)
+{
+	size_t i;
+
+	for (i = 0; i < op->n_nodes; i++)
+		free(op->nodes[i]);
+	free(op->nodes);
+	pcsi_inflight_drop(&op->c->busy, op->id);
+	free(op);
+}
+
+static void delete_next(struct delete_op *op);
+
+static void on_node_deleted(struct pcsi_client_call *call, void *data)
+{
+	struct delete_op *op = data;
+	const char *node = op->nodes[op->next - 1];
+
+	pcsi_cluster_observe(node, call);
+	if (call->status == PCSI_OK) {
+		pcsi_cluster_remove(op->c->cluster, op->id, node);
+		pcsi_cluster_refresh_capacity(op->c->cluster, node);
+	} else if (call->status == PCSI_UNAVAILABLE || call->status == PCSI_DEADLINE_EXCEEDED ||
+		   call->status == PCSI_CANCELLED) {
+		op->unreachable++;
+		snprintf(op->msg, sizeof(op->msg), "node %s is unreachable: %s", node,
+			 call->message ? call->message : "");
+	} else if (!op->fatal) {
+		op->fatal = call->status;
+		snprintf(op->msg, sizeof(op->msg), "node %s: %s", node,
+			 call->message ? call->message : pcsi_status_name((int)call->status));
+	}
+	pcsi_client_call_done(call);
+	delete_next(op);
+}
+
+static void delete_next(struct delete_op *op)
+{
+	Csi__V1__DeleteVolumeRequest in = CSI__V1__DELETE_VOLUME_REQUEST__INIT;
+	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+	struct pcsi_cluster *cl = op->c->cluster;
+
+	while (op->next < op->n_nodes) {
+		const char *node = op->nodes[op->next++];
+		struct pcsi_cnode *n = pcsi_cluster_node(cl, node);
+		if (!n || !n->ready) {
+			op->unreachable++;
+			snprintf(op->msg, sizeof(op->msg),
+				 "node %s, which holds the volume, is not registered", node);
+			continue;
+		}
+		in.volume_id = op->id;
+		pcsi_channel_call(n->chan, &op->ccall, SVC, method("DeleteVolume"), &in.base,
+				  cl->rpc_timeout_ms, on_node_deleted, op);
+		return;
+	}
+	if (op->fatal)
+		pcsi_call_fail(op->call, op->fatal, "%s", op->msg);
+	else if (op->unreachable)
+		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
+			       "volume %s not deleted everywhere yet: %s", op->id, op->msg);
+	else {
+		if (op->known)
+			pcsi_info(2, "volume deleted", "volume=%s nodes=%zu", op->id, op->n_nodes);
+		pcsi_call_reply(op->call, &out.base);
+	}
+	delete_free(op);
+}
+
+static void add_delete_node(const struct pcsi_cnode *n, void *data)
+{
+	struct delete_op *op = data;
+
+	op->nodes[op->n_nodes++] = pcsi_xstrdup(n->id);
+}
+
+static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
+			      const Csi__V1__DeleteVolumeRequest *in,
+			      Csi__V1__DeleteVolumeResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	struct pcsi_cluster *cl = c->cluster;
+	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+	struct delete_op *op;
+	struct pcsi_cvol *v;
+	size_t i;
+
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	if (strlen(in->volume_id) > PCSI_VOLUME_ID_MAX) {
+		pcsi_call_reply(call, &out.base); /* not an id of ours: nothing to delete */
+		return;
+	}
+	if (pcsi_inflight_take(&c->busy, in->volume_id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on volume %s is in progress",
+			       in->volume_id);
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->c = c;
+	op->call = call;
+	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	v = pcsi_cluster_volume(cl, op->id);
+	if (v) {
+		op->known = true;
+		op->nodes = pcsi_xcalloc(v->n_nodes + 1, sizeof(*op->nodes));
+		for (i = 0; i < v->n_nodes; i++)
+			op->nodes[op->n_nodes++] = pcsi_xstrdup(v->nodes[i]);
+	} else {
+		if (pcsi_now_ms() - cl->start_ms < c->grace_ms) {
+			pcsi_call_fail(call, PCSI_UNAVAILABLE,
+				       "volume %s is unknown and the controller started recently; "
+				       "nodes may not have re-registered yet",
+				       op->id);
+			delete_free(op);
+			return;
+		}
+		/* Unknown: whoever has it deletes it; nodes answer OK otherwise. */
+		op->nodes = pcsi_xcalloc(pcsi_cluster_n_nodes(cl) + 1, sizeof(*op->nodes));
+		pcsi_cluster_foreach_node(cl, add_delete_node, op);
+	}
+	delete_next(op);
+}
+
+/* ---- ListVolumes -------------------------------------------------------------- */
+
+struct list_items {
+	struct pcsi_list_item *v;
+	size_t n;
+};
+
+static void collect_volume(const struct pcsi_cvol *v, void *data)
+{
+	struct list_items *l = data;
+
+	l->v[l->n++] = (struct pcsi_list_item){ v->id, v->size, (const char *const *)v->nodes,
+						v->n_nodes };
+}
+
+static void ctl_list_volumes(Csi__V1__Controller_Service *svc,
+			     const Csi__V1__ListVolumesRequest *in,
+			     Csi__V1__ListVolumesResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	struct list_items l = { pcsi_xcalloc(pcsi_cluster_n_volumes(c->cluster) + 1, sizeof(*l.v)),
+				0 };
+
+	pcsi_cluster_foreach_volume(c->cluster, collect_volume, &l);
+	pcsi_reply_list_volumes(call, in, l.v, l.n, c->topology_key);
+	free(l.v);
+}
+
+/* ---- GetCapacity ----------------------------------------------------------------- */
+
+struct cap_op {
+	struct pcsi_call *call;
+	struct pcsi_client_call ccall;
+};
+
+static void on_node_capacity(struct pcsi_client_call *call, void *data)
+{
+	struct cap_op *op = data;
+
+	if (call->status == PCSI_OK)
+		pcsi_call_reply(op->call, call->reply);
+	else
+		pcsi_call_fail(op->call,
+			       call->status == PCSI_UNAVAILABLE ? PCSI_UNAVAILABLE : call->status,
+			       "GetCapacity on the node: %s", call->message ? call->message : "");
+	pcsi_client_call_done(call);
+	free(op);
+}
+
+static void add_available(const struct pcsi_cnode *n, void *data)
+{
+	if (n->ready && n->available > 0)
+		*(int64_t *)data += n->available;
+}
+
+static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
+			     const Csi__V1__GetCapacityRequest *in,
+			     Csi__V1__GetCapacityResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
+	struct pcsi_cnode *n;
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < in->n_volume_capabilities; i++)
+		if (pcsi_cap_check(in->volume_capabilities[i], true, err, sizeof(err)) < 0) {
+			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+			return;
+		}
+	if (in->accessible_topology) {
+		const char *node = topo_node(c, in->accessible_topology);
+		struct cap_op *op;
+		n = node ? pcsi_cluster_node(c->cluster, node) : NULL;
+		if (!n || !n->ready) {
+			pcsi_call_reply(call, &out.base); /* not a node of ours: nothing there */
+			return;
+		}
+		op = pcsi_xcalloc(1, sizeof(*op));
+		op->call = call;
+		pcsi_channel_call(n->chan, &op->ccall, SVC, method("GetCapacity"), &in->base,
+				  c->cluster->rpc_timeout_ms, on_node_capacity, op);
+		return;
+	}
+	pcsi_cluster_foreach_node(c->cluster, add_available, &out.available_capacity);
+	pcsi_call_reply(call, &out.base);
+}
+
+/* ---- ValidateVolumeCapabilities, capabilities ------------------------------------------ */
+
+static void ctl_validate_volume_capabilities(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ValidateVolumeCapabilitiesRequest *in,
+	Csi__V1__ValidateVolumeCapabilitiesResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	struct pcsi_cvol *v;
+
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	if (in->n_volume_capabilities == 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capabilities are required");
+		return;
+	}
+	v = pcsi_cluster_volume(c->cluster, in->volume_id);
+	if (!v) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return;
+	}
+	pcsi_reply_validated(call, in, v->n_nodes > 1);
+}
+
+static void ctl_controller_get_capabilities(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
+	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
+{
+	pcsi_reply_controller_capabilities(call);
+}
+
+PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)
+
+void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluster,
+			  const char *driver_name, uint64_t grace_ms)
+{
+	Csi__V1__Controller_Service svc = CSI__V1__CONTROLLER__INIT(ctl_);
+
+	memset(c, 0, sizeof(*c));
+	c->svc = svc;
+	c->cluster = cluster;
+	c->grace_ms = grace_ms;
+	pcsi_inflight_init(&c->busy);
+	snprintf(c->topology_key, sizeof(c->topology_key), "%s/node", driver_name);
+}
+
+void pcsi_controller_done(struct pcsi_controller *c)
+{
+	pcsi_inflight_done(&c->busy);
+}

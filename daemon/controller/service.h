@@ -1,0 +1,44 @@
+/* service.h: csi.v1.Controller of the controller role (-mode=controller),
+ * for the csi-provisioner: it routes volumes to registered nodes.
+ *
+ * CreateVolume: validated like on a node; idempotent by name (the id is the
+ *   name's hash, the same on every node); candidates are the nodes of the
+ *   preferred topologies, then the requisite ones, else every registered node
+ *   by free capacity; each is asked in turn until one node (normal) or
+ *   cacheSize nodes (cache) succeed. A cache volume is never left half made:
+ *   if not enough nodes can take it, the copies made are deleted again.
+ *   Nowhere enough space = RESOURCE_EXHAUSTED; no node reachable or none
+ *   registered = UNAVAILABLE. accessible_topology lists every holding node.
+ * DeleteVolume: fans out to every node that holds the volume; OK only when all
+ *   of them answered. An id the controller does not know is deleted on every
+ *   registered node (nodes answer OK for what they do not have), and during
+ *   the first -registrationGrace seconds after start (nodes may not have
+ *   re-registered yet) it is UNAVAILABLE, so the provisioner retries.
+ * ListVolumes (pagination), GetCapacity (one node's segment, or the sum),
+ * ValidateVolumeCapabilities, ControllerGetCapabilities. Calls for a name or
+ * id already in progress get ABORTED. */
+#ifndef PCSI_CONTROLLER_H
+#define PCSI_CONTROLLER_H
+
+#include "daemon/controller/cluster.h"
+#include "daemon/csi/inflight.h"
+#include "proto/csi.pb-c.h"
+
+struct pcsi_controller {
+	Csi__V1__Controller_Service svc;
+	struct pcsi_cluster *cluster; /* borrowed */
+	char topology_key[160];
+	uint64_t grace_ms;	   /* unknown ids are UNAVAILABLE this long after start */
+	struct pcsi_inflight busy; /* names and ids with a call in progress */
+};
+
+void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluster,
+			  const char *driver_name, uint64_t grace_ms);
+void pcsi_controller_done(struct pcsi_controller *c);
+
+static inline ProtobufCService *pcsi_controller_service(struct pcsi_controller *c)
+{
+	return &c->svc.base;
+}
+
+#endif

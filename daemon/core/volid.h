@@ -1,0 +1,33 @@
+/* volid.h: the volume-id scheme, shared by the backends (namespace and LV
+ * names) and both roles.
+ *
+ * A provisioned volume's id is derived from its name as the original driver
+ * did: name[0:6] + "-" + hex(sha224(name)), 57..63 bytes. The same name always
+ * gives the same id, on every node, which makes CreateVolume idempotent by
+ * name. An inline ephemeral volume is known to kubelet by a handle (its
+ * "name"); its id is derived the same way.
+ *
+ * Every id that reaches a command line, a device or a file name has passed
+ * pcsi_volume_id_valid(). */
+#ifndef PCSI_VOLID_H
+#define PCSI_VOLID_H
+
+#include <stdbool.h>
+
+/* Longest volume id: ndctl namespace names hold at most 63 bytes. */
+#define PCSI_VOLUME_ID_MAX 63
+
+/* Writes the id of |name| into |out| (NUL-terminated). */
+void pcsi_volume_id(const char *name, char out[PCSI_VOLUME_ID_MAX + 1]);
+
+/* True when |id| is acceptable as a volume id: 1..63 bytes of
+ * [A-Za-z0-9_.+-], not starting with '-' or '.'. */
+bool pcsi_volume_id_valid(const char *id);
+
+/* True when |id| has the shape of a derived id: up to six bytes of prefix, a
+ * '-', then 56 lowercase hex digits. (It says nothing of whether the volume
+ * exists; a name can look like an id, but pcsi_volume_id() of a name never
+ * is that name.) */
+bool pcsi_volume_id_is_derived(const char *id);
+
+#endif

@@ -1,0 +1,328 @@
+/* messages.c: CSI message checks and replies. See messages.h. */
+#include "daemon/csi/messages.h"
+
+#include "daemon/core/util.h"
+#include "rpc/server.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *pcsi_cap_fstype(const Csi__V1__VolumeCapability *cap)
+{
+	if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT && cap->mount &&
+	    cap->mount->fs_type && *cap->mount->fs_type)
+		return cap->mount->fs_type;
+	return "ext4";
+}
+
+int pcsi_cap_check(const Csi__V1__VolumeCapability *cap, bool multi_node_ok, char *err,
+		   size_t errlen)
+{
+	if (!cap) {
+		snprintf(err, errlen, "volume capability missing");
+		return -EINVAL;
+	}
+	if (cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT &&
+	    cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK) {
+		snprintf(err, errlen, "volume capability has neither mount nor block access type");
+		return -EINVAL;
+	}
+	if (!cap->access_mode) {
+		snprintf(err, errlen, "volume capability has no access mode");
+		return -EINVAL;
+	}
+	switch (cap->access_mode->mode) {
+	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_WRITER:
+	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY:
+	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_SINGLE_WRITER:
+	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_MULTI_WRITER:
+		break;
+	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY:
+	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_SINGLE_WRITER:
+	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_MULTI_WRITER:
+		if (multi_node_ok)
+			break;
+		snprintf(err, errlen,
+			 "access mode %d: PMEM is local to a node; multi-node access "
+			 "modes need persistencyModel: cache",
+			 (int)cap->access_mode->mode);
+		return -EINVAL;
+	default:
+		snprintf(err, errlen, "access mode %d is not supported",
+			 (int)cap->access_mode->mode);
+		return -EINVAL;
+	}
+	if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT) {
+		const char *fs = pcsi_cap_fstype(cap);
+		if (strcmp(fs, "ext4") && strcmp(fs, "xfs")) {
+			snprintf(err, errlen, "filesystem \"%.32s\" is not supported (ext4 or xfs)",
+				 fs);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+size_t pcsi_map_kv(const void *map, size_t n_entries, struct pcsi_kv *out, size_t n)
+{
+	struct pcsi_map_entry *const *entries = map;
+	size_t i;
+
+	for (i = 0; i < n_entries && i < n; i++) {
+		out[i].key = entries[i]->key;
+		out[i].value = entries[i]->value;
+	}
+	return i;
+}
+
+const char *pcsi_map_get(const void *map, size_t n, const char *key)
+{
+	struct pcsi_map_entry *const *entries = map;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (!strcmp(entries[i]->key, key))
+			return entries[i]->value;
+	return NULL;
+}
+
+bool pcsi_topology_is_node(const Csi__V1__Topology *t, const char *key, const char *node_id)
+{
+	size_t i;
+
+	for (i = 0; i < t->n_segments; i++)
+		if (!strcmp(t->segments[i]->key, key))
+			return !strcmp(t->segments[i]->value, node_id);
+	return false;
+}
+
+enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
+				      struct pcsi_params *params, uint64_t *size, uint64_t *limit,
+				      char *err, size_t errlen)
+{
+	struct pcsi_kv kv[PCSI_MAX_PARAMS];
+	uint64_t required = 0;
+	bool xfs = false;
+	size_t i;
+
+	if (!in->name || !*in->name) {
+		snprintf(err, errlen, "name is required");
+		return PCSI_INVALID_ARGUMENT;
+	}
+	if (strlen(in->name) > 253) {
+		snprintf(err, errlen, "name longer than 253 bytes");
+		return PCSI_INVALID_ARGUMENT;
+	}
+	if (in->n_volume_capabilities == 0) {
+		snprintf(err, errlen, "volume_capabilities are required");
+		return PCSI_INVALID_ARGUMENT;
+	}
+	if (in->n_parameters > PCSI_MAX_PARAMS) {
+		snprintf(err, errlen, "too many parameters");
+		return PCSI_INVALID_ARGUMENT;
+	}
+	if (pcsi_params_parse(PCSI_ORIGIN_CREATE, kv,
+			      pcsi_map_kv(in->parameters, in->n_parameters, kv, PCSI_MAX_PARAMS),
+			      params, err, errlen) < 0)
+		return PCSI_INVALID_ARGUMENT;
+	for (i = 0; i < in->n_volume_capabilities; i++) {
+		const Csi__V1__VolumeCapability *cap = in->volume_capabilities[i];
+		if (pcsi_cap_check(cap, params->persistency == PCSI_PERSIST_CACHE, err, errlen) < 0)
+			return PCSI_INVALID_ARGUMENT;
+		if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT &&
+		    !strcmp(pcsi_cap_fstype(cap), "xfs"))
+			xfs = true;
+	}
+	*limit = 0;
+	if (in->capacity_range) {
+		if (in->capacity_range->required_bytes < 0 || in->capacity_range->limit_bytes < 0) {
+			snprintf(err, errlen, "negative capacity_range");
+			return PCSI_INVALID_ARGUMENT;
+		}
+		required = (uint64_t)in->capacity_range->required_bytes;
+		*limit = (uint64_t)in->capacity_range->limit_bytes;
+		if (*limit && required > *limit) {
+			snprintf(err, errlen,
+				 "capacity_range: required_bytes %llu above limit_bytes %llu",
+				 (unsigned long long)required, (unsigned long long)*limit);
+			return PCSI_INVALID_ARGUMENT;
+		}
+	}
+	*size = required;
+	if (xfs && *size < PCSI_XFS_MIN_SIZE) {
+		if (*limit && *limit < PCSI_XFS_MIN_SIZE) {
+			snprintf(err, errlen,
+				 "xfs needs a volume of at least %llu bytes (mkfs.xfs refuses "
+				 "smaller "
+				 "filesystems); limit_bytes is %llu",
+				 PCSI_XFS_MIN_SIZE, (unsigned long long)*limit);
+			return PCSI_OUT_OF_RANGE;
+		}
+		*size = PCSI_XFS_MIN_SIZE;
+	}
+	return PCSI_OK;
+}
+
+size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_map_entry *entries,
+			   struct pcsi_map_entry **ptrs, size_t n)
+{
+	size_t i, k = 0;
+
+	if (n == 0)
+		return 0;
+	csi__v1__volume__volume_context_entry__init(
+		(Csi__V1__Volume__VolumeContextEntry *)&entries[0]);
+	entries[0].key = (char *)"name";
+	entries[0].value = in->name;
+	ptrs[k] = &entries[k];
+	k++;
+	for (i = 0; i < in->n_parameters && k < n; i++) {
+		if (!strncmp(in->parameters[i]->key, "csi.storage.k8s.io/", 19))
+			continue;
+		csi__v1__volume__volume_context_entry__init(
+			(Csi__V1__Volume__VolumeContextEntry *)&entries[k]);
+		entries[k].key = in->parameters[i]->key;
+		entries[k].value = in->parameters[i]->value;
+		ptrs[k] = &entries[k];
+		k++;
+	}
+	return k;
+}
+
+void pcsi_reply_controller_capabilities(struct pcsi_call *call)
+{
+	static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY,
+	};
+	Csi__V1__ControllerGetCapabilitiesResponse out =
+		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__ControllerServiceCapability caps[3], *capp[3];
+	Csi__V1__ControllerServiceCapability__RPC rpcs[3];
+	size_t i;
+
+	for (i = 0; i < 3; i++) {
+		csi__v1__controller_service_capability__rpc__init(&rpcs[i]);
+		rpcs[i].type = types[i];
+		csi__v1__controller_service_capability__init(&caps[i]);
+		caps[i].type_case = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
+		caps[i].rpc = &rpcs[i];
+		capp[i] = &caps[i];
+	}
+	out.n_capabilities = 3;
+	out.capabilities = capp;
+	pcsi_call_reply(call, &out.base);
+}
+
+void pcsi_reply_validated(struct pcsi_call *call,
+			  const Csi__V1__ValidateVolumeCapabilitiesRequest *in, bool multi_node_ok)
+{
+	Csi__V1__ValidateVolumeCapabilitiesResponse out =
+		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed conf =
+		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__CONFIRMED__INIT;
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < in->n_volume_capabilities; i++)
+		if (pcsi_cap_check(in->volume_capabilities[i], multi_node_ok, err, sizeof(err)) <
+		    0) {
+			out.message = err;
+			pcsi_call_reply(call, &out.base);
+			return;
+		}
+	conf.n_volume_capabilities = in->n_volume_capabilities;
+	conf.volume_capabilities = in->volume_capabilities;
+	conf.n_volume_context = in->n_volume_context;
+	conf.volume_context =
+		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__VolumeContextEntry **)
+			in->volume_context;
+	conf.n_parameters = in->n_parameters;
+	conf.parameters =
+		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__ParametersEntry **)
+			in->parameters;
+	out.confirmed = &conf;
+	pcsi_call_reply(call, &out.base);
+}
+
+static int cmp_item(const void *a, const void *b)
+{
+	return strcmp(((const struct pcsi_list_item *)a)->id,
+		      ((const struct pcsi_list_item *)b)->id);
+}
+
+void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesRequest *in,
+			     struct pcsi_list_item *items, size_t n, const char *topology_key)
+{
+	Csi__V1__ListVolumesResponse out = CSI__V1__LIST_VOLUMES_RESPONSE__INIT;
+	Csi__V1__ListVolumesResponse__Entry *ents, **entp;
+	Csi__V1__Volume *vols;
+	Csi__V1__Topology *topo, **topop;
+	Csi__V1__Topology__SegmentsEntry *seg, **segp;
+	size_t start = 0, count, i, j, nseg = 0, total_nodes = 0;
+	char next[32];
+
+	if (in->max_entries < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
+		return;
+	}
+	if (in->starting_token && *in->starting_token) {
+		char *end;
+		unsigned long long t = strtoull(in->starting_token, &end, 10);
+		if (*end || in->starting_token[0] < '0' || in->starting_token[0] > '9' || t > n) {
+			pcsi_call_fail(call, PCSI_ABORTED, "starting_token \"%.32s\" is not valid",
+				       in->starting_token);
+			return;
+		}
+		start = (size_t)t;
+	}
+	qsort(items, n, sizeof(*items), cmp_item);
+	count = in->max_entries > 0 ? PCSI_MIN(n - start, (size_t)in->max_entries) : n - start;
+	for (i = 0; i < count; i++)
+		total_nodes += items[start + i].n_nodes;
+	ents = pcsi_xcalloc(count + 1, sizeof(*ents));
+	entp = pcsi_xcalloc(count + 1, sizeof(*entp));
+	vols = pcsi_xcalloc(count + 1, sizeof(*vols));
+	topo = pcsi_xcalloc(total_nodes + 1, sizeof(*topo));
+	topop = pcsi_xcalloc(total_nodes + 1, sizeof(*topop));
+	seg = pcsi_xcalloc(total_nodes + 1, sizeof(*seg));
+	segp = pcsi_xcalloc(total_nodes + 1, sizeof(*segp));
+	for (i = 0; i < count; i++) {
+		const struct pcsi_list_item *it = &items[start + i];
+		csi__v1__volume__init(&vols[i]);
+		vols[i].volume_id = (char *)it->id;
+		vols[i].capacity_bytes = it->size;
+		vols[i].accessible_topology = &topop[nseg];
+		vols[i].n_accessible_topology = it->n_nodes;
+		for (j = 0; j < it->n_nodes; j++, nseg++) {
+			csi__v1__topology__segments_entry__init(&seg[nseg]);
+			seg[nseg].key = (char *)topology_key;
+			seg[nseg].value = (char *)it->nodes[j];
+			segp[nseg] = &seg[nseg];
+			csi__v1__topology__init(&topo[nseg]);
+			topo[nseg].n_segments = 1;
+			topo[nseg].segments = &segp[nseg];
+			topop[nseg] = &topo[nseg];
+		}
+		csi__v1__list_volumes_response__entry__init(&ents[i]);
+		ents[i].volume = &vols[i];
+		entp[i] = &ents[i];
+	}
+	out.n_entries = count;
+	out.entries = entp;
+	if (start + count < n) {
+		snprintf(next, sizeof(next), "%zu", start + count);
+		out.next_token = next;
+	}
+	pcsi_call_reply(call, &out.base);
+	free(ents);
+	free(entp);
+	free(vols);
+	free(topo);
+	free(topop);
+	free(seg);
+	free(segp);
+}

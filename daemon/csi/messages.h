@@ -1,0 +1,126 @@
+/* messages.h: CSI message checks and replies shared by the Node and both
+ * Controller services: capability checks, map look-ups, CreateVolume
+ * validation, volume context, topology, and the replies both roles give the
+ * same way. */
+#ifndef PCSI_MESSAGES_H
+#define PCSI_MESSAGES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rpc/status.h"
+#include "proto/csi.pb-c.h"
+#include "daemon/csi/params.h"
+
+/* mkfs.xfs (xfsprogs >= 5.19) refuses filesystems under 300 MB: volumes with
+ * an xfs capability are made at least this large. */
+#define PCSI_XFS_MIN_SIZE (320ull << 20)
+#define PCSI_MAX_PARAMS	  64
+
+/* Filesystem of a mount capability: "ext4" when unset. */
+const char *pcsi_cap_fstype(const Csi__V1__VolumeCapability *cap);
+
+/* Checks one capability: an access type (mount or block), a supported access
+ * mode (the SINGLE_NODE modes; MULTI_NODE ones only when |multi_node_ok|, i.e.
+ * for cache volumes), and for mount a filesystem of ext4 or xfs. Returns 0 or
+ * -EINVAL with a message. */
+int pcsi_cap_check(const Csi__V1__VolumeCapability *cap, bool multi_node_ok, char *err,
+		   size_t errlen);
+
+/* Every protobuf-c map<string,string> entry has this layout; the helpers
+ * below take any of the generated entry arrays. */
+struct pcsi_map_entry {
+	ProtobufCMessage base;
+	char *key;
+	char *value;
+};
+
+/* Copies a string map into key/value pairs (borrowed pointers); returns how
+ * many (at most |n|). */
+size_t pcsi_map_kv(const void *entries, size_t n_entries, struct pcsi_kv *out, size_t n);
+
+/* The value of |key| in a string map, or NULL. */
+const char *pcsi_map_get(const void *entries, size_t n, const char *key);
+
+/* Validates a CreateVolumeRequest the same way on the controller and on a
+ * node: name, capabilities, parameters, capacity range. Fills |params|, the
+ * size to ask a backend for (|size|: required bytes, raised for xfs; 0 = the
+ * smallest) and |limit| (0 = none). Returns PCSI_OK, or INVALID_ARGUMENT /
+ * OUT_OF_RANGE with a message in |err|. */
+enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
+				      struct pcsi_params *params, uint64_t *size, uint64_t *limit,
+				      char *err, size_t errlen);
+
+/* The volume_context a created volume gets: "name" plus the request's
+ * parameters other than csi.storage.k8s.io/ ones (borrowed strings). Fills
+ * |entries| and |ptrs| (|n| each) and returns how many. */
+size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_map_entry *entries,
+			   struct pcsi_map_entry **ptrs, size_t n);
+
+struct pcsi_call;
+
+/* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
+ * GET_CAPACITY (both roles offer the same). */
+void pcsi_reply_controller_capabilities(struct pcsi_call *call);
+
+/* Replies to ValidateVolumeCapabilities of an existing volume: confirmed
+ * (echoing the request) when every capability is supported, else a message. */
+void pcsi_reply_validated(struct pcsi_call *call,
+			  const Csi__V1__ValidateVolumeCapabilitiesRequest *in, bool multi_node_ok);
+
+/* Defines the Controller RPCs neither role implements (snapshots,
+ * expansion, publish, get, modify) for a service whose handlers are named
+ * PREFIX##method. */
+#define PCSI_CONTROLLER_UNIMPLEMENTED_ONE(fn, req_t, closure_t)                              \
+	static void fn(Csi__V1__Controller_Service *svc, const req_t *in, closure_t closure, \
+		       void *call)                                                           \
+	{                                                                                    \
+		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");    \
+	}
+#define PCSI_CONTROLLER_UNIMPLEMENTED(p)                                                      \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_publish_volume,                       \
+					  Csi__V1__ControllerPublishVolumeRequest,            \
+					  Csi__V1__ControllerPublishVolumeResponse_Closure)   \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_unpublish_volume,                     \
+					  Csi__V1__ControllerUnpublishVolumeRequest,          \
+					  Csi__V1__ControllerUnpublishVolumeResponse_Closure) \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##create_snapshot, Csi__V1__CreateSnapshotRequest, \
+					  Csi__V1__CreateSnapshotResponse_Closure)            \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##delete_snapshot, Csi__V1__DeleteSnapshotRequest, \
+					  Csi__V1__DeleteSnapshotResponse_Closure)            \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##list_snapshots, Csi__V1__ListSnapshotsRequest,   \
+					  Csi__V1__ListSnapshotsResponse_Closure)             \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##get_snapshot, Csi__V1__GetSnapshotRequest,       \
+					  Csi__V1__GetSnapshotResponse_Closure)               \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_expand_volume,                        \
+					  Csi__V1__ControllerExpandVolumeRequest,             \
+					  Csi__V1__ControllerExpandVolumeResponse_Closure)    \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_get_volume,                           \
+					  Csi__V1__ControllerGetVolumeRequest,                \
+					  Csi__V1__ControllerGetVolumeResponse_Closure)       \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_modify_volume,                        \
+					  Csi__V1__ControllerModifyVolumeRequest,             \
+					  Csi__V1__ControllerModifyVolumeResponse_Closure)
+
+/* One volume of a ListVolumes reply: its id, size and the nodes holding it
+ * (all borrowed). */
+struct pcsi_list_item {
+	const char *id;
+	int64_t size;
+	const char *const *nodes;
+	size_t n_nodes;
+};
+
+/* Replies to ListVolumes with one page of |items| (sorted here by id, so pages
+ * are stable): max_entries (0 = all; negative = INVALID_ARGUMENT) and
+ * starting_token (the index to go on from, as returned in next_token; one
+ * that does not fit = ABORTED), each volume with one topology per holding
+ * node under |topology_key|. */
+void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesRequest *in,
+			     struct pcsi_list_item *items, size_t n, const char *topology_key);
+
+/* True when topology |t| names this node (segment "<driver>/node" = node_id). */
+bool pcsi_topology_is_node(const Csi__V1__Topology *t, const char *key, const char *node_id);
+
+#endif

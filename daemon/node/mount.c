@@ -1,0 +1,114 @@
+/* mount.c: libmount / libblkid look-ups and path checks. See mount.h. */
+#include "daemon/node/mount.h"
+
+#include <blkid/blkid.h>
+#include <errno.h>
+#include <libmount/libmount.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/sysmacros.h>
+
+int pcsi_mount_lookup(const char *target, struct pcsi_mount_info *info)
+{
+	struct libmnt_table *tb = mnt_new_table();
+	struct libmnt_fs *fs;
+	int rc;
+
+	if (!tb)
+		return -ENOMEM;
+	rc = mnt_table_parse_mtab(tb, "/proc/self/mountinfo");
+	if (rc < 0) {
+		mnt_unref_table(tb);
+		return rc;
+	}
+	/* The last entry for a target is the one on top. */
+	fs = mnt_table_find_target(tb, target, MNT_ITER_BACKWARD);
+	if (!fs || strcmp(mnt_fs_get_target(fs), target) != 0) {
+		mnt_unref_table(tb);
+		return 0;
+	}
+	if (info) {
+		const char *src = mnt_fs_get_srcpath(fs), *root = mnt_fs_get_root(fs),
+			   *type = mnt_fs_get_fstype(fs), *vfs = mnt_fs_get_vfs_options(fs),
+			   *fso = mnt_fs_get_fs_options(fs);
+		dev_t devno = mnt_fs_get_devno(fs);
+
+		memset(info, 0, sizeof(*info));
+		snprintf(info->source, sizeof(info->source), "%s", src ? src : "");
+		snprintf(info->root, sizeof(info->root), "%s", root ? root : "/");
+		snprintf(info->fstype, sizeof(info->fstype), "%s", type ? type : "");
+		snprintf(info->options, sizeof(info->options), "%s%s%s", vfs ? vfs : "",
+			 vfs && fso ? "," : "", fso ? fso : "");
+		info->dev = (unsigned long)devno;
+		info->ro = pcsi_mount_has_option(vfs ? vfs : "", "ro");
+	}
+	mnt_unref_table(tb);
+	return 1;
+}
+
+bool pcsi_mount_has_option(const char *opts, const char *opt)
+{
+	size_t n = strlen(opt);
+	const char *p = opts;
+
+	while (p && *p) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		if (len == n && !strncmp(p, opt, n))
+			return true;
+		if (!strcmp(opt, "dax") && len == 10 && !strncmp(p, "dax=always", 10))
+			return true;
+		p = end ? end + 1 : NULL;
+	}
+	return false;
+}
+
+int pcsi_fs_type(const char *dev, char *type, size_t n)
+{
+	blkid_probe pr = blkid_new_probe_from_filename(dev);
+	const char *val = NULL;
+	int rc;
+
+	type[0] = '\0';
+	if (!pr)
+		return errno ? -errno : -EIO;
+	blkid_probe_enable_superblocks(pr, 1);
+	blkid_probe_set_superblocks_flags(pr, BLKID_SUBLKS_TYPE);
+	blkid_probe_enable_partitions(pr, 1);
+	rc = blkid_do_safeprobe(pr);
+	if (rc == 0 && blkid_probe_lookup_value(pr, "TYPE", &val, NULL) == 0 && val)
+		snprintf(type, n, "%s", val);
+	else if (rc == 0 && blkid_probe_lookup_value(pr, "PTTYPE", &val, NULL) == 0 && val)
+		snprintf(type, n, "%s", val); /* a partition table counts as "in use" too */
+	blkid_free_probe(pr);
+	if (rc == -2)
+		snprintf(type, n, "ambivalent");
+	else if (rc < 0)
+		return -EIO;
+	return 0;
+}
+
+bool pcsi_path_valid(const char *path)
+{
+	const char *p;
+	size_t len;
+
+	if (!path || path[0] != '/' || (len = strlen(path)) >= PATH_MAX || len < 2 ||
+	    path[len - 1] == '/')
+		return false;
+	for (p = path; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			return false;
+	for (p = path; p && *p;) {
+		const char *next = strchr(p + 1, '/');
+		size_t clen = next ? (size_t)(next - p - 1) : strlen(p + 1);
+
+		if (clen == 0 || (clen == 1 && p[1] == '.') ||
+		    (clen == 2 && p[1] == '.' && p[2] == '.'))
+			return false;
+		p = next;
+	}
+	return true;
+}

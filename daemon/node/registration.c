@@ -1,0 +1,123 @@
+/* registration.c: the node side of the registry. See registration.h. */
+#include "daemon/node/registration.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
+#include "proto/registry.pb-c.h"
+
+#define SVC "registry.v1.Registry"
+
+static void send_register(struct pcsi_registration *r);
+
+static void on_timer(uv_timer_t *t)
+{
+	send_register(pcsi_container_of(t, struct pcsi_registration, timer));
+}
+
+static void on_registered(struct pcsi_client_call *call, void *data)
+{
+	struct pcsi_registration *r = data;
+	char reason[300];
+
+	r->in_call = false;
+	if (call->status == PCSI_OK) {
+		if (!r->registered || r->last_reason[0])
+			pcsi_info(1, "registered with the controller", "node=%s endpoint=%s",
+				  r->node_id, r->endpoint);
+		r->registered = true;
+		r->last_reason[0] = '\0';
+		r->backoff_ms = 0;
+	} else {
+		snprintf(reason, sizeof(reason), "%s: %s", pcsi_status_name((int)call->status),
+			 call->message ? call->message : "");
+		if (strcmp(reason, r->last_reason)) {
+			pcsi_warn("registration with the controller failed; retrying",
+				  "node=%s reason=\"%s\"", r->node_id, reason);
+			snprintf(r->last_reason, sizeof(r->last_reason), "%s", reason);
+		}
+		r->registered = false;
+		r->backoff_ms = r->backoff_ms ? PCSI_MIN(r->backoff_ms * 2, 60000u) : 1000u;
+	}
+	pcsi_client_call_done(call);
+	if (r->stopping)
+		return; /* the goodbye call closes the rest */
+	uv_timer_start(&r->timer, on_timer, r->registered ? r->interval_ms : r->backoff_ms, 0);
+}
+
+static void send_register(struct pcsi_registration *r)
+{
+	Registry__V1__RegisterNodeControllerRequest in =
+		REGISTRY__V1__REGISTER_NODE_CONTROLLER_REQUEST__INIT;
+	const ProtobufCMethodDescriptor *m = protobuf_c_service_descriptor_get_method_by_name(
+		&registry__v1__registry__descriptor, "RegisterNodeController");
+
+	in.node_id = r->node_id;
+	in.endpoint = r->endpoint;
+	r->in_call = true;
+	pcsi_channel_call(r->chan, &r->call, SVC, m, &in.base, 60000, on_registered, r);
+}
+
+int pcsi_registration_start(struct pcsi_registration *r, uv_loop_t *loop, const char *registry,
+			    struct pcsi_tls_ctx *tls, const char *node_id, const char *endpoint,
+			    uint32_t interval_ms, char *err, size_t errlen)
+{
+	struct pcsi_channel_opts o = { .initial_backoff_ms = 1000, .max_backoff_ms = 60000 };
+
+	memset(r, 0, sizeof(*r));
+	r->loop = loop;
+	r->interval_ms = interval_ms;
+	r->chan = pcsi_channel_new(loop, registry, tls, &o, err, errlen);
+	if (!r->chan)
+		return -EINVAL;
+	r->node_id = pcsi_xstrdup(node_id);
+	r->endpoint = pcsi_xstrdup(endpoint);
+	uv_timer_init(loop, &r->timer);
+	send_register(r);
+	return 0;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	struct pcsi_registration *r =
+		pcsi_container_of((uv_timer_t *)h, struct pcsi_registration, timer);
+
+	pcsi_channel_close(r->chan);
+	free(r->node_id);
+	free(r->endpoint);
+	if (r->stopped_cb)
+		r->stopped_cb(r->stopped_data);
+}
+
+static void on_unregistered(struct pcsi_client_call *call, void *data)
+{
+	struct pcsi_registration *r = data;
+
+	pcsi_info(1, "unregistered from the controller", "node=%s status=%s", r->node_id,
+		  pcsi_status_name((int)call->status));
+	pcsi_client_call_done(call);
+	uv_close((uv_handle_t *)&r->timer, on_timer_closed);
+}
+
+void pcsi_registration_stop(struct pcsi_registration *r, void (*cb)(void *data), void *data)
+{
+	Registry__V1__UnregisterNodeControllerRequest in =
+		REGISTRY__V1__UNREGISTER_NODE_CONTROLLER_REQUEST__INIT;
+	const ProtobufCMethodDescriptor *m = protobuf_c_service_descriptor_get_method_by_name(
+		&registry__v1__registry__descriptor, "UnregisterNodeController");
+
+	r->stopping = true;
+	r->stopped_cb = cb;
+	r->stopped_data = data;
+	uv_timer_stop(&r->timer);
+	if (r->in_call)
+		pcsi_client_call_cancel(&r->call); /* its callback sees stopping */
+	in.node_id = r->node_id;
+	/* The call struct is reused only after the cancelled one completed: use a
+	 * second one for the goodbye. */
+	pcsi_channel_call(r->chan, &r->bye, SVC, m, &in.base, 2000, on_unregistered, r);
+}

@@ -1,0 +1,115 @@
+/* role.c: the node role's start-up and shutdown. See role.h. */
+#include "daemon/node/role.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/core/later.h"
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
+
+int pcsi_node_role_init(struct pcsi_node_role *r, const struct pcsi_role_env *env, char *err,
+			size_t errlen)
+{
+	struct pcsi_backend_config bcfg = { .name = env->cfg->device_manager,
+					    .pmem_percentage = env->cfg->pmem_percentage };
+
+	memset(r, 0, sizeof(*r));
+	r->env = env;
+	return pcsi_backend_new(env->loop, &bcfg, &r->backend, err, errlen);
+}
+
+static void on_backend_open(struct pcsi_backend_req *req, void *data);
+
+static void on_open_retry(uv_timer_t *t)
+{
+	struct pcsi_node_role *r = t->data;
+
+	if (!r->stopping)
+		pcsi_backend_open(r->backend, &r->open_req, on_backend_open, r);
+}
+
+static void on_backend_open(struct pcsi_backend_req *req, void *data)
+{
+	struct pcsi_node_role *r = data;
+	const struct pcsi_config *cfg = r->env->cfg;
+	char err[256];
+
+	if (r->stopping)
+		return;
+	if (req->error) {
+		if (pcsi_log_changed(r->open_error, sizeof(r->open_error), req->msg))
+			pcsi_err("cannot open the device manager; will retry",
+				 "deviceManager=%s err=\"%s\"", pcsi_backend_name(r->backend),
+				 req->msg);
+		r->open_delay_ms =
+			r->open_delay_ms ? PCSI_MIN(r->open_delay_ms * 2, 300000u) : 10000u;
+		uv_timer_start(&r->open_timer, on_open_retry, r->open_delay_ms, 0);
+		return;
+	}
+	pcsi_info(1, "device manager ready", "deviceManager=%s", pcsi_backend_name(r->backend));
+	pcsi_identity_set_ready(r->env->identity, true);
+	if (!cfg->registry_endpoint)
+		return;
+	if (pcsi_registration_start(&r->registration, r->env->loop, cfg->registry_endpoint,
+				    r->env->client_tls, cfg->node_id, cfg->controller_endpoint,
+				    cfg->registration_interval_s * 1000, err, sizeof(err)) == 0)
+		r->registering = true;
+	else
+		pcsi_err("cannot register", "err=\"%s\"", err);
+}
+
+int pcsi_node_role_start(struct pcsi_node_role *r)
+{
+	const struct pcsi_config *cfg = r->env->cfg;
+	char err[512];
+
+	uv_timer_init(r->env->loop, &r->open_timer);
+	r->open_timer.data = r;
+	if (pcsi_node_init(&r->node, r->env->loop, cfg, r->backend, err, sizeof(err)) < 0) {
+		pcsi_err("node setup failed", "err=\"%s\"", err);
+		return -1;
+	}
+	pcsi_node_service_init(&r->node_svc, &r->node);
+	pcsi_node_controller_init(&r->node_ctrl, &r->node);
+	r->csi[0] = pcsi_identity_service(r->env->identity);
+	r->csi[1] = pcsi_node_service(&r->node_svc);
+	r->csi[2] = pcsi_node_controller_service(&r->node_ctrl);
+	r->tcp[0] = pcsi_identity_service(r->env->identity);
+	r->tcp[1] = pcsi_node_controller_service(&r->node_ctrl);
+	if (pcsi_role_listen(r->env, "csi", cfg->endpoint, r->csi, 3) < 0)
+		return -1;
+	if (cfg->controller_endpoint &&
+	    pcsi_role_listen(r->env, "controller", cfg->controller_endpoint, r->tcp, 2) < 0)
+		return -1;
+	/* Probe says ready once the PMEM is prepared and the volumes are known. */
+	pcsi_backend_open(r->backend, &r->open_req, on_backend_open, r);
+	return 0;
+}
+
+void pcsi_node_role_stop(struct pcsi_node_role *r, void (*cb)(void *data), void *data)
+{
+	r->stopping = true;
+	uv_timer_stop(&r->open_timer);
+	if (!r->registering) {
+		pcsi_later(r->env->loop, cb, data);
+		return;
+	}
+	/* Say goodbye to the controller first, then stop serving. */
+	r->registering = false;
+	pcsi_registration_stop(&r->registration, cb, data);
+}
+
+void pcsi_node_role_close(struct pcsi_node_role *r)
+{
+	if (r->open_timer.loop)
+		uv_close((uv_handle_t *)&r->open_timer, NULL);
+}
+
+void pcsi_node_role_done(struct pcsi_node_role *r)
+{
+	if (r->node.loop)
+		pcsi_node_done(&r->node);
+	pcsi_backend_free(r->backend);
+}

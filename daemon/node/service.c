@@ -1,0 +1,898 @@
+/* service.c: csi.v1.Node. See service.h. */
+#include "daemon/node/service.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "rpc/server.h"
+#include "daemon/core/log.h"
+#include "daemon/core/proc.h"
+#include "daemon/core/util.h"
+#include "daemon/core/volid.h"
+#include "daemon/csi/messages.h"
+#include "daemon/node/mount.h"
+#include "daemon/node/controller.h"
+#include "daemon/csi/params.h"
+
+#define MKFS_TIMEOUT_MS	 (10 * 60 * 1000)
+#define MOUNT_TIMEOUT_MS (2 * 60 * 1000)
+
+/* One Node operation in flight. */
+struct nop {
+	struct pcsi_node_service *ns;
+	struct pcsi_call *call;
+	const char *what; /* RPC name for messages */
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	char dev[128];
+	char fstype[16];
+	char flags[512]; /* extra mount options from the capability */
+	char target[4096];
+	char staging[4096];
+	bool block, ro, dax, ephemeral, locked;
+	uint64_t size;
+	struct pcsi_params params;
+	struct pcsi_backend_req breq;
+	struct pcsi_proc proc;
+	struct pcsi_volrec rec;
+	void (*after_tool)(struct nop *op);
+};
+
+static struct pcsi_node_service *from_svc(Csi__V1__Node_Service *svc)
+{
+	return pcsi_container_of(svc, struct pcsi_node_service, svc);
+}
+
+static struct nop *nop_new(struct pcsi_node_service *ns, struct pcsi_call *call, const char *what)
+{
+	struct nop *op = pcsi_xcalloc(1, sizeof(*op));
+
+	op->ns = ns;
+	op->call = call;
+	op->what = what;
+	return op;
+}
+
+static void nop_end(struct nop *op)
+{
+	if (op->locked)
+		pcsi_inflight_drop(&op->ns->node->busy, op->id);
+	free(op);
+}
+
+static void nop_fail(struct nop *op, enum pcsi_status code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void nop_fail(struct nop *op, enum pcsi_status code, const char *fmt, ...)
+{
+	char msg[600];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	pcsi_call_fail(op->call, code, "%s: %s", op->what, msg);
+	nop_end(op);
+}
+
+static void nop_ok(struct nop *op, const ProtobufCMessage *reply)
+{
+	pcsi_call_reply(op->call, reply);
+	nop_end(op);
+}
+
+/* Takes the volume lock; on conflict the call ends with ABORTED (returns false). */
+static bool nop_lock(struct nop *op)
+{
+	if (pcsi_inflight_take(&op->ns->node->busy, op->id) < 0) {
+		nop_fail(op, PCSI_ABORTED, "an operation on volume %s is in progress", op->id);
+		return false;
+	}
+	op->locked = true;
+	return true;
+}
+
+/* ---- child processes ---------------------------------------------------------------- */
+
+static void on_tool(struct pcsi_proc *p, void *data)
+{
+	struct nop *op = data;
+
+	op->after_tool(op);
+}
+
+static void run_tool(struct nop *op, const char *const *argv, uint64_t timeout_ms,
+		     void (*after)(struct nop *op))
+{
+	struct pcsi_proc_opts o = { .timeout_ms = timeout_ms };
+
+	op->after_tool = after;
+	pcsi_proc_run(op->ns->node->loop, &op->proc, argv, &o, on_tool, op);
+}
+
+/* Ends the call with INTERNAL when the tool failed; returns true on success. */
+static bool tool_ok(struct nop *op)
+{
+	char why[300];
+
+	if (pcsi_proc_ok(&op->proc)) {
+		pcsi_proc_done(&op->proc);
+		return true;
+	}
+	pcsi_proc_describe(&op->proc, why, sizeof(why));
+	pcsi_proc_done(&op->proc);
+	nop_fail(op, PCSI_INTERNAL, "%s", why);
+	return false;
+}
+
+static void run_mount(struct nop *op, const char *src, const char *dst, bool bind,
+		      void (*after)(struct nop *op))
+{
+	char opts[700];
+	const char *argv[10];
+	int n = 0;
+
+	snprintf(opts, sizeof(opts), "%s%s%s%s%s", bind ? "bind" : (op->dax ? "dax" : "defaults"),
+		 op->ro ? ",ro" : "", op->flags[0] && !bind ? "," : "", bind ? "" : op->flags, "");
+	argv[n++] = "mount";
+	argv[n++] = "-c"; /* keep the path we give, not /dev/mapper/... */
+	if (!bind) {
+		argv[n++] = "-t";
+		argv[n++] = op->fstype;
+	}
+	argv[n++] = "-o";
+	argv[n++] = opts;
+	argv[n++] = "--";
+	argv[n++] = src;
+	argv[n++] = dst;
+	argv[n] = NULL;
+	run_tool(op, argv, MOUNT_TIMEOUT_MS, after);
+}
+
+static void run_umount(struct nop *op, const char *path, void (*after)(struct nop *op))
+{
+	const char *argv[] = { "umount", "--", path, NULL };
+
+	run_tool(op, argv, MOUNT_TIMEOUT_MS, after);
+}
+
+static void run_mkfs(struct nop *op, void (*after)(struct nop *op))
+{
+	const char *ext4[] = { "mkfs.ext4", "-q",    "-b",
+			       "4096",	    "-E",    "stride=512,stripe_width=512",
+			       "-F",	    op->dev, NULL };
+	/* 2 MiB stripe units for huge pages; below 1 GiB, xfsprogs >= 5.19 would
+	 * then pick allocation groups too small for its 64 MiB minimum log, so
+	 * four groups are asked for explicitly there. */
+	const char *data = op->size < (1ull << 30) ? "su=2m,sw=1,agcount=4" : "su=2m,sw=1";
+	const char *xfs[] = { "mkfs.xfs", "-q", "-b", "size=4096", "-m", "reflink=0",
+			      "-d",	  data, "-f", op->dev,	   NULL };
+
+	pcsi_info(2, "formatting", "volume=%s dev=%s fs=%s", op->id, op->dev, op->fstype);
+	run_tool(op, strcmp(op->fstype, "xfs") ? ext4 : xfs, MKFS_TIMEOUT_MS, after);
+}
+
+/* ---- shared checks ---------------------------------------------------------------------- */
+
+/* Mount options from a capability: each flag must be a plain option word. */
+static int collect_flags(const Csi__V1__VolumeCapability *cap, char *out, size_t n, char *err,
+			 size_t errlen)
+{
+	size_t i, used = 0;
+
+	out[0] = '\0';
+	if (cap->access_type_case != CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT || !cap->mount)
+		return 0;
+	for (i = 0; i < cap->mount->n_mount_flags; i++) {
+		const char *f = cap->mount->mount_flags[i];
+		size_t len = strlen(f);
+		if (!len ||
+		    strspn(f, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789=_.:-"
+			      "/") != len ||
+		    f[0] == '-') {
+			snprintf(err, errlen, "mount flag \"%.64s\" is not allowed", f);
+			return -EINVAL;
+		}
+		if (used + len + 2 > n) {
+			snprintf(err, errlen, "too many mount flags");
+			return -EINVAL;
+		}
+		used += (size_t)snprintf(out + used, n - used, "%s%s", used ? "," : "", f);
+	}
+	return 0;
+}
+
+/* The device number of a block device node, 0 when it cannot be read. */
+static unsigned long rdev_of(const char *dev)
+{
+	struct stat st;
+
+	return stat(dev, &st) == 0 && S_ISBLK(st.st_mode) ? (unsigned long)st.st_rdev : 0;
+}
+
+static bool cache_context(const void *ctx, size_t n)
+{
+	const char *v = pcsi_map_get(ctx, n, "persistencyModel");
+
+	return v && !strcmp(v, "cache");
+}
+
+/* The checks every Node call starts with: a volume id and an absolute,
+ * normalised path (|what| names the field). Ends the call and returns false
+ * when one fails. */
+static bool check_id_path(struct pcsi_call *call, const char *id, const char *path,
+			  const char *what)
+{
+	if (!id || !*id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return false;
+	}
+	if (!path || !*path) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s is required", what);
+		return false;
+	}
+	if (!pcsi_path_valid(path)) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s must be absolute and normalised",
+			       what);
+		return false;
+	}
+	return true;
+}
+
+/* The volume's device was looked up: on success it is recorded in |op|;
+ * otherwise the call ends (NOT_FOUND for an unknown volume). */
+static bool found(struct nop *op, struct pcsi_backend_req *req)
+{
+	if (req->error == -ENOENT) {
+		nop_fail(op, PCSI_NOT_FOUND, "volume %s does not exist on this node", op->id);
+		return false;
+	}
+	if (req->error) {
+		nop_fail(op, pcsi_status_from_errno(req->error), "%s", req->msg);
+		return false;
+	}
+	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
+	op->size = req->vol.size;
+	return true;
+}
+
+/* ---- NodeStageVolume ----------------------------------------------------------------- */
+
+static void stage_done(struct nop *op)
+{
+	Csi__V1__NodeStageVolumeResponse out = CSI__V1__NODE_STAGE_VOLUME_RESPONSE__INIT;
+
+	if (!tool_ok(op))
+		return;
+	pcsi_info(2, "staged", "volume=%s path=%s fs=%s", op->id, op->staging, op->fstype);
+	nop_ok(op, &out.base);
+}
+
+static void stage_mount(struct nop *op)
+{
+	if (mkdir(op->staging, 0750) < 0 && errno != EEXIST) {
+		nop_fail(op, PCSI_INTERNAL, "cannot create the staging directory: %s",
+			 strerror(errno));
+		return;
+	}
+	run_mount(op, op->dev, op->staging, false, stage_done);
+}
+
+static void stage_formatted(struct nop *op)
+{
+	if (tool_ok(op))
+		stage_mount(op);
+}
+
+static void stage_found(struct pcsi_backend_req *req, void *data)
+{
+	struct nop *op = data;
+	Csi__V1__NodeStageVolumeResponse out = CSI__V1__NODE_STAGE_VOLUME_RESPONSE__INIT;
+	struct pcsi_mount_info mi;
+	char type[32];
+	int rc;
+
+	if (!found(op, req))
+		return;
+	if (op->block) {
+		nop_ok(op, &out.base); /* raw block: nothing to stage */
+		return;
+	}
+	rc = pcsi_mount_lookup(op->staging, &mi);
+	if (rc < 0) {
+		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+		return;
+	}
+	if (rc == 1) {
+		if (mi.dev != rdev_of(op->dev)) {
+			nop_fail(op, PCSI_ALREADY_EXISTS,
+				 "the staging path holds another mount (%s)", mi.source);
+			return;
+		}
+		if (strcmp(mi.fstype, op->fstype)) {
+			nop_fail(op, PCSI_ALREADY_EXISTS, "the volume is staged with filesystem %s",
+				 mi.fstype);
+			return;
+		}
+		nop_ok(op, &out.base); /* staged the same way already */
+		return;
+	}
+	rc = pcsi_fs_type(op->dev, type, sizeof(type));
+	if (rc < 0) {
+		nop_fail(op, PCSI_INTERNAL, "cannot probe the device: %s", strerror(-rc));
+		return;
+	}
+	if (!type[0]) {
+		run_mkfs(op, stage_formatted);
+		return;
+	}
+	if (strcmp(type, op->fstype)) {
+		nop_fail(op, PCSI_ALREADY_EXISTS, "the volume holds a %s filesystem", type);
+		return;
+	}
+	stage_mount(op);
+}
+
+static void node_node_stage_volume(Csi__V1__Node_Service *svc,
+				   const Csi__V1__NodeStageVolumeRequest *in,
+				   Csi__V1__NodeStageVolumeResponse_Closure closure, void *call)
+{
+	struct nop *op;
+	struct pcsi_kv kv[64];
+	char err[256];
+	size_t n;
+
+	if (!check_id_path(call, in->volume_id, in->staging_target_path, "staging_target_path"))
+		return;
+	if (!in->volume_capability) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capability is required");
+		return;
+	}
+	if (pcsi_cap_check(in->volume_capability,
+			   cache_context(in->volume_context, in->n_volume_context), err,
+			   sizeof(err)) < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		return;
+	}
+	op = nop_new(from_svc(svc), call, "NodeStageVolume");
+	n = pcsi_map_kv(in->volume_context, in->n_volume_context, kv, 64);
+	if (pcsi_params_parse(PCSI_ORIGIN_CONTEXT, kv, n, &op->params, err, sizeof(err)) < 0 ||
+	    collect_flags(in->volume_capability, op->flags, sizeof(op->flags), err, sizeof(err)) <
+		    0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		free(op);
+		return;
+	}
+	if (!pcsi_volume_id_valid(in->volume_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		free(op);
+		return;
+	}
+	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	snprintf(op->staging, sizeof(op->staging), "%s", in->staging_target_path);
+	snprintf(op->fstype, sizeof(op->fstype), "%s", pcsi_cap_fstype(in->volume_capability));
+	op->block = in->volume_capability->access_type_case ==
+		    CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
+	op->dax = op->params.usage == PCSI_USAGE_APPDIRECT;
+	if (!nop_lock(op))
+		return;
+	op->breq.id = op->id;
+	pcsi_backend_get(op->ns->node->be, &op->breq, stage_found, op);
+}
+
+/* ---- NodeUnstageVolume ----------------------------------------------------------------- */
+
+static void unstage_done(struct nop *op)
+{
+	Csi__V1__NodeUnstageVolumeResponse out = CSI__V1__NODE_UNSTAGE_VOLUME_RESPONSE__INIT;
+
+	if (!tool_ok(op))
+		return;
+	pcsi_info(2, "unstaged", "volume=%s path=%s", op->id, op->staging);
+	nop_ok(op, &out.base);
+}
+
+static void node_node_unstage_volume(Csi__V1__Node_Service *svc,
+				     const Csi__V1__NodeUnstageVolumeRequest *in,
+				     Csi__V1__NodeUnstageVolumeResponse_Closure closure, void *call)
+{
+	Csi__V1__NodeUnstageVolumeResponse out = CSI__V1__NODE_UNSTAGE_VOLUME_RESPONSE__INIT;
+	struct nop *op;
+	int rc;
+
+	if (!check_id_path(call, in->volume_id, in->staging_target_path, "staging_target_path"))
+		return;
+	op = nop_new(from_svc(svc), call, "NodeUnstageVolume");
+	snprintf(op->id, sizeof(op->id), "%.63s", in->volume_id);
+	snprintf(op->staging, sizeof(op->staging), "%s", in->staging_target_path);
+	if (!nop_lock(op))
+		return;
+	rc = pcsi_mount_lookup(op->staging, NULL);
+	if (rc < 0) {
+		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+		return;
+	}
+	if (rc == 0) {
+		nop_ok(op, &out.base); /* not staged (any more): done */
+		return;
+	}
+	run_umount(op, op->staging, unstage_done);
+}
+
+/* ---- NodePublishVolume ---------------------------------------------------------------- */
+
+static void publish_done(struct nop *op)
+{
+	Csi__V1__NodePublishVolumeResponse out = CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
+
+	if (!tool_ok(op))
+		return;
+	pcsi_info(2, "published", "volume=%s target=%s ro=%d ephemeral=%d", op->id, op->target,
+		  op->ro, op->ephemeral);
+	nop_ok(op, &out.base);
+}
+
+static int make_target(struct nop *op)
+{
+	int fd;
+
+	if (!op->block)
+		return mkdir(op->target, 0750) < 0 && errno != EEXIST ? -errno : 0;
+	fd = open(op->target, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return 0;
+}
+
+/* The target is mounted already: compatible (same source, same read-only
+ * state) is OK, anything else ALREADY_EXISTS. */
+static void publish_existing(struct nop *op, const struct pcsi_mount_info *mi, unsigned long want)
+{
+	Csi__V1__NodePublishVolumeResponse out = CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
+
+	if (mi->dev != want || mi->ro != op->ro) {
+		nop_fail(op, PCSI_ALREADY_EXISTS, "the target is published differently (%s)",
+			 mi->source);
+		return;
+	}
+	nop_ok(op, &out.base);
+}
+
+static void ephemeral_mount(struct nop *op);
+
+static void ephemeral_formatted(struct nop *op)
+{
+	if (tool_ok(op))
+		ephemeral_mount(op);
+}
+
+static void ephemeral_rec_stored(int error, void *data)
+{
+	struct nop *op = data;
+
+	if (error)
+		pcsi_warn("cannot store the volume record", "volume=%s err=%s", op->id,
+			  strerror(-error));
+	run_mkfs(op, ephemeral_formatted);
+}
+
+static void ephemeral_mount(struct nop *op)
+{
+	int rc = make_target(op);
+
+	if (rc < 0) {
+		nop_fail(op, PCSI_INTERNAL, "cannot create the target: %s", strerror(-rc));
+		return;
+	}
+	run_mount(op, op->dev, op->target, false, publish_done);
+}
+
+static void ephemeral_created(struct pcsi_backend_req *req, void *data)
+{
+	struct nop *op = data;
+	struct pcsi_mount_info mi;
+
+	if (req->error) {
+		nop_fail(op, pcsi_status_from_errno(req->error), "%s", req->msg);
+		return;
+	}
+	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
+	op->size = req->vol.size;
+	if (req->existed && pcsi_mount_lookup(op->target, &mi) == 1) {
+		publish_existing(op, &mi, rdev_of(op->dev));
+		return;
+	}
+	if (req->existed) {
+		ephemeral_mount(op); /* made earlier, formatted then */
+		return;
+	}
+	op->rec.ephemeral = true;
+	op->rec.erase_after = op->params.erase_after;
+	pcsi_volrec_store(op->ns->node, op->id, &op->rec, ephemeral_rec_stored, op);
+}
+
+static void publish_found(struct pcsi_backend_req *req, void *data)
+{
+	struct nop *op = data;
+	struct pcsi_mount_info mi, smi;
+	int rc;
+
+	if (!found(op, req))
+		return;
+	rc = pcsi_mount_lookup(op->target, &mi);
+	if (rc < 0) {
+		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+		return;
+	}
+	if (op->block) {
+		if (rc == 1) {
+			/* A bind of a device node shows the devtmpfs it lives on; compare
+			 * the published file with the device instead. */
+			struct stat st;
+			bool same = stat(op->target, &st) == 0 && S_ISBLK(st.st_mode) &&
+				    st.st_rdev == rdev_of(op->dev);
+			if (!same || mi.ro != op->ro)
+				nop_fail(op, PCSI_ALREADY_EXISTS,
+					 "the target is published differently (%s)", mi.source);
+			else {
+				Csi__V1__NodePublishVolumeResponse out =
+					CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
+				nop_ok(op, &out.base);
+			}
+			return;
+		}
+		rc = make_target(op);
+		if (rc < 0) {
+			nop_fail(op, PCSI_INTERNAL, "cannot create the target: %s", strerror(-rc));
+			return;
+		}
+		run_mount(op, op->dev, op->target, true, publish_done);
+		return;
+	}
+	if (pcsi_mount_lookup(op->staging, &smi) != 1 || smi.dev != rdev_of(op->dev)) {
+		nop_fail(op, PCSI_FAILED_PRECONDITION,
+			 "volume %s is not staged at the staging path", op->id);
+		return;
+	}
+	if (rc == 1) {
+		publish_existing(op, &mi, smi.dev);
+		return;
+	}
+	rc = make_target(op);
+	if (rc < 0) {
+		nop_fail(op, PCSI_INTERNAL, "cannot create the target: %s", strerror(-rc));
+		return;
+	}
+	run_mount(op, op->staging, op->target, true, publish_done);
+}
+
+static void node_node_publish_volume(Csi__V1__Node_Service *svc,
+				     const Csi__V1__NodePublishVolumeRequest *in,
+				     Csi__V1__NodePublishVolumeResponse_Closure closure, void *call)
+{
+	struct pcsi_node *n = from_svc(svc)->node;
+	const char *eph;
+	struct nop *op;
+	struct pcsi_kv kv[64];
+	char err[256];
+	size_t nkv;
+	bool ephemeral = false;
+
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	if (!in->target_path || !*in->target_path) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "target_path is required");
+		return;
+	}
+	if (!in->volume_capability) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capability is required");
+		return;
+	}
+	eph = pcsi_map_get(in->volume_context, in->n_volume_context,
+			   "csi.storage.k8s.io/ephemeral");
+	if (eph && pcsi_parse_bool(eph, &ephemeral) < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+			       "csi.storage.k8s.io/ephemeral is not a boolean");
+		return;
+	}
+	if (!ephemeral && (!in->staging_target_path || !*in->staging_target_path) &&
+	    in->volume_capability->access_type_case ==
+		    CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT) {
+		pcsi_call_fail(call, PCSI_FAILED_PRECONDITION,
+			       "staging_target_path is required: the volume must be staged first");
+		return;
+	}
+	if (!pcsi_path_valid(in->target_path) ||
+	    (in->staging_target_path && *in->staging_target_path &&
+	     !pcsi_path_valid(in->staging_target_path))) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+			       "paths must be absolute and normalised");
+		return;
+	}
+	if (pcsi_cap_check(in->volume_capability,
+			   cache_context(in->volume_context, in->n_volume_context), err,
+			   sizeof(err)) < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		return;
+	}
+	op = nop_new(from_svc(svc), call, "NodePublishVolume");
+	nkv = pcsi_map_kv(in->volume_context, in->n_volume_context, kv, 64);
+	if (pcsi_params_parse(ephemeral ? PCSI_ORIGIN_EPHEMERAL : PCSI_ORIGIN_CONTEXT, kv, nkv,
+			      &op->params, err, sizeof(err)) < 0 ||
+	    collect_flags(in->volume_capability, op->flags, sizeof(op->flags), err, sizeof(err)) <
+		    0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		free(op);
+		return;
+	}
+	op->ephemeral = ephemeral;
+	op->ro = in->readonly ||
+		 in->volume_capability->access_mode->mode ==
+			 CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY ||
+		 in->volume_capability->access_mode->mode ==
+			 CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY;
+	op->block = in->volume_capability->access_type_case ==
+		    CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
+	op->dax = op->params.usage == PCSI_USAGE_APPDIRECT;
+	snprintf(op->fstype, sizeof(op->fstype), "%s", pcsi_cap_fstype(in->volume_capability));
+	snprintf(op->target, sizeof(op->target), "%s", in->target_path);
+	snprintf(op->staging, sizeof(op->staging), "%s",
+		 in->staging_target_path ? in->staging_target_path : "");
+	if (ephemeral) {
+		if (op->block) {
+			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+				       "inline ephemeral volumes must be filesystems");
+			free(op);
+			return;
+		}
+		/* kubelet's volume handle is the name; the id derives from it. */
+		pcsi_volume_id(in->volume_id, op->id);
+		snprintf(op->rec.name, sizeof(op->rec.name), "%s", in->volume_id);
+		op->size = op->params.size;
+		if (!strcmp(op->fstype, "xfs") && op->size < PCSI_XFS_MIN_SIZE)
+			op->size = PCSI_XFS_MIN_SIZE;
+		if (!nop_lock(op))
+			return;
+		op->breq.id = op->id;
+		op->breq.size = op->size;
+		pcsi_backend_create(n->be, &op->breq, ephemeral_created, op);
+		return;
+	}
+	if (!pcsi_volume_id_valid(in->volume_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		free(op);
+		return;
+	}
+	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	if (!nop_lock(op))
+		return;
+	op->breq.id = op->id;
+	pcsi_backend_get(n->be, &op->breq, publish_found, op);
+}
+
+/* ---- NodeUnpublishVolume ------------------------------------------------------------- */
+
+static void unpublish_reply(struct nop *op)
+{
+	Csi__V1__NodeUnpublishVolumeResponse out = CSI__V1__NODE_UNPUBLISH_VOLUME_RESPONSE__INIT;
+
+	nop_ok(op, &out.base);
+}
+
+static void unpublish_rec_removed(int error, void *data)
+{
+	unpublish_reply(data);
+}
+
+static void unpublish_deleted(struct pcsi_backend_req *req, void *data)
+{
+	struct nop *op = data;
+
+	if (req->error) {
+		nop_fail(op, pcsi_status_from_errno(req->error),
+			 "deleting the ephemeral volume: %s", req->msg);
+		return;
+	}
+	pcsi_info(2, "ephemeral volume deleted", "volume=%s", op->id);
+	pcsi_volrec_store(op->ns->node, op->id, NULL, unpublish_rec_removed, op);
+}
+
+static void unpublish_rec_loaded(int error, void *data)
+{
+	struct nop *op = data;
+
+	if (error || !op->rec.ephemeral) {
+		unpublish_reply(op);
+		return;
+	}
+	op->breq.id = op->id;
+	op->breq.erase = op->rec.erase_after;
+	pcsi_backend_delete(op->ns->node->be, &op->breq, unpublish_deleted, op);
+}
+
+/* The target is unmounted (or was not mounted): remove it, then delete an
+ * ephemeral volume. */
+static void unpublish_cleanup(struct nop *op)
+{
+	if (rmdir(op->target) < 0 && errno == ENOTDIR)
+		unlink(op->target);
+	pcsi_volrec_load(op->ns->node, op->id, &op->rec, unpublish_rec_loaded, op);
+}
+
+static void unpublish_unmounted(struct nop *op)
+{
+	if (tool_ok(op))
+		unpublish_cleanup(op);
+}
+
+static void node_node_unpublish_volume(Csi__V1__Node_Service *svc,
+				       const Csi__V1__NodeUnpublishVolumeRequest *in,
+				       Csi__V1__NodeUnpublishVolumeResponse_Closure closure,
+				       void *call)
+{
+	struct nop *op;
+	int rc;
+
+	if (!check_id_path(call, in->volume_id, in->target_path, "target_path"))
+		return;
+	op = nop_new(from_svc(svc), call, "NodeUnpublishVolume");
+	/* An inline volume is known by kubelet's handle (its name); a provisioned
+	 * one by its id. */
+	if (pcsi_volume_id_is_derived(in->volume_id))
+		snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	else
+		pcsi_volume_id(in->volume_id, op->id);
+	snprintf(op->target, sizeof(op->target), "%s", in->target_path);
+	if (!nop_lock(op))
+		return;
+	rc = pcsi_mount_lookup(op->target, NULL);
+	if (rc < 0) {
+		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+		return;
+	}
+	if (rc == 0) {
+		unpublish_cleanup(op);
+		return;
+	}
+	run_umount(op, op->target, unpublish_unmounted);
+}
+
+/* ---- NodeGetVolumeStats ------------------------------------------------------------------ */
+
+static void stats_found(struct pcsi_backend_req *req, void *data)
+{
+	struct nop *op = data;
+	Csi__V1__NodeGetVolumeStatsResponse out = CSI__V1__NODE_GET_VOLUME_STATS_RESPONSE__INIT;
+	Csi__V1__VolumeUsage bytes = CSI__V1__VOLUME_USAGE__INIT,
+			     inodes = CSI__V1__VOLUME_USAGE__INIT, *usage[2] = { &bytes, &inodes };
+	Csi__V1__VolumeCondition cond = CSI__V1__VOLUME_CONDITION__INIT;
+	struct pcsi_mount_info mi;
+	struct statvfs sv;
+	struct stat st;
+	char msg[300] = "";
+
+	if (stat(op->target, &st) < 0) {
+		nop_fail(op, PCSI_NOT_FOUND, "volume_path %.200s does not exist", op->target);
+		return;
+	}
+	bytes.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
+	inodes.unit = CSI__V1__VOLUME_USAGE__UNIT__INODES;
+	out.usage = usage;
+	if (req->error) {
+		snprintf(msg, sizeof(msg), "the device of volume %s is gone", op->id);
+	} else if (S_ISBLK(st.st_mode)) {
+		bytes.total = (int64_t)req->vol.size;
+		out.n_usage = 1;
+		if (st.st_rdev != rdev_of(req->vol.path))
+			snprintf(msg, sizeof(msg), "%.200s is not the volume's device", op->target);
+	} else if (pcsi_mount_lookup(op->target, &mi) != 1) {
+		snprintf(msg, sizeof(msg), "%.200s is not mounted", op->target);
+	} else if (statvfs(op->target, &sv) == 0) {
+		bytes.total = (int64_t)((uint64_t)sv.f_blocks * sv.f_frsize);
+		bytes.available = (int64_t)((uint64_t)sv.f_bavail * sv.f_frsize);
+		bytes.used = (int64_t)((uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize);
+		inodes.total = (int64_t)sv.f_files;
+		inodes.available = (int64_t)sv.f_favail;
+		inodes.used = (int64_t)(sv.f_files - sv.f_ffree);
+		out.n_usage = 2;
+	} else {
+		snprintf(msg, sizeof(msg), "statvfs %.200s: %s", op->target, strerror(errno));
+	}
+	cond.abnormal = msg[0] != '\0';
+	cond.message = msg;
+	out.volume_condition = &cond;
+	nop_ok(op, &out.base);
+}
+
+static void node_node_get_volume_stats(Csi__V1__Node_Service *svc,
+				       const Csi__V1__NodeGetVolumeStatsRequest *in,
+				       Csi__V1__NodeGetVolumeStatsResponse_Closure closure,
+				       void *call)
+{
+	struct nop *op;
+
+	if (!check_id_path(call, in->volume_id, in->volume_path, "volume_path"))
+		return;
+	if (!pcsi_volume_id_valid(in->volume_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return;
+	}
+	op = nop_new(from_svc(svc), call, "NodeGetVolumeStats");
+	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	snprintf(op->target, sizeof(op->target), "%s", in->volume_path);
+	op->breq.id = op->id;
+	pcsi_backend_get(op->ns->node->be, &op->breq, stats_found, op);
+}
+
+/* ---- info and capabilities ---------------------------------------------------------------- */
+
+static void node_node_get_info(Csi__V1__Node_Service *svc, const Csi__V1__NodeGetInfoRequest *in,
+			       Csi__V1__NodeGetInfoResponse_Closure closure, void *call)
+{
+	struct pcsi_node *n = from_svc(svc)->node;
+	Csi__V1__NodeGetInfoResponse out = CSI__V1__NODE_GET_INFO_RESPONSE__INIT;
+	Csi__V1__Topology topo = CSI__V1__TOPOLOGY__INIT;
+	Csi__V1__Topology__SegmentsEntry seg = CSI__V1__TOPOLOGY__SEGMENTS_ENTRY__INIT,
+					 *segs[1] = { &seg };
+
+	seg.key = n->topology_key;
+	seg.value = (char *)n->cfg->node_id;
+	topo.n_segments = 1;
+	topo.segments = segs;
+	out.node_id = (char *)n->cfg->node_id;
+	out.accessible_topology = &topo;
+	pcsi_call_reply(call, &out.base);
+}
+
+static void node_node_get_capabilities(Csi__V1__Node_Service *svc,
+				       const Csi__V1__NodeGetCapabilitiesRequest *in,
+				       Csi__V1__NodeGetCapabilitiesResponse_Closure closure,
+				       void *call)
+{
+	static const Csi__V1__NodeServiceCapability__RPC__Type types[] = {
+		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__STAGE_UNSTAGE_VOLUME,
+		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS,
+		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
+		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
+	};
+	Csi__V1__NodeGetCapabilitiesResponse out = CSI__V1__NODE_GET_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__NodeServiceCapability caps[4], *capp[4];
+	Csi__V1__NodeServiceCapability__RPC rpcs[4];
+	size_t i;
+
+	for (i = 0; i < 4; i++) {
+		csi__v1__node_service_capability__rpc__init(&rpcs[i]);
+		rpcs[i].type = types[i];
+		csi__v1__node_service_capability__init(&caps[i]);
+		caps[i].type_case = CSI__V1__NODE_SERVICE_CAPABILITY__TYPE_RPC;
+		caps[i].rpc = &rpcs[i];
+		capp[i] = &caps[i];
+	}
+	out.n_capabilities = 4;
+	out.capabilities = capp;
+	pcsi_call_reply(call, &out.base);
+}
+
+static void node_node_expand_volume(Csi__V1__Node_Service *svc,
+				    const Csi__V1__NodeExpandVolumeRequest *in,
+				    Csi__V1__NodeExpandVolumeResponse_Closure closure, void *call)
+{
+	pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "volume expansion is not supported");
+}
+
+void pcsi_node_service_init(struct pcsi_node_service *ns, struct pcsi_node *node)
+{
+	Csi__V1__Node_Service svc = CSI__V1__NODE__INIT(node_);
+
+	ns->svc = svc;
+	ns->node = node;
+}

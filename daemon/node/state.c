@@ -1,0 +1,180 @@
+/* state.c: the node role's shared state and volume records. See state.h. */
+#include "daemon/node/state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/core/util.h"
+
+static int mkdir_p(const char *path)
+{
+	char tmp[4096], *p;
+
+	if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	for (p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int pcsi_node_init(struct pcsi_node *n, uv_loop_t *loop, const struct pcsi_config *cfg,
+		   struct pcsi_backend *be, char *err, size_t errlen)
+{
+	int rc;
+
+	memset(n, 0, sizeof(*n));
+	n->loop = loop;
+	n->cfg = cfg;
+	n->be = be;
+	pcsi_inflight_init(&n->busy);
+	snprintf(n->topology_key, sizeof(n->topology_key), "%s/node", cfg->driver_name);
+	n->state_dir = pcsi_xasprintf("%s/volumes", cfg->state_path);
+	rc = mkdir_p(n->state_dir);
+	if (rc < 0)
+		snprintf(err, errlen, "cannot create state directory %s: %s", n->state_dir,
+			 strerror(-rc));
+	return rc;
+}
+
+void pcsi_node_done(struct pcsi_node *n)
+{
+	pcsi_inflight_done(&n->busy);
+	free(n->state_dir);
+}
+
+/* ---- records, on the thread pool -------------------------------------------- */
+
+struct job {
+	uv_work_t work;
+	char *path;
+	bool store, remove;
+	struct pcsi_volrec rec;	 /* store: copy */
+	struct pcsi_volrec *out; /* load: caller's */
+	int rc;
+	pcsi_volrec_cb cb;
+	void *data;
+};
+
+static void defaults(struct pcsi_volrec *rec)
+{
+	memset(rec, 0, sizeof(*rec));
+	rec->erase_after = true;
+}
+
+static void do_store(struct job *j)
+{
+	json_object *o = json_object_new_object();
+	const char *text;
+	char *tmp = pcsi_xasprintf("%s.tmp", j->path);
+	int fd;
+
+	json_object_object_add(o, "name", json_object_new_string(j->rec.name));
+	json_object_object_add(o, "eraseafter", json_object_new_boolean(j->rec.erase_after));
+	json_object_object_add(o, "cache", json_object_new_boolean(j->rec.cache));
+	json_object_object_add(o, "ephemeral", json_object_new_boolean(j->rec.ephemeral));
+	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		j->rc = -errno;
+	} else {
+		size_t len = strlen(text);
+		j->rc = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0 ? 0 : -EIO;
+		close(fd);
+		if (j->rc == 0 && rename(tmp, j->path) < 0)
+			j->rc = -errno;
+		if (j->rc < 0)
+			unlink(tmp);
+	}
+	json_object_put(o);
+	free(tmp);
+}
+
+static void do_load(struct job *j)
+{
+	json_object *o = json_object_from_file(j->path), *v;
+
+	defaults(j->out);
+	if (!o) {
+		j->rc = access(j->path, F_OK) == 0 ? -EIO : -ENOENT;
+		return;
+	}
+	if (json_object_object_get_ex(o, "name", &v))
+		snprintf(j->out->name, sizeof(j->out->name), "%s", json_object_get_string(v));
+	if (json_object_object_get_ex(o, "eraseafter", &v))
+		j->out->erase_after = json_object_get_boolean(v);
+	if (json_object_object_get_ex(o, "cache", &v))
+		j->out->cache = json_object_get_boolean(v);
+	if (json_object_object_get_ex(o, "ephemeral", &v))
+		j->out->ephemeral = json_object_get_boolean(v);
+	json_object_put(o);
+	j->rc = 0;
+}
+
+static void on_job(uv_work_t *w)
+{
+	struct job *j = pcsi_container_of(w, struct job, work);
+
+	if (j->remove)
+		j->rc = unlink(j->path) == 0 || errno == ENOENT ? 0 : -errno;
+	else if (j->store)
+		do_store(j);
+	else
+		do_load(j);
+}
+
+static void on_job_done(uv_work_t *w, int status)
+{
+	struct job *j = pcsi_container_of(w, struct job, work);
+
+	j->cb(j->rc, j->data);
+	free(j->path);
+	free(j);
+}
+
+static void submit(struct pcsi_node *n, struct job *j, const char *id)
+{
+	/* Ids are validated by the services (pcsi_volume_id_valid: no '/'). */
+	j->path = pcsi_xasprintf("%s/%s.json", n->state_dir, id);
+	uv_queue_work(n->loop, &j->work, on_job, on_job_done);
+}
+
+void pcsi_volrec_store(struct pcsi_node *n, const char *id, const struct pcsi_volrec *rec,
+		       pcsi_volrec_cb cb, void *data)
+{
+	struct job *j = pcsi_xcalloc(1, sizeof(*j));
+
+	j->cb = cb;
+	j->data = data;
+	if (rec) {
+		j->store = true;
+		j->rec = *rec;
+	} else {
+		j->remove = true;
+	}
+	submit(n, j, id);
+}
+
+void pcsi_volrec_load(struct pcsi_node *n, const char *id, struct pcsi_volrec *rec,
+		      pcsi_volrec_cb cb, void *data)
+{
+	struct job *j = pcsi_xcalloc(1, sizeof(*j));
+
+	j->cb = cb;
+	j->data = data;
+	j->out = rec;
+	submit(n, j, id);
+}

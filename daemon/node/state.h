@@ -1,0 +1,56 @@
+/* state.h: what the node role shares between its Controller and Node
+ * services: the backend, per-volume serialisation, and per-volume records.
+ *
+ * Volumes themselves are found on the medium (backend list/get). A record
+ * keeps what the medium cannot: the volume's name and parameters that matter
+ * later (eraseafter at DeleteVolume, cache, ephemeral). Records are small JSON
+ * files in <statePath>/volumes/<id>.json, written atomically (temp file,
+ * fsync, rename) on the thread pool. A missing record means defaults, erase
+ * included: losing one never loses data, only an erase shortcut.
+ *
+ * Serialisation: |busy| holds the volume ids with an operation in progress
+ * (inflight.h); a second operation on the same volume gets ABORTED. */
+#ifndef PCSI_NODE_STATE_H
+#define PCSI_NODE_STATE_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+#include "backends/backend.h"
+#include "daemon/config.h"
+#include "daemon/csi/inflight.h"
+
+struct pcsi_volrec {
+	char name[256];
+	bool erase_after;
+	bool cache;
+	bool ephemeral;
+};
+
+struct pcsi_node {
+	uv_loop_t *loop;
+	const struct pcsi_config *cfg;
+	struct pcsi_backend *be;
+	char topology_key[160]; /* "<drivername>/node" */
+	char *state_dir;	/* <statePath>/volumes */
+	struct pcsi_inflight busy;
+};
+
+/* Sets up |n|; creates the state directory (at start-up, synchronously). */
+int pcsi_node_init(struct pcsi_node *n, uv_loop_t *loop, const struct pcsi_config *cfg,
+		   struct pcsi_backend *be, char *err, size_t errlen);
+void pcsi_node_done(struct pcsi_node *n);
+
+typedef void (*pcsi_volrec_cb)(int error, void *data);
+
+/* Writes (|rec| != NULL) or removes (NULL) the record of |id|; |rec| is
+ * copied. |cb| runs on a later loop turn with 0 or -errno. */
+void pcsi_volrec_store(struct pcsi_node *n, const char *id, const struct pcsi_volrec *rec,
+		       pcsi_volrec_cb cb, void *data);
+
+/* Reads the record of |id| into |rec| (caller-owned until |cb|): 0, -ENOENT
+ * (no record: |rec| holds the defaults), or -errno. */
+void pcsi_volrec_load(struct pcsi_node *n, const char *id, struct pcsi_volrec *rec,
+		      pcsi_volrec_cb cb, void *data);
+
+#endif

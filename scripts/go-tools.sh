@@ -1,0 +1,160 @@
+#!/bin/sh
+# go-tools.sh -- builds the pinned Go tools that the tests use, with the
+# machine's Go through the Go module proxy, into a cache outside the work tree.
+#
+#   go-tools.sh [TOOL...]        build what is missing (default: every tool) and
+#                                print "TOOL VERSION PATH" for each
+#   go-tools.sh --path TOOL      print TOOL's binary path; exit 1 if it is not built
+#   go-tools.sh --list           print the table below
+#   go-tools.sh --versions TOOL  released versions of TOOL's module (proxy), to
+#                                choose a new pin; nothing is built
+#
+# Cache: ${PCSI_CACHE:-/var/cache/pmem-csi}
+#   bin/TOOL-VERSION             the binaries, keyed by version: a warm run does
+#                                nothing, a version bump builds the new one
+#   go/mod, go/build, go/path    GOMODCACHE, GOCACHE, GOPATH of these builds
+#   go/src/TOOL-VERSION/         throw-away module (only for tools that need one)
+# Go: $GO, else /usr/local/go/bin/go, else `go` on PATH. GOTOOLCHAIN=local:
+# no toolchain is ever downloaded. GOPROXY and GOSUMDB are Go's own defaults
+# unless set in the environment.
+#
+# A binary is built with `go install PACKAGE@VERSION` (static, -trimpath) into a
+# temporary directory and renamed into place, so a concurrent reader sees either
+# nothing or the complete file. When `go install` refuses a module (replace or
+# exclude directives in its go.mod), the tool is built from a tiny module in
+# the cache that requires MODULE@VERSION.
+set -eu
+
+# One line per tool: name, module@version (pinned), package to build.
+# Choose a pin with `go-tools.sh --versions NAME`.
+TOOLS='
+csi-sanity   github.com/kubernetes-csi/csi-test/v5@v5.6.0   github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
+'
+
+prog=go-tools
+cache=${PCSI_CACHE:-/var/cache/pmem-csi}
+
+die() {
+	echo "$prog: $*" >&2
+	exit 1
+}
+
+# lookup NAME: sets mod, ver, pkg, bin; fails for an unknown NAME.
+lookup() {
+	line=$(printf '%s\n' "$TOOLS" | awk -v n="$1" '$1 == n { print; exit }')
+	[ -n "$line" ] || die "unknown tool '$1' (known: $(printf '%s\n' "$TOOLS" | awk 'NF { printf "%s ", $1 }'))"
+	# shellcheck disable=SC2086
+	set -- $line
+	mod=${2%@*} ver=${2#*@} pkg=$3
+	bin=$cache/bin/$1-$ver
+}
+
+find_go() {
+	if [ -n "${GO:-}" ]; then
+		gobin=$GO
+	elif [ -x /usr/local/go/bin/go ]; then
+		gobin=/usr/local/go/bin/go
+	else
+		gobin=$(command -v go) || die "no Go found: set GO=/path/to/go (Go from go.dev in /usr/local/go, or Debian's golang-go)"
+	fi
+	export GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOPATH="$cache/go/path"
+	export GOTOOLCHAIN=local CGO_ENABLED=0
+	# -modcacherw: the module cache can be removed with a plain rm -rf.
+	export GOFLAGS="${GOFLAGS:+$GOFLAGS }-modcacherw"
+}
+
+# from_module NAME: builds $pkg into $tmp from a module in the cache that
+# requires $mod@$ver and repeats its replace directives that name another
+# module (a replace by a local path cannot be repeated: such a tool needs its
+# own requirement pins, e.g. Kubernetes' staging modules).
+from_module() (
+	src=$cache/go/src/$1-$ver
+	rm -rf "$src" && mkdir -p "$src" && cd "$src" || return 1
+	"$gobin" mod init "pcsi-go-tools/$1" || return 1
+	gomod=$("$gobin" mod download -json "$mod@$ver" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
+	[ -f "$gomod" ] || { echo "no go.mod for $mod@$ver"; return 1; }
+	# "old [v] => new [v]" of every replace directive (single or block form).
+	awk '/^replace[ \t]*\(/ { b = 1; next } b && /^\)/ { b = 0; next }
+		b { print; next } /^replace[ \t]/ { sub(/^replace[ \t]+/, ""); print }' "$gomod" |
+		sed 's,//.*,,' >replaces.txt || return 1
+	while read -r a b c d e; do
+		[ -n "$a" ] || continue
+		if [ "$b" = "=>" ]; then old=$a new=$c newv=$d; else old=$a@$b new=$d newv=$e; fi
+		case $new in
+		./* | ../* | /*) echo "$mod@$ver replaces $old by the local path $new"; return 1 ;;
+		esac
+		"$gobin" mod edit -replace="$old=$new${newv:+@$newv}" || return 1
+	done <replaces.txt
+	"$gobin" get "$pkg@$ver" &&
+		"$gobin" build -trimpath -o "$tmp/$(basename "$pkg")" "$pkg"
+)
+
+# build NAME: builds NAME's binary unless it is there.
+build() {
+	lookup "$1"
+	if [ -x "$bin" ]; then
+		echo "$1 $ver $bin"
+		return 0
+	fi
+	find_go
+	mkdir -p "$cache/bin" "$cache/go" || die "cannot create $cache (set PCSI_CACHE to a writable directory)"
+	tmp=$(mktemp -d "$cache/bin/.build-$1.XXXXXX")
+	log=$tmp/go.log
+	echo "$prog: building $1 $ver ($pkg) with $("$gobin" version)" >&2
+	start=$(date +%s)
+	if [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || ! GOBIN=$tmp "$gobin" install -trimpath "$pkg@$ver" >"$log" 2>&1; then
+		if [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || grep -q -e 'replace directive' -e 'exclude directive' "$log"; then
+			echo "$prog: go install refused $mod@$ver; building from a throw-away module" >&2
+			if ! from_module "$1" >>"$log" 2>&1; then
+				cat "$log" >&2
+				rm -rf "$tmp"
+				die "building $1 $ver failed"
+			fi
+		else
+			cat "$log" >&2
+			rm -rf "$tmp"
+			die "building $1 $ver failed (is the Go module proxy reachable? GOPROXY=$("$gobin" env GOPROXY))"
+		fi
+	fi
+	built=$tmp/$(basename "$pkg")
+	[ -x "$built" ] || { cat "$log" >&2; rm -rf "$tmp"; die "go produced no $(basename "$pkg") for $1"; }
+	mv -f "$built" "$bin"
+	rm -rf "$tmp"
+	echo "$prog: built $1 $ver in $(($(date +%s) - start)) s" >&2
+	echo "$1 $ver $bin"
+}
+
+case ${1:-} in
+--path)
+	[ $# -eq 2 ] || die "usage: $0 --path TOOL"
+	lookup "$2"
+	echo "$bin"
+	[ -x "$bin" ]
+	;;
+--list)
+	printf '%s\n' "$TOOLS" | awk 'NF'
+	;;
+--versions)
+	[ $# -eq 2 ] || die "usage: $0 --versions TOOL"
+	lookup "$2"
+	find_go
+	echo "$2: pinned $ver"
+	(cd / && "$gobin" list -m -versions "$mod") | tr ' ' '\n' | tail -n +2 | tr '\n' ' '
+	echo
+	;;
+-h | --help)
+	sed -n '2,/^set -eu/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+	;;
+-*)
+	die "unknown option $1 (see --help)"
+	;;
+*)
+	if [ $# -eq 0 ]; then
+		# shellcheck disable=SC2046
+		set -- $(printf '%s\n' "$TOOLS" | awk 'NF { print $1 }')
+	fi
+	for t in "$@"; do
+		build "$t"
+	done
+	;;
+esac
