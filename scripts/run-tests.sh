@@ -1,25 +1,38 @@
 #!/bin/bash
-# Builds pmem-csi and runs every test suite: once in a normal build (unit,
-# integration, vm) and once more with AddressSanitizer + UndefinedBehaviorSanitizer
-# (unit, integration). Ends with one line "N passed, N failed, N skipped",
-# counting TAP subtests.
+# Builds pmem-csi and runs every test suite:
+#   build-tests/  the test configuration (with the test-only backend): suites
+#                 unit, integration, manifests, vm, conformance
+#   build-asan/   the same under AddressSanitizer + UndefinedBehaviorSanitizer:
+#                 suites unit, integration, manifests
+#   build/        the shipped configuration (no test-only backend): built, and
+#                 checked to refuse the test-only backend
+# Each build directory gets the options it needs set every time, whatever
+# configured it before (the demo, a person, an older checkout). Ends with one
+# line "N passed, N failed, N skipped", counting TAP subtests. In CI (CI=true)
+# a skipped vm or conformance suite counts as a failure: the guest tests must
+# run there.
 #
 # Usage: scripts/run-tests.sh [meson test args...]   (e.g. --suite unit)
 set -u
 cd "$(dirname "$0")/.."
-top=$(pwd)
 results=()
 status=0
+required=()
+[ "${CI:-}" = true ] && required=(vm conformance)
 
-build() { # dir, meson args...
+build() { # dir, meson options...
 	local dir=$1
 	shift
-	if [ ! -f "$dir/build.ninja" ]; then
-		meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
-	fi
-	ninja -C "$dir" >"$dir.build.log" 2>&1 || { tail -50 "$dir.build.log"; return 1; }
-	if grep -q "warning:" "$dir.build.log"; then
-		echo "build warnings in $dir:"; grep "warning:" "$dir.build.log"
+	mkdir -p "$dir"
+	if [ -f "$dir/build.ninja" ]; then
+		meson configure "$dir" "$@" >"$dir/pcsi-setup.log" 2>&1
+	else
+		meson setup "$dir" "$@" >"$dir/pcsi-setup.log" 2>&1
+	fi || { cat "$dir/pcsi-setup.log"; return 1; }
+	ninja -C "$dir" >"$dir/pcsi-build.log" 2>&1 || { tail -50 "$dir/pcsi-build.log"; return 1; }
+	if grep -q "warning:" "$dir/pcsi-build.log"; then
+		echo "build warnings in $dir:"
+		grep "warning:" "$dir/pcsi-build.log"
 	fi
 }
 
@@ -30,35 +43,53 @@ run() { # dir, label, meson test args...
 	meson test -C "$dir" --print-errorlogs --num-processes 2 "$@"
 	local rc=$?
 	[ $rc = 0 ] || status=1
-	results+=("$dir/meson-logs/testlog.json")
+	cp "$dir/meson-logs/testlog.json" "$dir/meson-logs/testlog-$(echo "$label" | tr -c 'a-z0-9' '-').json"
+	results+=("$dir/meson-logs/testlog-$(echo "$label" | tr -c 'a-z0-9' '-').json")
 }
 
-mkdir -p build
-if ! build build -Dfake-backend=true; then
+# The shipped configuration: it must build, and it must not offer the test-only backend.
+shipped() {
+	echo "=== shipped configuration (build/) ==="
+	build build -Dfake-backend=false -Db_sanitize=none || return 1
+	if build/daemon/pmem-csi-driver -mode=node -deviceManager=fake-for-testing-only \
+		-endpoint=unix:///nonexistent/x.sock 2>&1 | grep -q "not part of this build"; then
+		echo "shipped build: the test-only backend is refused: ok"
+	else
+		echo "shipped build: the test-only backend is NOT refused"
+		return 1
+	fi
+}
+
+if ! build build-tests -Dfake-backend=true; then
 	echo "0 passed, 1 failed"
 	exit 1
 fi
 if [ $# -gt 0 ]; then
-	run build "tests" "$@"
+	run build-tests "tests" "$@"
 else
-	run build "unit + integration + vm" --suite unit --suite integration --suite vm
+	run build-tests "unit + integration + manifests + vm + conformance" \
+		--suite unit --suite integration --suite manifests --suite vm --suite conformance
 	if build build-asan -Dfake-backend=true -Db_sanitize=address,undefined -Db_lundef=false; then
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-			run build-asan "unit + integration under ASan+UBSan" --suite unit --suite integration
+			run build-asan "unit + integration + manifests under ASan+UBSan" \
+			--suite unit --suite integration --suite manifests
 	else
 		echo "ASan build failed"
 		status=1
 	fi
+	shipped || status=1
 fi
 
 # One summary line over every run: a test counts once per build it ran in.
-/usr/bin/python3 - "${results[@]}" <<'PY'
+/usr/bin/python3 - "${required[*]}" "${results[@]}" <<'PY'
 # Counts TAP subtests (ok / not ok / # SKIP) where a test speaks TAP, and the
 # test itself otherwise; a TAP test that failed without a "not ok" line (a
-# crash, a timeout) counts as one more failure.
+# crash, a timeout) counts as one more failure. A test of a required suite
+# that was skipped whole counts as a failure.
 import json, re, sys
+required = set(sys.argv[1].split())
 passed = failed = skipped = 0
-for path in sys.argv[1:]:
+for path in sys.argv[2:]:
     try:
         lines = open(path).read().splitlines()
     except OSError:
@@ -69,8 +100,12 @@ for path in sys.argv[1:]:
             continue
         t = json.loads(line)
         out = t.get("stdout") or ""
-        oks = re.findall(r"^(ok|not ok)\b.*$", out, re.M)
-        if oks:
+        suites = set(s.split(":")[-1] for s in t.get("suite", []))
+        if t["result"] == "SKIP" and suites & required:
+            print("required suite skipped: %s: %s" % (t["name"], out.strip()[:200]))
+            failed += 1
+            continue
+        if re.search(r"^(ok|not ok)\b", out, re.M):
             p = f = s = 0
             for m in re.finditer(r"^(ok|not ok)\b(.*)$", out, re.M):
                 if m.group(1) == "not ok":
@@ -88,6 +123,10 @@ for path in sys.argv[1:]:
             skipped += 1
         else:
             failed += 1
+import os
+if os.environ.get("PCSI_EXTRA_FAILED"):
+    print("failed before the tests: %s" % os.environ["PCSI_EXTRA_FAILED"])
+    failed += 1
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed else 0)
 PY

@@ -477,24 +477,34 @@ class Daemon:
 
 
 class Lazy:
-    """A fixture built on first use; a failure is remembered and re-raised, so
-    later tests fail at once with the same message instead of waiting again."""
+    """A fixture built on first use. Its outcome is remembered: when it could
+    not start, the test that tried first fails with the fixture's reason, and
+    every later test that needs it is skipped with a pointer to that failure
+    (one failure, not one per test); when it skipped (a build without what it
+    needs), every test that needs it is skipped with the same reason."""
 
-    def __init__(self, make):
+    def __init__(self, make, name=None):
         self._make = make
+        self._name = name or getattr(make, "__name__", "fixture").lstrip("_").replace("start_", "")
         self._value = None
         self._error = None
 
     def get(self):
         if self._value is not None:
             return self._value
+        if isinstance(self._error, Skip):
+            raise Skip(str(self._error))
         if self._error is not None:
-            raise DaemonError("(fixture failed earlier) %s" % self._error)
+            raise Skip("fixture %r could not start (reported by an earlier test): %s"
+                       % (self._name, self._error))
         try:
             self._value = self._make()
-        except Exception as e:
+        except Skip as e:
             self._error = e
             raise
+        except Exception as e:
+            self._error = e
+            raise DaemonError("fixture %r could not start: %s: %s" % (self._name, type(e).__name__, e))
         return self._value
 
     def peek(self):
