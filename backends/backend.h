@@ -53,6 +53,7 @@ struct pcsi_capacity {
 	uint64_t managed;	  /* the part this backend may use */
 	uint64_t available;	  /* free for new volumes */
 	uint64_t max_volume_size; /* the largest volume that can be created now */
+	uint64_t min_volume_size; /* a limit of at least this fits the smallest volume */
 };
 
 struct pcsi_volume {

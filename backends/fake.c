@@ -51,6 +51,7 @@ static void fake_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
 
 	req->cap.total = req->cap.managed = f->total;
 	req->cap.available = req->cap.max_volume_size = f->total - f->used;
+	req->cap.min_volume_size = PCSI_LVM_ALIGN;
 	pcsi_backend_op_done(req, 0);
 }
 

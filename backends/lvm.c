@@ -473,6 +473,7 @@ static void capacity_done(struct pcsi_backend_req *req)
 	if (rc == 0) {
 		memset(&req->cap, 0, sizeof(req->cap));
 		req->cap.total = l->total;
+		req->cap.min_volume_size = PCSI_LVM_ALIGN;
 		for (i = 0; i < l->nvgs; i++) {
 			if (!l->vgs[i].exists)
 				continue;

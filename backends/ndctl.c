@@ -235,6 +235,8 @@ static void capacity_fn(struct pcsi_backend_req *req)
 		max = r[i].max_extent / align * align;
 		if (max > c->max_volume_size)
 			c->max_volume_size = max;
+		if (!c->min_volume_size || pcsi_pmem_aligned_size(0, align) < c->min_volume_size)
+			c->min_volume_size = pcsi_pmem_aligned_size(0, align);
 	}
 	free(r);
 	job_end(d, 0);

@@ -179,7 +179,7 @@ static uint64_t region_max_extent(struct ndctl_region *r)
 /* The size to ask the kernel for: |size| rounded up to |align| (0 = the
  * smallest namespace), never below the kernel's fsdax minimum. 0 when it
  * does not fit in 64 bits. */
-static uint64_t aligned_size(uint64_t size, uint64_t align)
+uint64_t pcsi_pmem_aligned_size(uint64_t size, uint64_t align)
 {
 	uint64_t s = size ? size : 1;
 
@@ -601,7 +601,7 @@ int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, 
 		if (ndctl_region_is_enabled(r) <= 0 || ndctl_region_get_ro(r) > 0)
 			continue;
 		align = region_alignment(r);
-		want = aligned_size(size, align);
+		want = pcsi_pmem_aligned_size(size, align);
 		room = region_max_extent(r);
 		if (room > best)
 			best = room;

@@ -67,6 +67,10 @@ int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t e
  * align = LCM(fsdax_align * interleave_ways, region_align), where fsdax_align
  * is 2 MiB when unknown (0) and region_align falls back to 96 MiB when it is
  * unknown or <= 1. */
+/* The size the kernel is asked for a namespace of at least |size| bytes in a
+ * region of alignment |align| (0 = the smallest namespace); 0 on overflow. */
+uint64_t pcsi_pmem_aligned_size(uint64_t size, uint64_t align);
+
 uint64_t pcsi_pmem_align(uint64_t fsdax_align, unsigned interleave_ways, uint64_t region_align);
 
 #endif

@@ -15,6 +15,7 @@
 #include "daemon/controller/role.h"
 #include "daemon/core/log.h"
 #include "daemon/csi/identity.h"
+#include "daemon/csi/messages.h"
 #include "daemon/csi/role.h"
 #include "daemon/metrics/http.h"
 #include "daemon/metrics/metrics.h"
@@ -161,6 +162,7 @@ int main(int argc, char **argv)
 	sopts.max_recv_msg = d.cfg.max_recv_msg;
 	sopts.max_streams = d.cfg.max_streams;
 	sopts.max_conns = d.cfg.max_conns;
+	sopts.check_request = pcsi_request_limits;
 	sopts.on_call_end = pcsi_metrics_on_call_end;
 	d.env.server = pcsi_server_new(d.env.loop, &sopts);
 

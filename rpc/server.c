@@ -481,6 +481,13 @@ static void dispatch(struct pcsi_call *call)
 		return;
 	}
 	call->input = input;
+	if (call->sc->srv->opts.check_request) {
+		char err[256];
+		if (call->sc->srv->opts.check_request(input, err, sizeof(err)) < 0) {
+			send_status_only(call, PCSI_INVALID_ARGUMENT, err);
+			return;
+		}
+	}
 	call->dispatched = true;
 	call->service->invoke((ProtobufCService *)call->service,
 			      (unsigned)(call->method - call->service->descriptor->methods), input,

@@ -189,8 +189,12 @@ static void on_capacity(struct pcsi_client_call *call, void *data)
 	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
 
 	pcsi_cluster_observe(r->node_id, call);
-	if (n && call->status == PCSI_OK && call->reply)
-		n->available = ((Csi__V1__GetCapacityResponse *)call->reply)->available_capacity;
+	if (n && call->status == PCSI_OK && call->reply) {
+		const Csi__V1__GetCapacityResponse *c = (void *)call->reply;
+		n->available = c->available_capacity;
+		n->max_volume_size = c->maximum_volume_size ? c->maximum_volume_size->value : 0;
+		n->min_volume_size = c->minimum_volume_size ? c->minimum_volume_size->value : 0;
+	}
 	if (r->cb)
 		r->cb(0, NULL, r->data);
 	pcsi_client_call_done(call);

@@ -33,10 +33,11 @@ struct pcsi_cnode {
 	char *id;
 	char *endpoint;
 	struct pcsi_channel *chan;
-	uint64_t registered_ms; /* monotonic time of the last registration */
-	int64_t available;	/* free capacity, from the last GetCapacity */
-	bool ready;		/* imported: may be used */
-	struct pcsi_list link;	/* private */
+	uint64_t registered_ms;			  /* monotonic time of the last registration */
+	int64_t available;			  /* free capacity, from the last GetCapacity */
+	int64_t max_volume_size, min_volume_size; /* from the last GetCapacity (0: unknown) */
+	bool ready;				  /* imported: may be used */
+	struct pcsi_list link;			  /* private */
 };
 
 struct pcsi_cvol {

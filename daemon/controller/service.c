@@ -310,21 +310,10 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 {
 	struct pcsi_controller *c = from_svc(svc);
 	struct create_op *op = pcsi_xcalloc(1, sizeof(*op));
-	enum pcsi_status code;
 	struct pcsi_cvol *v;
-	char err[256];
 	size_t i;
 
-	code = pcsi_create_validate(in, &op->params, &op->size, &op->limit, err, sizeof(err));
-	if (code != PCSI_OK) {
-		pcsi_call_fail(call, code, "%s", err);
-		free(op);
-		return;
-	}
-	pcsi_volume_id(in->name, op->id);
-	if (pcsi_inflight_take(&c->busy, op->id) < 0) {
-		pcsi_call_fail(call, PCSI_ABORTED, "CreateVolume for \"%s\" is already in progress",
-			       in->name);
+	if (!pcsi_create_begin(call, in, &c->busy, &op->params, &op->size, &op->limit, op->id)) {
 		free(op);
 		return;
 	}
@@ -460,8 +449,9 @@ static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
 		return;
 	}
-	if (strlen(in->volume_id) > PCSI_VOLUME_ID_MAX) {
-		pcsi_call_reply(call, &out.base); /* not an id of ours: nothing to delete */
+	if (!pcsi_volume_id_is_derived(in->volume_id)) {
+		/* Not an id this driver makes: no node can hold it, at any time. */
+		pcsi_call_reply(call, &out.base);
 		return;
 	}
 	if (pcsi_inflight_take(&c->busy, in->volume_id) < 0) {
@@ -544,10 +534,24 @@ static void on_node_capacity(struct pcsi_client_call *call, void *data)
 	free(op);
 }
 
-static void add_available(const struct pcsi_cnode *n, void *data)
+/* The cluster's capacity from the nodes' last answers: the sum of what is
+ * free, the largest volume one node can make (a volume lives on one node,
+ * or on several as copies), the smallest minimum. */
+struct cluster_capacity {
+	int64_t available, max, min;
+};
+
+static void add_capacity(const struct pcsi_cnode *n, void *data)
 {
-	if (n->ready && n->available > 0)
-		*(int64_t *)data += n->available;
+	struct cluster_capacity *c = data;
+
+	if (!n->ready)
+		return;
+	if (n->available > 0)
+		c->available += n->available;
+	c->max = PCSI_MAX(c->max, n->max_volume_size);
+	if (n->min_volume_size > 0 && (!c->min || n->min_volume_size < c->min))
+		c->min = n->min_volume_size;
 }
 
 static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
@@ -556,6 +560,9 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 {
 	struct pcsi_controller *c = from_svc(svc);
 	Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
+	Google__Protobuf__Int64Value max = GOOGLE__PROTOBUF__INT64_VALUE__INIT,
+				     min = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
+	struct cluster_capacity sum = { 0, 0, 0 };
 	struct pcsi_cnode *n;
 	char err[256];
 	size_t i;
@@ -579,7 +586,13 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 				  c->cluster->rpc_timeout_ms, on_node_capacity, op);
 		return;
 	}
-	pcsi_cluster_foreach_node(c->cluster, add_available, &out.available_capacity);
+	pcsi_cluster_foreach_node(c->cluster, add_capacity, &sum);
+	out.available_capacity = sum.available;
+	max.value = sum.max;
+	min.value = sum.min;
+	out.maximum_volume_size = &max;
+	if (sum.min)
+		out.minimum_volume_size = &min;
 	pcsi_call_reply(call, &out.base);
 }
 
@@ -606,6 +619,48 @@ static void ctl_validate_volume_capabilities(
 		return;
 	}
 	pcsi_reply_validated(call, in, v->n_nodes > 1);
+}
+
+/* The first holder of |v| that is not registered and ready, or NULL. */
+static const char *missing_holder(struct pcsi_controller *c, const struct pcsi_cvol *v)
+{
+	size_t i;
+
+	for (i = 0; i < v->n_nodes; i++) {
+		const struct pcsi_cnode *n = pcsi_cluster_node(c->cluster, v->nodes[i]);
+		if (!n || !n->ready)
+			return v->nodes[i];
+	}
+	return NULL;
+}
+
+static void ctl_controller_get_volume(Csi__V1__Controller_Service *svc,
+				      const Csi__V1__ControllerGetVolumeRequest *in,
+				      Csi__V1__ControllerGetVolumeResponse_Closure closure,
+				      void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	const struct pcsi_cvol *v;
+	const char *missing;
+	char msg[300];
+
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	v = pcsi_cluster_volume(c->cluster, in->volume_id);
+	if (!v) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return;
+	}
+	missing = missing_holder(c, v);
+	if (missing)
+		snprintf(msg, sizeof(msg), "node %.200s, which holds a copy, is not registered",
+			 missing);
+	pcsi_reply_volume(call,
+			  &(struct pcsi_list_item){ v->id, v->size, (const char *const *)v->nodes,
+						    v->n_nodes },
+			  c->topology_key, missing ? msg : NULL);
 }
 
 static void ctl_controller_get_capabilities(

@@ -5,6 +5,7 @@
 #include "rpc/server.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -165,6 +166,27 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 	return PCSI_OK;
 }
 
+bool pcsi_create_begin(struct pcsi_call *call, const Csi__V1__CreateVolumeRequest *in,
+		       struct pcsi_inflight *busy, struct pcsi_params *params, uint64_t *size,
+		       uint64_t *limit, char id[PCSI_VOLUME_ID_MAX + 1])
+{
+	enum pcsi_status code;
+	char err[256];
+
+	code = pcsi_create_validate(in, params, size, limit, err, sizeof(err));
+	if (code != PCSI_OK) {
+		pcsi_call_fail(call, code, "%s", err);
+		return false;
+	}
+	pcsi_volume_id(in->name, id);
+	if (pcsi_inflight_take(busy, id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED,
+			       "an operation on volume \"%s\" (%s) is in progress", in->name, id);
+		return false;
+	}
+	return true;
+}
+
 size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_map_entry *entries,
 			   struct pcsi_map_entry **ptrs, size_t n)
 {
@@ -197,14 +219,18 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call)
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
 	};
 	Csi__V1__ControllerGetCapabilitiesResponse out =
 		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__ControllerServiceCapability caps[3], *capp[3];
-	Csi__V1__ControllerServiceCapability__RPC rpcs[3];
+	Csi__V1__ControllerServiceCapability caps[PCSI_ARRAY_SIZE(types)],
+		*capp[PCSI_ARRAY_SIZE(types)];
+	Csi__V1__ControllerServiceCapability__RPC rpcs[PCSI_ARRAY_SIZE(types)];
 	size_t i;
 
-	for (i = 0; i < 3; i++) {
+	for (i = 0; i < PCSI_ARRAY_SIZE(types); i++) {
 		csi__v1__controller_service_capability__rpc__init(&rpcs[i]);
 		rpcs[i].type = types[i];
 		csi__v1__controller_service_capability__init(&caps[i]);
@@ -212,7 +238,7 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call)
 		caps[i].rpc = &rpcs[i];
 		capp[i] = &caps[i];
 	}
-	out.n_capabilities = 3;
+	out.n_capabilities = PCSI_ARRAY_SIZE(types);
 	out.capabilities = capp;
 	pcsi_call_reply(call, &out.base);
 }
@@ -246,6 +272,46 @@ void pcsi_reply_validated(struct pcsi_call *call,
 			in->parameters;
 	out.confirmed = &conf;
 	pcsi_call_reply(call, &out.base);
+}
+
+void pcsi_reply_volume(struct pcsi_call *call, const struct pcsi_list_item *v,
+		       const char *topology_key, const char *abnormal)
+{
+	Csi__V1__ControllerGetVolumeResponse out = CSI__V1__CONTROLLER_GET_VOLUME_RESPONSE__INIT;
+	Csi__V1__ControllerGetVolumeResponse__VolumeStatus st =
+		CSI__V1__CONTROLLER_GET_VOLUME_RESPONSE__VOLUME_STATUS__INIT;
+	Csi__V1__VolumeCondition cond = CSI__V1__VOLUME_CONDITION__INIT;
+	Csi__V1__Volume vol = CSI__V1__VOLUME__INIT;
+	Csi__V1__Topology *topo = pcsi_xcalloc(v->n_nodes + 1, sizeof(*topo)),
+			  **topop = pcsi_xcalloc(v->n_nodes + 1, sizeof(*topop));
+	Csi__V1__Topology__SegmentsEntry *seg = pcsi_xcalloc(v->n_nodes + 1, sizeof(*seg)),
+					 **segp = pcsi_xcalloc(v->n_nodes + 1, sizeof(*segp));
+	size_t i;
+
+	for (i = 0; i < v->n_nodes; i++) {
+		csi__v1__topology__segments_entry__init(&seg[i]);
+		seg[i].key = (char *)topology_key;
+		seg[i].value = (char *)v->nodes[i];
+		segp[i] = &seg[i];
+		csi__v1__topology__init(&topo[i]);
+		topo[i].n_segments = 1;
+		topo[i].segments = &segp[i];
+		topop[i] = &topo[i];
+	}
+	vol.volume_id = (char *)v->id;
+	vol.capacity_bytes = v->size;
+	vol.n_accessible_topology = v->n_nodes;
+	vol.accessible_topology = topop;
+	cond.abnormal = abnormal != NULL;
+	cond.message = (char *)(abnormal ? abnormal : "");
+	st.volume_condition = &cond;
+	out.volume = &vol;
+	out.status = &st;
+	pcsi_call_reply(call, &out.base);
+	free(topo);
+	free(topop);
+	free(seg);
+	free(segp);
 }
 
 static int cmp_item(const void *a, const void *b)
@@ -325,4 +391,95 @@ void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesR
 	free(topop);
 	free(seg);
 	free(segp);
+}
+
+/* ---- size limits ------------------------------------------------------------------ */
+
+#define STRING_MAX 128
+#define MAP_MAX	   4096
+
+static size_t string_limit(const char *field)
+{
+	if (!strcmp(field, "node_id") || !strcmp(field, "endpoint"))
+		return 256;
+	if (!strcmp(field, "target_path") || !strcmp(field, "staging_target_path") ||
+	    !strcmp(field, "volume_path"))
+		return PATH_MAX - 1;
+	return STRING_MAX;
+}
+
+static bool is_map_entry(const ProtobufCMessageDescriptor *d)
+{
+	return d->n_fields == 2 && !strcmp(d->fields[0].name, "key") &&
+	       !strcmp(d->fields[1].name, "value") && d->fields[0].type == PROTOBUF_C_TYPE_STRING &&
+	       d->fields[1].type == PROTOBUF_C_TYPE_STRING;
+}
+
+static int limits(const ProtobufCMessage *m, int depth, char *err, size_t errlen)
+{
+	const ProtobufCMessageDescriptor *d = m->descriptor;
+	unsigned i;
+	size_t k;
+
+	if (depth > 16) {
+		snprintf(err, errlen, "request nested too deeply");
+		return -EINVAL;
+	}
+	for (i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		const char *base = (const char *)m + f->offset;
+		size_t n = 1;
+
+		if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+		    *(const uint32_t *)((const char *)m + f->quantifier_offset) != f->id)
+			continue; /* another member of the oneof holds the storage */
+		if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+			n = *(const size_t *)((const char *)m + f->quantifier_offset);
+			base = *(const char *const *)base;
+		} else if (f->type != PROTOBUF_C_TYPE_STRING &&
+			   f->type != PROTOBUF_C_TYPE_MESSAGE) {
+			continue;
+		} /* else |base| points at the one pointer: an array of one */
+		if (f->type == PROTOBUF_C_TYPE_STRING) {
+			const char *const *v = (const char *const *)base;
+			size_t total = 0, lim = string_limit(f->name);
+			for (k = 0; k < n; k++) {
+				size_t len = v[k] ? strlen(v[k]) : 0;
+				total += len;
+				if (!strcmp(f->name, "mount_flags") ? total > MAP_MAX : len > lim) {
+					snprintf(err, errlen, "%s.%s is longer than %zu bytes",
+						 d->short_name, f->name,
+						 !strcmp(f->name, "mount_flags") ? (size_t)MAP_MAX
+										 : lim);
+					return -EINVAL;
+				}
+			}
+		} else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+			const ProtobufCMessage *const *v = (const ProtobufCMessage *const *)base;
+			const ProtobufCMessageDescriptor *md = f->descriptor;
+			size_t total = 0;
+			if (f->label == PROTOBUF_C_LABEL_REPEATED && is_map_entry(md)) {
+				for (k = 0; k < n; k++) {
+					const struct pcsi_map_entry *e = (const void *)v[k];
+					total += (e->key ? strlen(e->key) : 0) +
+						 (e->value ? strlen(e->value) : 0);
+				}
+				if (total > MAP_MAX) {
+					snprintf(err, errlen, "%s.%s holds more than %d bytes",
+						 d->short_name, f->name, MAP_MAX);
+					return -EINVAL;
+				}
+				continue;
+			}
+			for (k = 0; k < n; k++)
+				if (v[k] && limits(v[k], depth + 1, err, errlen) < 0)
+					return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int pcsi_request_limits(const ProtobufCMessage *in, char *err, size_t errlen)
+{
+	return limits(in, 0, err, errlen);
 }

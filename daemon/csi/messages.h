@@ -11,6 +11,8 @@
 
 #include "rpc/status.h"
 #include "proto/csi.pb-c.h"
+#include "daemon/core/volid.h"
+#include "daemon/csi/inflight.h"
 #include "daemon/csi/params.h"
 
 /* mkfs.xfs (xfsprogs >= 5.19) refuses filesystems under 300 MB: volumes with
@@ -52,6 +54,16 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 				      struct pcsi_params *params, uint64_t *size, uint64_t *limit,
 				      char *err, size_t errlen);
 
+struct pcsi_call;
+
+/* How both CreateVolume handlers start: validates |in| as above, derives the
+ * volume id from the name into |id| and takes it in |busy| (a CreateVolume or
+ * DeleteVolume of the same volume in progress = ABORTED). Returns true, or
+ * false after ending the call with the reason. */
+bool pcsi_create_begin(struct pcsi_call *call, const Csi__V1__CreateVolumeRequest *in,
+		       struct pcsi_inflight *busy, struct pcsi_params *params, uint64_t *size,
+		       uint64_t *limit, char id[PCSI_VOLUME_ID_MAX + 1]);
+
 /* The volume_context a created volume gets: "name" plus the request's
  * parameters other than csi.storage.k8s.io/ ones (borrowed strings). Fills
  * |entries| and |ptrs| (|n| each) and returns how many. */
@@ -61,7 +73,8 @@ size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_m
 struct pcsi_call;
 
 /* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
- * GET_CAPACITY (both roles offer the same). */
+ * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER (both
+ * roles offer the same). */
 void pcsi_reply_controller_capabilities(struct pcsi_call *call);
 
 /* Replies to ValidateVolumeCapabilities of an existing volume: confirmed
@@ -70,7 +83,7 @@ void pcsi_reply_validated(struct pcsi_call *call,
 			  const Csi__V1__ValidateVolumeCapabilitiesRequest *in, bool multi_node_ok);
 
 /* Defines the Controller RPCs neither role implements (snapshots,
- * expansion, publish, get, modify) for a service whose handlers are named
+ * expansion, publish, modify) for a service whose handlers are named
  * PREFIX##method. */
 #define PCSI_CONTROLLER_UNIMPLEMENTED_ONE(fn, req_t, closure_t)                              \
 	static void fn(Csi__V1__Controller_Service *svc, const req_t *in, closure_t closure, \
@@ -96,9 +109,6 @@ void pcsi_reply_validated(struct pcsi_call *call,
 	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_expand_volume,                        \
 					  Csi__V1__ControllerExpandVolumeRequest,             \
 					  Csi__V1__ControllerExpandVolumeResponse_Closure)    \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_get_volume,                           \
-					  Csi__V1__ControllerGetVolumeRequest,                \
-					  Csi__V1__ControllerGetVolumeResponse_Closure)       \
 	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_modify_volume,                        \
 					  Csi__V1__ControllerModifyVolumeRequest,             \
 					  Csi__V1__ControllerModifyVolumeResponse_Closure)
@@ -112,6 +122,11 @@ struct pcsi_list_item {
 	size_t n_nodes;
 };
 
+/* Replies to ControllerGetVolume with |v| and its condition: normal when
+ * |abnormal| is NULL, else abnormal with that message. */
+void pcsi_reply_volume(struct pcsi_call *call, const struct pcsi_list_item *v,
+		       const char *topology_key, const char *abnormal);
+
 /* Replies to ListVolumes with one page of |items| (sorted here by id, so pages
  * are stable): max_entries (0 = all; negative = INVALID_ARGUMENT) and
  * starting_token (the index to go on from, as returned in next_token; one
@@ -119,6 +134,14 @@ struct pcsi_list_item {
  * node under |topology_key|. */
 void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesRequest *in,
 			     struct pcsi_list_item *items, size_t n, const char *topology_key);
+
+/* The CSI spec's size limits on a request, checked before any handler runs
+ * (struct pcsi_server_opts.check_request): every string at most 128 bytes,
+ * but node_id and endpoint 256, paths (target_path, staging_target_path,
+ * volume_path) PATH_MAX - 1 and mount flags 4 KiB together; every
+ * map<string,string> at most 4 KiB of keys and values. Returns 0, or -EINVAL
+ * with the field named in |err|. */
+int pcsi_request_limits(const ProtobufCMessage *in, char *err, size_t errlen);
 
 /* True when topology |t| names this node (segment "<driver>/node" = node_id). */
 bool pcsi_topology_is_node(const Csi__V1__Topology *t, const char *key, const char *node_id);

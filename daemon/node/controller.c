@@ -150,14 +150,10 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 	struct pcsi_node *n = nc->node;
 	struct create_op *op;
 	uint64_t limit = 0, size = 0;
-	enum pcsi_status code;
-	char err[256];
 	size_t i;
 
 	op = pcsi_xcalloc(1, sizeof(*op));
-	code = pcsi_create_validate(in, &op->params, &size, &limit, err, sizeof(err));
-	if (code != PCSI_OK) {
-		pcsi_call_fail(call, code, "%s", err);
+	if (!pcsi_create_begin(call, in, &n->busy, &op->params, &size, &limit, op->id)) {
 		free(op);
 		return;
 	}
@@ -171,16 +167,10 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 			pcsi_call_fail(call, PCSI_RESOURCE_EXHAUSTED,
 				       "the requisite topology does not include node %s",
 				       n->cfg->node_id);
+			pcsi_inflight_drop(&n->busy, op->id);
 			free(op);
 			return;
 		}
-	}
-	pcsi_volume_id(in->name, op->id);
-	if (pcsi_inflight_take(&n->busy, op->id) < 0) {
-		pcsi_call_fail(call, PCSI_ABORTED, "an operation on volume %s is in progress",
-			       op->id);
-		free(op);
-		return;
 	}
 	op->nc = nc;
 	op->call = call;
@@ -320,7 +310,8 @@ static void on_capacity(struct pcsi_backend_req *req, void *data)
 {
 	struct simple_op *op = data;
 	Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
-	Google__Protobuf__Int64Value max = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
+	Google__Protobuf__Int64Value max = GOOGLE__PROTOBUF__INT64_VALUE__INIT,
+				     min = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
 
 	if (req->error) {
 		fail_errno(op->call, req->error, "GetCapacity", req->msg);
@@ -328,6 +319,9 @@ static void on_capacity(struct pcsi_backend_req *req, void *data)
 		out.available_capacity = (int64_t)req->cap.available;
 		max.value = (int64_t)req->cap.max_volume_size;
 		out.maximum_volume_size = &max;
+		min.value = (int64_t)req->cap.min_volume_size;
+		if (req->cap.min_volume_size)
+			out.minimum_volume_size = &min;
 		pcsi_call_reply(op->call, &out.base);
 	}
 	free(op);
@@ -400,6 +394,47 @@ static void nctl_validate_volume_capabilities(
 	op->in = in;
 	op->breq.id = in->volume_id;
 	pcsi_backend_get(op->nc->node->be, &op->breq, on_validate_get, op);
+}
+
+/* ---- ControllerGetVolume ---------------------------------------------------------- */
+
+static void on_get_volume(struct pcsi_backend_req *req, void *data)
+{
+	struct simple_op *op = data;
+	struct pcsi_node *n = op->nc->node;
+	const char *node_id = n->cfg->node_id;
+	struct pcsi_list_item v = { req->id, (int64_t)req->vol.size, &node_id, 1 };
+
+	if (req->error == -ENOENT)
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", req->id);
+	else if (req->error)
+		fail_errno(op->call, req->error, "ControllerGetVolume", req->msg);
+	else
+		pcsi_reply_volume(op->call, &v, n->topology_key, NULL);
+	free(op);
+}
+
+static void nctl_controller_get_volume(Csi__V1__Controller_Service *svc,
+				       const Csi__V1__ControllerGetVolumeRequest *in,
+				       Csi__V1__ControllerGetVolumeResponse_Closure closure,
+				       void *call)
+{
+	struct simple_op *op;
+
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	if (!pcsi_volume_id_valid(in->volume_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->nc = from_svc(svc);
+	op->call = call;
+	op->in = in;
+	op->breq.id = in->volume_id;
+	pcsi_backend_get(op->nc->node->be, &op->breq, on_get_volume, op);
 }
 
 /* ---- capabilities and the rest -------------------------------------------------------- */

@@ -262,6 +262,44 @@ static bool found(struct nop *op, struct pcsi_backend_req *req)
 	return true;
 }
 
+/* What NodeStage and NodePublish check alike: the capability (multi-node
+ * modes only for cache volumes), the volume context's parameters (|origin|)
+ * and the capability's mount flags. Returns a new operation with the
+ * capability's facts filled in, or NULL after ending the call. */
+static struct nop *nop_for_capability(Csi__V1__Node_Service *svc, struct pcsi_call *call,
+				      const char *what, const Csi__V1__VolumeCapability *cap,
+				      const void *ctx, size_t nctx, enum pcsi_param_origin origin)
+{
+	struct pcsi_kv kv[PCSI_MAX_PARAMS];
+	struct nop *op;
+	char err[256];
+
+	if (!cap) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capability is required");
+		return NULL;
+	}
+	if (pcsi_cap_check(cap, cache_context(ctx, nctx), err, sizeof(err)) < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		return NULL;
+	}
+	if (nctx > PCSI_MAX_PARAMS) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_context has too many entries");
+		return NULL;
+	}
+	op = nop_new(from_svc(svc), call, what);
+	if (pcsi_params_parse(origin, kv, pcsi_map_kv(ctx, nctx, kv, PCSI_MAX_PARAMS), &op->params,
+			      err, sizeof(err)) < 0 ||
+	    collect_flags(cap, op->flags, sizeof(op->flags), err, sizeof(err)) < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		free(op);
+		return NULL;
+	}
+	op->block = cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
+	op->dax = op->params.usage == PCSI_USAGE_APPDIRECT;
+	snprintf(op->fstype, sizeof(op->fstype), "%s", pcsi_cap_fstype(cap));
+	return op;
+}
+
 /* ---- NodeStageVolume ----------------------------------------------------------------- */
 
 static void stage_done(struct nop *op)
@@ -344,31 +382,13 @@ static void node_node_stage_volume(Csi__V1__Node_Service *svc,
 				   Csi__V1__NodeStageVolumeResponse_Closure closure, void *call)
 {
 	struct nop *op;
-	struct pcsi_kv kv[64];
-	char err[256];
-	size_t n;
 
 	if (!check_id_path(call, in->volume_id, in->staging_target_path, "staging_target_path"))
 		return;
-	if (!in->volume_capability) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capability is required");
+	op = nop_for_capability(svc, call, "NodeStageVolume", in->volume_capability,
+				in->volume_context, in->n_volume_context, PCSI_ORIGIN_CONTEXT);
+	if (!op)
 		return;
-	}
-	if (pcsi_cap_check(in->volume_capability,
-			   cache_context(in->volume_context, in->n_volume_context), err,
-			   sizeof(err)) < 0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
-		return;
-	}
-	op = nop_new(from_svc(svc), call, "NodeStageVolume");
-	n = pcsi_map_kv(in->volume_context, in->n_volume_context, kv, 64);
-	if (pcsi_params_parse(PCSI_ORIGIN_CONTEXT, kv, n, &op->params, err, sizeof(err)) < 0 ||
-	    collect_flags(in->volume_capability, op->flags, sizeof(op->flags), err, sizeof(err)) <
-		    0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
-		free(op);
-		return;
-	}
 	if (!pcsi_volume_id_valid(in->volume_id)) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		free(op);
@@ -376,10 +396,6 @@ static void node_node_stage_volume(Csi__V1__Node_Service *svc,
 	}
 	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
 	snprintf(op->staging, sizeof(op->staging), "%s", in->staging_target_path);
-	snprintf(op->fstype, sizeof(op->fstype), "%s", pcsi_cap_fstype(in->volume_capability));
-	op->block = in->volume_capability->access_type_case ==
-		    CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
-	op->dax = op->params.usage == PCSI_USAGE_APPDIRECT;
 	if (!nop_lock(op))
 		return;
 	op->breq.id = op->id;
@@ -580,9 +596,6 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 	struct pcsi_node *n = from_svc(svc)->node;
 	const char *eph;
 	struct nop *op;
-	struct pcsi_kv kv[64];
-	char err[256];
-	size_t nkv;
 	bool ephemeral = false;
 
 	if (!in->volume_id || !*in->volume_id) {
@@ -618,32 +631,17 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 			       "paths must be absolute and normalised");
 		return;
 	}
-	if (pcsi_cap_check(in->volume_capability,
-			   cache_context(in->volume_context, in->n_volume_context), err,
-			   sizeof(err)) < 0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+	op = nop_for_capability(svc, call, "NodePublishVolume", in->volume_capability,
+				in->volume_context, in->n_volume_context,
+				ephemeral ? PCSI_ORIGIN_EPHEMERAL : PCSI_ORIGIN_CONTEXT);
+	if (!op)
 		return;
-	}
-	op = nop_new(from_svc(svc), call, "NodePublishVolume");
-	nkv = pcsi_map_kv(in->volume_context, in->n_volume_context, kv, 64);
-	if (pcsi_params_parse(ephemeral ? PCSI_ORIGIN_EPHEMERAL : PCSI_ORIGIN_CONTEXT, kv, nkv,
-			      &op->params, err, sizeof(err)) < 0 ||
-	    collect_flags(in->volume_capability, op->flags, sizeof(op->flags), err, sizeof(err)) <
-		    0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
-		free(op);
-		return;
-	}
 	op->ephemeral = ephemeral;
 	op->ro = in->readonly ||
 		 in->volume_capability->access_mode->mode ==
 			 CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY ||
 		 in->volume_capability->access_mode->mode ==
 			 CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY;
-	op->block = in->volume_capability->access_type_case ==
-		    CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
-	op->dax = op->params.usage == PCSI_USAGE_APPDIRECT;
-	snprintf(op->fstype, sizeof(op->fstype), "%s", pcsi_cap_fstype(in->volume_capability));
 	snprintf(op->target, sizeof(op->target), "%s", in->target_path);
 	snprintf(op->staging, sizeof(op->staging), "%s",
 		 in->staging_target_path ? in->staging_target_path : "");
@@ -820,8 +818,18 @@ static void node_node_get_volume_stats(Csi__V1__Node_Service *svc,
 {
 	struct nop *op;
 
-	if (!check_id_path(call, in->volume_id, in->volume_path, "volume_path"))
+	if (!in->volume_id || !*in->volume_id || !in->volume_path || !*in->volume_path) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+			       "volume_id and volume_path are required");
 		return;
+	}
+	/* A path where no volume can be published (relative, not normalised)
+	 * holds no volume: the spec's NOT_FOUND. */
+	if (!pcsi_path_valid(in->volume_path)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "no volume is published at %.200s",
+			       in->volume_path);
+		return;
+	}
 	if (!pcsi_volume_id_valid(in->volume_id)) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		return;
