@@ -112,8 +112,8 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 		snprintf(err, errlen, "name is required");
 		return PCSI_INVALID_ARGUMENT;
 	}
-	if (strlen(in->name) > 253) {
-		snprintf(err, errlen, "name longer than 253 bytes");
+	if (strlen(in->name) > 128) {
+		snprintf(err, errlen, "name longer than 128 bytes");
 		return PCSI_INVALID_ARGUMENT;
 	}
 	if (in->n_volume_capabilities == 0) {

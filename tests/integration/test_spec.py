@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""Corners of the CSI spec, each its own test, against a node on the TEST-ONLY
+in-memory backend and a controller within its registration grace window:
+size limits, NodeGetVolumeStats on a path with no volume, DeleteVolume of ids
+that cannot be ours, ControllerGetVolume with a volume condition, GetCapacity's
+maximum and minimum volume size, the single-node access modes. TAP output.
+
+usage: test_spec.py PATH-TO-pmem-csi-driver
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+
+DRIVER = pt.driver_path()
+t = pt.TAP()
+SC = grpc.StatusCode
+MiB = 1 << 20
+KEY = "pmem-csi.intel.com/node"
+csi = pt.protos().csi
+WORK = pt.mkdtemp("pcsi-spec-")
+NODE_SOCK = os.path.join(WORK, "node.sock")
+CTL_SOCK = os.path.join(WORK, "controller.sock")
+AM = csi.VolumeCapability.AccessMode
+
+
+def _start_node():
+    args = ["-mode=node", "-nodeid=n1", "-endpoint=unix://" + NODE_SOCK,
+            "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(WORK, "state"), "-v=4"]
+    d = pt.Daemon(DRIVER, args, name="node", workdir=WORK).start(wait=False)
+    d.wait_ready()
+    return d
+
+
+def _start_controller():
+    # No node registers: every id is unknown, and the grace window is long.
+    args = ["-mode=controller", "-endpoint=unix://" + CTL_SOCK, "-registrationGrace=600", "-v=4"]
+    d = pt.Daemon(DRIVER, args, name="controller", workdir=WORK).start(wait=False)
+    d.wait_ready()
+    return d
+
+
+node = pt.Lazy(_start_node, "node")
+ctl = pt.Lazy(_start_controller, "controller")
+
+
+def call(sock, svc, method, req):
+    path, _, resp = pt.rpc(csi, svc, method)
+    ch = pt.unix_channel(sock)
+    try:
+        return pt.call_code(ch, path, req, resp)
+    finally:
+        ch.close()
+
+
+def on_node(svc, method, req):
+    node.get()
+    return call(NODE_SOCK, svc, method, req)
+
+
+def on_ctl(method, req):
+    ctl.get()
+    return call(CTL_SOCK, "Controller", method, req)
+
+
+def expect(got, code, what):
+    pt.check(got[0] == code, "%s: want %s, got %s %s" % (what, code, got[0], got[1]))
+    return got[2]
+
+
+def cap(mode=AM.SINGLE_NODE_WRITER, block=False):
+    if block:
+        return csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(), access_mode=AM(mode=mode))
+    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type="ext4"),
+                                access_mode=AM(mode=mode))
+
+
+def create(name, mode=AM.SINGLE_NODE_WRITER, params=None):
+    return csi.CreateVolumeRequest(name=name, capacity_range=csi.CapacityRange(required_bytes=8 * MiB),
+                                   volume_capabilities=[cap(mode)], parameters=params or {})
+
+
+@t.test("NodeGetVolumeStats: a relative volume_path holds no volume: NOT_FOUND")
+def _():
+    v = expect(on_node("Controller", "CreateVolume", create("stats-vol")), SC.OK, "CreateVolume").volume
+    expect(on_node("Node", "NodeGetVolumeStats",
+                   csi.NodeGetVolumeStatsRequest(volume_id=v.volume_id, volume_path="some/relative/path")),
+           SC.NOT_FOUND, "relative path")
+    expect(on_node("Node", "NodeGetVolumeStats",
+                   csi.NodeGetVolumeStatsRequest(volume_id=v.volume_id, volume_path=WORK + "/nothing-here")),
+           SC.NOT_FOUND, "absolute path that does not exist")
+    expect(on_node("Node", "NodeGetVolumeStats",
+                   csi.NodeGetVolumeStatsRequest(volume_id=v.volume_id, volume_path="")),
+           SC.INVALID_ARGUMENT, "empty path")
+
+
+@t.test("central, within the grace window: DeleteVolume of an id that is not ours is OK at once")
+def _():
+    for vid in ("fake-vol-id", "x" * 63, "abc-" + "g" * 56):
+        expect(on_ctl("DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid)), SC.OK, vid)
+
+
+@t.test("central, within the grace window: DeleteVolume of an unknown id of our scheme stays UNAVAILABLE")
+def _():
+    vid = "pvc-12-" + "0" * 56
+    expect(on_ctl("DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid)), SC.UNAVAILABLE, vid)
+
+
+@t.test("size limits: ids and names over 128 bytes, maps over 4 KiB are INVALID_ARGUMENT; 128 bytes pass")
+def _():
+    expect(on_node("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id="v" * 200000)),
+           SC.INVALID_ARGUMENT, "200,000-byte volume id")
+    expect(on_node("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id="v" * 129)),
+           SC.INVALID_ARGUMENT, "129-byte volume id")
+    expect(on_node("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id="v" * 128)),
+           SC.OK, "128-byte volume id")
+    expect(on_ctl("DeleteVolume", csi.DeleteVolumeRequest(volume_id="v" * 129)),
+           SC.INVALID_ARGUMENT, "129-byte volume id, central")
+    expect(on_node("Controller", "CreateVolume", create("n" * 129)), SC.INVALID_ARGUMENT, "129-byte name")
+    expect(on_node("Controller", "CreateVolume", create("n" * 128)), SC.OK, "128-byte name")
+    expect(on_node("Controller", "CreateVolume", create("big-params", params={"eraseafter": "x" * 4100})),
+           SC.INVALID_ARGUMENT, "parameters over 4 KiB")
+    expect(on_node("Node", "NodeUnpublishVolume",
+                   csi.NodeUnpublishVolumeRequest(volume_id="v" * 129, target_path=WORK + "/t")),
+           SC.INVALID_ARGUMENT, "129-byte volume id, node")
+    expect(on_node("Node", "NodeUnpublishVolume",
+                   csi.NodeUnpublishVolumeRequest(volume_id="v", target_path=WORK + "/" + "p" * 300)),
+           SC.OK, "a 300-byte path is accepted")
+
+
+@t.test("ControllerGetVolume: the volume with a normal condition; unknown ids NOT_FOUND")
+def _():
+    v = expect(on_node("Controller", "CreateVolume", create("get-vol")), SC.OK, "CreateVolume").volume
+    r = expect(on_node("Controller", "ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=v.volume_id)),
+               SC.OK, "ControllerGetVolume")
+    pt.check(r.volume.volume_id == v.volume_id and r.volume.capacity_bytes == v.capacity_bytes,
+             "volume %r vs %r" % (r.volume, v))
+    pt.check([s.segments[KEY] for s in r.volume.accessible_topology] == ["n1"], "topology %r" % r.volume)
+    pt.check(r.status.HasField("volume_condition") and not r.status.volume_condition.abnormal,
+             "condition %r" % r.status)
+    expect(on_node("Controller", "ControllerGetVolume",
+                   csi.ControllerGetVolumeRequest(volume_id="pvc-99-" + "0" * 56)), SC.NOT_FOUND, "unknown")
+    expect(on_ctl("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id="pvc-99-" + "0" * 56)),
+           SC.NOT_FOUND, "unknown, central")
+    expect(on_node("Controller", "ControllerGetVolume", csi.ControllerGetVolumeRequest()),
+           SC.INVALID_ARGUMENT, "no id")
+
+
+@t.test("ControllerGetCapabilities claims GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER (both roles)")
+def _():
+    T = csi.ControllerServiceCapability.RPC
+    want = {T.CREATE_DELETE_VOLUME, T.LIST_VOLUMES, T.GET_CAPACITY, T.GET_VOLUME, T.VOLUME_CONDITION,
+            T.SINGLE_NODE_MULTI_WRITER}
+    for name, got in (("node", on_node("Controller", "ControllerGetCapabilities",
+                                       csi.ControllerGetCapabilitiesRequest())),
+                      ("controller", on_ctl("ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest()))):
+        r = expect(got, SC.OK, name)
+        have = {c.rpc.type for c in r.capabilities}
+        pt.check(have == want, "%s: %r" % (name, sorted(have)))
+
+
+@t.test("GetCapacity: maximum_volume_size and minimum_volume_size")
+def _():
+    r = expect(on_node("Controller", "GetCapacity", csi.GetCapacityRequest()), SC.OK, "GetCapacity")
+    pt.check(r.HasField("maximum_volume_size") and 0 < r.maximum_volume_size.value <= r.available_capacity,
+             "max %r" % r)
+    pt.check(r.HasField("minimum_volume_size") and r.minimum_volume_size.value == 4 * MiB, "min %r" % r)
+    big = csi.CreateVolumeRequest(name="too-big", volume_capabilities=[cap()],
+                                  capacity_range=csi.CapacityRange(required_bytes=r.maximum_volume_size.value + 1))
+    expect(on_node("Controller", "CreateVolume", big), SC.RESOURCE_EXHAUSTED, "above maximum_volume_size")
+    fits = csi.CreateVolumeRequest(name="fits-max", volume_capabilities=[cap()],
+                                   capacity_range=csi.CapacityRange(required_bytes=r.maximum_volume_size.value))
+    expect(on_node("Controller", "CreateVolume", fits), SC.OK, "at maximum_volume_size")
+    v = on_node("Controller", "CreateVolume", fits)[2].volume
+    expect(on_node("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id)), SC.OK, "delete")
+
+
+@t.test("SINGLE_NODE_SINGLE_WRITER and SINGLE_NODE_MULTI_WRITER volumes are created; MULTI_NODE only for cache")
+def _():
+    expect(on_node("Controller", "CreateVolume", create("snsw", AM.SINGLE_NODE_SINGLE_WRITER)), SC.OK, "SNSW")
+    expect(on_node("Controller", "CreateVolume", create("snmw", AM.SINGLE_NODE_MULTI_WRITER)), SC.OK, "SNMW")
+    expect(on_node("Controller", "CreateVolume", create("mnmw", AM.MULTI_NODE_MULTI_WRITER)),
+           SC.INVALID_ARGUMENT, "MULTI_NODE without cache")
+
+
+def teardown():
+    for f in (node, ctl):
+        if f.peek():
+            f.peek().stop()
+
+
+sys.exit(t.main(teardown))
