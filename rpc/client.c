@@ -18,7 +18,7 @@ struct cconn {
 	struct pcsi_conn c;
 	struct pcsi_channel *chan;
 	uv_connect_t connect_req;
-	struct cconn *next; /* in chan->conns */
+	struct pcsi_list link; /* in chan->conns */
 	bool was_ready;
 };
 
@@ -29,13 +29,13 @@ struct pcsi_channel {
 	struct pcsi_channel_opts opts;
 	enum chan_state state;
 	struct cconn *conn;	       /* the connection new calls use */
-	struct cconn *conns;	       /* all open ones, including those draining after GOAWAY */
+	struct pcsi_list conns;	       /* all open ones, including those draining after GOAWAY */
 	struct addrinfo *ai, *ai_next; /* resolved addresses, the next one to try */
 	uv_getaddrinfo_t gai;
 	uv_timer_t backoff_timer;
 	uint32_t backoff_ms;
-	struct pcsi_client_call *calls; /* every call not yet completed */
-	int pending;			/* async things that refer to the channel */
+	struct pcsi_list calls; /* every call not yet completed, oldest first */
+	int pending;		/* async things that refer to the channel */
 	bool closing;
 	char authority[300];
 	char last_error[400];
@@ -63,11 +63,14 @@ static void forget_addresses(struct pcsi_channel *chan)
 /* True when some call waits for a connection. */
 static bool has_queued(const struct pcsi_channel *chan)
 {
-	const struct pcsi_client_call *call;
+	const struct pcsi_list *p;
 
-	for (call = chan->calls; call; call = call->next)
+	pcsi_list_foreach (p, &chan->calls) {
+		const struct pcsi_client_call *call =
+			pcsi_list_entry(p, struct pcsi_client_call, link);
 		if (!call->active && !call->finishing)
 			return true;
+	}
 	return false;
 }
 
@@ -88,8 +91,6 @@ static void chan_maybe_free(struct pcsi_channel *chan)
 
 static void complete(struct pcsi_client_call *call, enum pcsi_status status, const char *msg)
 {
-	struct pcsi_channel *chan = call->chan;
-
 	if (call->finishing)
 		return;
 	call->finishing = true;
@@ -113,13 +114,7 @@ static void complete(struct pcsi_client_call *call, enum pcsi_status status, con
 	call->status = status;
 	if (msg && !call->message)
 		call->message = pcsi_xstrdup(msg);
-	if (call->prev)
-		call->prev->next = call->next;
-	else
-		chan->calls = call->next;
-	if (call->next)
-		call->next->prev = call->prev;
-	call->prev = call->next = NULL;
+	pcsi_list_remove(&call->link);
 	if (call->dec) {
 		pcsi_msgdec_done(call->dec);
 		free(call->dec);
@@ -157,10 +152,10 @@ void pcsi_client_call_done(struct pcsi_client_call *call)
 static void fail_calls(struct pcsi_channel *chan, struct cconn *cc, bool queued,
 		       enum pcsi_status status, const char *msg)
 {
-	struct pcsi_client_call *call, *next;
+	struct pcsi_list *p, *t;
 
-	for (call = chan->calls; call; call = next) {
-		next = call->next;
+	pcsi_list_foreach_safe (p, t, &chan->calls) {
+		struct pcsi_client_call *call = pcsi_list_entry(p, struct pcsi_client_call, link);
 		if ((call->active && cc && call->conn == cc) || (!call->active && queued))
 			complete(call, status, msg);
 	}
@@ -381,10 +376,7 @@ void pcsi_channel_call(struct pcsi_channel *chan, struct pcsi_client_call *call,
 	pcsi_msgdec_init(dec, chan->opts.max_recv_msg);
 	call->dec = dec;
 	uv_timer_init(chan->loop, &call->timer);
-	call->next = chan->calls;
-	if (chan->calls)
-		chan->calls->prev = call;
-	chan->calls = call;
+	pcsi_list_add_tail(&chan->calls, &call->link);
 
 	if (chan->closing) {
 		complete(call, PCSI_CANCELLED, "channel closed");
@@ -445,7 +437,7 @@ static int cconn_ready(struct pcsi_conn *c)
 {
 	struct cconn *cc = pcsi_container_of(c, struct cconn, c);
 	struct pcsi_channel *chan = cc->chan;
-	struct pcsi_client_call *call, *next;
+	struct pcsi_list *p, *t;
 
 	if (nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, NULL, 0) != 0)
 		return -EPROTO;
@@ -454,8 +446,8 @@ static int cconn_ready(struct pcsi_conn *c)
 	cc->was_ready = true;
 	chan->state = CH_READY;
 	chan->backoff_ms = 0;
-	for (call = chan->calls; call; call = next) {
-		next = call->next;
+	pcsi_list_foreach_safe (p, t, &chan->calls) {
+		struct pcsi_client_call *call = pcsi_list_entry(p, struct pcsi_client_call, link);
 		if (!call->active && !call->finishing)
 			start_stream(call);
 	}
@@ -464,15 +456,11 @@ static int cconn_ready(struct pcsi_conn *c)
 
 static void cconn_closed(struct pcsi_conn *c, const char *reason)
 {
-	struct cconn *cc = pcsi_container_of(c, struct cconn, c), **pp;
+	struct cconn *cc = pcsi_container_of(c, struct cconn, c);
 	struct pcsi_channel *chan = cc->chan;
 	char msg[160];
 
-	for (pp = &chan->conns; *pp; pp = &(*pp)->next)
-		if (*pp == cc) {
-			*pp = cc->next;
-			break;
-		}
+	pcsi_list_remove(&cc->link);
 	snprintf(msg, sizeof(msg), "connection lost: %s", reason ? reason : "closed");
 	fail_calls(chan, cc, false, PCSI_UNAVAILABLE, msg);
 	if (chan->conn == cc) {
@@ -522,8 +510,7 @@ static struct cconn *cconn_new(struct pcsi_channel *chan, bool tcp)
 		return NULL;
 	}
 	cc->chan = chan;
-	cc->next = chan->conns;
-	chan->conns = cc;
+	pcsi_list_add_tail(&chan->conns, &cc->link);
 	chan->conn = cc;
 	chan->pending++;
 	chan->state = CH_CONNECTING;
@@ -608,6 +595,8 @@ struct pcsi_channel *pcsi_channel_new(uv_loop_t *loop, const char *endpoint,
 		return NULL;
 	}
 	chan->loop = loop;
+	pcsi_list_init(&chan->calls);
+	pcsi_list_init(&chan->conns);
 	chan->tls = tls;
 	chan->opts = opts ? *opts : defaults;
 	if (!chan->opts.initial_backoff_ms)
@@ -646,18 +635,18 @@ static void on_backoff_closed(uv_handle_t *h)
 
 void pcsi_channel_close(struct pcsi_channel *chan)
 {
-	struct pcsi_client_call *call, *next;
-	struct cconn *cc;
+	struct pcsi_list *p, *t;
 
 	if (chan->closing)
 		return;
 	chan->closing = true;
-	for (call = chan->calls; call; call = next) {
-		next = call->next;
-		complete(call, PCSI_CANCELLED, "channel closed");
+	pcsi_list_foreach_safe (p, t, &chan->calls) {
+		complete(pcsi_list_entry(p, struct pcsi_client_call, link), PCSI_CANCELLED,
+			 "channel closed");
 	}
-	for (cc = chan->conns; cc; cc = cc->next)
-		pcsi_conn_close(&cc->c, "channel closed");
+	pcsi_list_foreach_safe (p, t, &chan->conns) {
+		pcsi_conn_close(&pcsi_list_entry(p, struct cconn, link)->c, "channel closed");
+	}
 	forget_addresses(chan);
 	if (chan->state == CH_RESOLVING)
 		uv_cancel((uv_req_t *)&chan->gai);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "daemon/core/list.h"
 #include "rpc/status.h"
 #include "rpc/tls.h"
 
@@ -58,8 +59,8 @@ struct pcsi_client_call {
 	uv_timer_t timer; /* deadline; closing it delivers the completion */
 	pcsi_client_cb cb;
 	void *data;
-	struct pcsi_client_call *prev, *next;
-	void *dec; /* struct pcsi_msgdec * */
+	struct pcsi_list link; /* in the channel's calls */
+	void *dec;	       /* struct pcsi_msgdec * */
 	int http_status;
 	bool got_status, finishing, active;
 };
