@@ -81,6 +81,7 @@ int pcsi_backend_new(uv_loop_t *loop, const struct pcsi_backend_config *cfg,
 	be = pcsi_xcalloc(1, sizeof(*be));
 	be->ops = all_ops[i];
 	be->loop = loop;
+	pcsi_list_init(&be->done);
 	be->cfg = *cfg;
 	be->cfg.name = be->ops->name;
 	rc = be->ops->init ? be->ops->init(be) : 0;
@@ -125,23 +126,39 @@ void pcsi_backend_msg(struct pcsi_backend_req *req, const char *fmt, ...)
 
 /* ---- delivery and the queue ------------------------------------------------ */
 
+/* Delivers every completed request, in completion order. A request that
+ * completes inside one of these callbacks waits for the next turn. */
 static void on_deliver(void *data)
 {
-	struct pcsi_backend_req *req = data;
+	struct pcsi_backend *be = data;
+	struct pcsi_list batch;
 
-	req->cb(req, req->data);
+	be->kicked = false;
+	pcsi_list_move_all(&batch, &be->done);
+	while (!pcsi_list_empty(&batch)) {
+		struct pcsi_backend_req *req =
+			pcsi_list_entry(batch.next, struct pcsi_backend_req, link);
+		pcsi_list_remove(&req->link);
+		req->cb(req, req->data);
+	}
 }
 
 /* Hands |req| back to its owner on a later loop turn. */
 static void deliver(struct pcsi_backend_req *req, int error)
 {
+	struct pcsi_backend *be = req->be;
+
 	req->error = error;
 	if (error && !req->msg[0])
 		snprintf(req->msg, sizeof(req->msg), "%s", strerror(-error));
 	if (req->proc)
 		free(pcsi_container_of(req->proc, struct tool, proc));
 	req->proc = NULL;
-	pcsi_later_run(req->be->loop, &req->later, on_deliver, req);
+	pcsi_list_add_tail(&be->done, &req->link);
+	if (!be->kicked) {
+		be->kicked = true;
+		pcsi_later_run(be->loop, &be->kick, on_deliver, be);
+	}
 }
 
 static void run_next(struct pcsi_backend *be);

@@ -38,7 +38,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "daemon/core/later.h"
+#include "daemon/core/list.h"
 #include "daemon/core/volid.h"
 
 #define PCSI_LVM_ALIGN (4ull << 20)
@@ -91,7 +91,7 @@ struct pcsi_backend_req {
 	struct pcsi_proc *proc;	       /* the running tool (backend_internal.h) */
 	uv_work_t work;
 	uv_fs_t fs;
-	struct pcsi_later later; /* delivery */
+	struct pcsi_list link; /* in the backend's delivery queue */
 	void *priv;
 };
 

@@ -20,6 +20,7 @@
 #define PCSI_BACKEND_INTERNAL_H
 
 #include "backends/backend.h"
+#include "daemon/core/later.h"
 #include "daemon/core/proc.h"
 
 struct pcsi_backend_ops {
@@ -42,6 +43,10 @@ struct pcsi_backend {
 	bool running;
 	bool opened;
 	void *impl;
+	/* Completed requests, delivered in completion order on a later turn. */
+	struct pcsi_list done;
+	struct pcsi_later kick;
+	bool kicked;
 };
 
 /* Ends the implementation's part of |req|. */

@@ -4,7 +4,10 @@
  * inside the call that started the work": an operation that can answer at
  * once still answers through pcsi_later(). The callback runs after the
  * current callback has returned to the loop (in its close phase), exactly
- * once, even when the loop is about to stop. */
+ * once, even when the loop is about to stop. Callbacks scheduled in the same
+ * turn run in no promised order (libuv closes handles last in, first out):
+ * where order matters, keep a FIFO of your own and schedule one call that
+ * drains it (backends/backend.c delivers that way). */
 #ifndef PCSI_LATER_H
 #define PCSI_LATER_H
 

@@ -57,6 +57,20 @@ static inline void pcsi_list_remove(struct pcsi_list *e)
 	e->prev = e->next = e;
 }
 
+/* Moves every element of |from| to |to| (an empty list), in order; |from|
+ * is empty afterwards. */
+static inline void pcsi_list_move_all(struct pcsi_list *to, struct pcsi_list *from)
+{
+	pcsi_list_init(to);
+	if (pcsi_list_empty(from))
+		return;
+	to->next = from->next;
+	to->prev = from->prev;
+	to->next->prev = to;
+	to->prev->next = to;
+	pcsi_list_init(from);
+}
+
 #define pcsi_list_entry(ptr, type, member) pcsi_container_of(ptr, type, member)
 
 /* Iterates |pos| (a struct pcsi_list *) over |head|; the _safe form allows

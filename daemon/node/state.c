@@ -15,6 +15,7 @@
 static int mkdir_p(const char *path)
 {
 	char tmp[4096], *p;
+	struct stat st;
 
 	if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
@@ -28,7 +29,9 @@ static int mkdir_p(const char *path)
 	}
 	if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	return 0;
+	if (stat(tmp, &st) < 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
 int pcsi_node_init(struct pcsi_node *n, uv_loop_t *loop, const struct pcsi_config *cfg,
@@ -110,6 +113,11 @@ static void do_load(struct job *j)
 	defaults(j->out);
 	if (!o) {
 		j->rc = access(j->path, F_OK) == 0 ? -EIO : -ENOENT;
+		return;
+	}
+	if (!json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		j->rc = -EIO;
 		return;
 	}
 	if (json_object_object_get_ex(o, "name", &v))

@@ -1,0 +1,487 @@
+/* test-backend.c: unit tests for the backend front end (backends/backend.h:
+ * queue, validation, delivery) on the test-only in-memory backend
+ * "fake-for-testing-only" (built with -Dfake-backend=true). Its volumes have
+ * no device node, so the front end zeroes, busy-checks and erases nothing. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "backends/backend.h"
+
+#define FAKE "fake-for-testing-only"
+#define MiB  (1ull << 20)
+/* The capacity given to the fake backend (PCSI_FAKE_CAPACITY). */
+#define CAPACITY (64 * MiB)
+
+static uv_loop_t loop;
+static struct pcsi_backend *be;
+
+/* Set while a submitting call runs: a callback seeing it ran inside. */
+static bool submitting;
+static bool ran_inside;
+/* Completion order of the requests of one test. */
+static int order[16];
+static int n_done;
+
+struct op {
+	struct pcsi_backend_req req;
+	int tag;
+	int calls;
+};
+
+static void on_done(struct pcsi_backend_req *req, void *data)
+{
+	struct op *op = data;
+
+	ck_assert_ptr_eq(req, &op->req);
+	if (submitting)
+		ran_inside = true;
+	op->calls++;
+	if (n_done < 16)
+		order[n_done] = op->tag;
+	n_done++;
+}
+
+typedef void (*submit_fn)(struct pcsi_backend *, struct pcsi_backend_req *, pcsi_backend_cb,
+			  void *);
+
+/* Submits |op| without running the loop. */
+static void start(submit_fn fn, struct op *op, const char *id, uint64_t size)
+{
+	memset(op, 0, sizeof(*op));
+	op->req.id = id;
+	op->req.size = size;
+	submitting = true;
+	fn(be, &op->req, on_done, op);
+	submitting = false;
+	ck_assert_int_eq(op->calls, 0);
+}
+
+/* Submits |op|, runs the loop until it completed, returns req.error. */
+static int run(submit_fn fn, struct op *op, const char *id, uint64_t size)
+{
+	start(fn, op, id, size);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert(!ran_inside);
+	ck_assert_int_eq(op->calls, 1);
+	return op->req.error;
+}
+
+static void new_backend(void)
+{
+	struct pcsi_backend_config cfg = { .name = FAKE };
+	char err[256] = "";
+
+	ck_assert_msg(pcsi_backend_new(&loop, &cfg, &be, err, sizeof(err)) == 0, "%s", err);
+}
+
+static void setup(void)
+{
+	char cap[32];
+
+	snprintf(cap, sizeof(cap), "%llu", (unsigned long long)CAPACITY);
+	ck_assert_int_eq(setenv("PCSI_FAKE_CAPACITY", cap, 1), 0);
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	submitting = ran_inside = false;
+	n_done = 0;
+	new_backend();
+}
+
+static void teardown(void)
+{
+	pcsi_backend_free(be);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+
+static void open_backend(void)
+{
+	struct op op;
+
+	ck_assert_int_eq(run(pcsi_backend_open, &op, NULL, 0), 0);
+}
+
+static uint64_t available(void)
+{
+	struct op op;
+
+	ck_assert_int_eq(run(pcsi_backend_capacity, &op, NULL, 0), 0);
+	return op.req.cap.available;
+}
+
+START_TEST(new_and_name)
+{
+	struct pcsi_backend_config cfg = { .name = "nonsense" };
+	struct pcsi_backend *other = NULL;
+	char err[256] = "";
+	size_t i;
+
+	ck_assert_str_eq(pcsi_backend_name(be), FAKE);
+	ck_assert_int_eq(pcsi_backend_new(&loop, &cfg, &other, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "nonsense"), "%s", err);
+	ck_assert_ptr_null(other);
+	/* The test-only backend is never listed as a choice. */
+	for (i = 0; pcsi_backend_names[i]; i++)
+		ck_assert_str_ne(pcsi_backend_names[i], FAKE);
+	pcsi_backend_free(NULL);
+}
+END_TEST
+
+START_TEST(nothing_before_open)
+{
+	struct op op;
+
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 0), -EAGAIN);
+	ck_assert_msg(strstr(op.req.msg, "not ready"), "%s", op.req.msg);
+	ck_assert_int_eq(run(pcsi_backend_list, &op, NULL, 0), -EAGAIN);
+	ck_assert_int_eq(run(pcsi_backend_capacity, &op, NULL, 0), -EAGAIN);
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_list, &op, NULL, 0), 0);
+	pcsi_backend_req_done(&op.req);
+}
+END_TEST
+
+START_TEST(capacity)
+{
+	struct op op;
+
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_capacity, &op, NULL, 0), 0);
+	ck_assert_uint_eq(op.req.cap.total, CAPACITY);
+	ck_assert_uint_eq(op.req.cap.managed, CAPACITY);
+	ck_assert_uint_eq(op.req.cap.available, CAPACITY);
+	ck_assert_uint_eq(op.req.cap.max_volume_size, CAPACITY);
+}
+END_TEST
+
+START_TEST(create_and_repeat)
+{
+	struct op op;
+
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 5 * MiB), 0);
+	ck_assert(!op.req.existed);
+	ck_assert_str_eq(op.req.vol.id, "vol-a");
+	ck_assert_uint_eq(op.req.vol.size, 8 * MiB); /* rounded up to 4 MiB */
+	ck_assert_str_eq(op.req.vol.path, "");	     /* no device */
+	ck_assert_str_eq(op.req.msg, "");
+	/* A repeat with a size that fits: the same volume, existed. */
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 8 * MiB), 0);
+	ck_assert(op.req.existed);
+	ck_assert_uint_eq(op.req.vol.size, 8 * MiB);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 0), 0);
+	ck_assert(op.req.existed);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 1), 0);
+	ck_assert(op.req.existed);
+	/* Bigger: -EEXIST. */
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 8 * MiB + 1), -EEXIST);
+	ck_assert(op.req.existed);
+	ck_assert(op.req.msg[0]);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 32 * MiB), -EEXIST);
+	/* Size 0 is the smallest volume. */
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-b", 0), 0);
+	ck_assert(!op.req.existed);
+	ck_assert_uint_eq(op.req.vol.size, PCSI_LVM_ALIGN);
+	ck_assert_uint_eq(available(), CAPACITY - 12 * MiB);
+}
+END_TEST
+
+START_TEST(create_no_space)
+{
+	struct op op;
+
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-big", CAPACITY + 1), -ENOSPC);
+	ck_assert(!op.req.existed);
+	ck_assert(op.req.msg[0]);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-huge", UINT64_MAX), -ENOSPC);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-all", CAPACITY), 0);
+	ck_assert_uint_eq(available(), 0);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-more", 0), -ENOSPC);
+	/* Nothing was recorded for the refused ones. */
+	ck_assert_int_eq(run(pcsi_backend_get, &op, "vol-big", 0), -ENOENT);
+}
+END_TEST
+
+START_TEST(get)
+{
+	struct op op;
+
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_get, &op, "vol-a", 0), -ENOENT);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 4 * MiB), 0);
+	ck_assert_int_eq(run(pcsi_backend_get, &op, "vol-a", 0), 0);
+	ck_assert_str_eq(op.req.vol.id, "vol-a");
+	ck_assert_uint_eq(op.req.vol.size, 4 * MiB);
+	ck_assert_int_eq(run(pcsi_backend_get, &op, "vol-b", 0), -ENOENT);
+	ck_assert_int_eq(run(pcsi_backend_get, &op, "vol-", 0), -ENOENT);
+}
+END_TEST
+
+START_TEST(list)
+{
+	struct op op;
+	bool a = false, b = false;
+	size_t i;
+
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_list, &op, NULL, 0), 0);
+	ck_assert_uint_eq(op.req.n_vols, 0);
+	pcsi_backend_req_done(&op.req);
+	ck_assert_ptr_null(op.req.vols);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 4 * MiB), 0);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-b", 12 * MiB), 0);
+	ck_assert_int_eq(run(pcsi_backend_list, &op, NULL, 0), 0);
+	ck_assert_uint_eq(op.req.n_vols, 2);
+	for (i = 0; i < op.req.n_vols; i++) {
+		if (!strcmp(op.req.vols[i].id, "vol-a")) {
+			a = true;
+			ck_assert_uint_eq(op.req.vols[i].size, 4 * MiB);
+		} else if (!strcmp(op.req.vols[i].id, "vol-b")) {
+			b = true;
+			ck_assert_uint_eq(op.req.vols[i].size, 12 * MiB);
+		}
+	}
+	ck_assert(a && b);
+	pcsi_backend_req_done(&op.req);
+	ck_assert_ptr_null(op.req.vols);
+	ck_assert_uint_eq(op.req.n_vols, 0);
+	pcsi_backend_req_done(&op.req); /* twice is harmless */
+}
+END_TEST
+
+START_TEST(delete_and_capacity)
+{
+	struct op op;
+
+	open_backend();
+	ck_assert_uint_eq(available(), CAPACITY);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 16 * MiB), 0);
+	ck_assert_uint_eq(available(), CAPACITY - 16 * MiB);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-b", 4 * MiB), 0);
+	ck_assert_uint_eq(available(), CAPACITY - 20 * MiB);
+	/* Delete: found, removed, capacity back. */
+	ck_assert_int_eq(run(pcsi_backend_delete, &op, "vol-a", 0), 0);
+	ck_assert(op.req.existed);
+	ck_assert_uint_eq(available(), CAPACITY - 4 * MiB);
+	ck_assert_int_eq(run(pcsi_backend_get, &op, "vol-a", 0), -ENOENT);
+	ck_assert_int_eq(run(pcsi_backend_get, &op, "vol-b", 0), 0);
+	/* Again: OK, not found. */
+	ck_assert_int_eq(run(pcsi_backend_delete, &op, "vol-a", 0), 0);
+	ck_assert(!op.req.existed);
+	/* With erase: nothing to erase without a device. */
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-c", 0), 0);
+	memset(&op, 0, sizeof(op));
+	op.req.id = "vol-c";
+	op.req.erase = true;
+	submitting = true;
+	pcsi_backend_delete(be, &op.req, on_done, &op);
+	submitting = false;
+	ck_assert_int_eq(op.calls, 0);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(op.calls, 1);
+	ck_assert_int_eq(op.req.error, 0);
+	ck_assert(op.req.existed);
+	ck_assert_int_eq(run(pcsi_backend_delete, &op, "vol-b", 0), 0);
+	ck_assert_uint_eq(available(), CAPACITY);
+	ck_assert_int_eq(run(pcsi_backend_list, &op, NULL, 0), 0);
+	ck_assert_uint_eq(op.req.n_vols, 0);
+	pcsi_backend_req_done(&op.req);
+}
+END_TEST
+
+START_TEST(delete_unknown)
+{
+	struct op op;
+
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_delete, &op, "never-made", 0), 0);
+	ck_assert(!op.req.existed);
+	ck_assert_str_eq(op.req.msg, "");
+}
+END_TEST
+
+START_TEST(invalid_ids)
+{
+	static const char *const bad[] = { "../x", "a/b", "", "-a", ".a", "a b" };
+	char long_id[80];
+	struct op op;
+	size_t i;
+
+	open_backend();
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_msg(run(pcsi_backend_create, &op, bad[i], 0) == -EINVAL, "%s", bad[i]);
+		ck_assert_msg(strstr(op.req.msg, "invalid volume id"), "%s", op.req.msg);
+		ck_assert_int_eq(run(pcsi_backend_get, &op, bad[i], 0), -EINVAL);
+		ck_assert_int_eq(run(pcsi_backend_delete, &op, bad[i], 0), -EINVAL);
+	}
+	ck_assert_int_eq(run(pcsi_backend_get, &op, NULL, 0), -EINVAL);
+	memset(long_id, 'a', sizeof(long_id));
+	long_id[64] = '\0';
+	ck_assert_int_eq(run(pcsi_backend_create, &op, long_id, 0), -EINVAL);
+	long_id[63] = '\0';
+	ck_assert_int_eq(run(pcsi_backend_create, &op, long_id, 0), 0);
+	ck_assert_str_eq(op.req.vol.id, long_id);
+	/* Nothing was made for the refused ids. */
+	ck_assert_int_eq(run(pcsi_backend_list, &op, NULL, 0), 0);
+	ck_assert_uint_eq(op.req.n_vols, 1);
+	pcsi_backend_req_done(&op.req);
+	ck_assert_uint_eq(available(), CAPACITY - PCSI_LVM_ALIGN);
+}
+END_TEST
+
+/* An invalid id is refused before the open check. */
+START_TEST(invalid_id_before_open)
+{
+	struct op op;
+
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "../x", 0), -EINVAL);
+}
+END_TEST
+
+/* No callback runs inside the submitting call, even for a backend that
+ * completes at once, and each runs exactly once. */
+START_TEST(never_inside_the_call)
+{
+	struct op ops[6];
+	int i;
+
+	start(pcsi_backend_open, &ops[0], NULL, 0);
+	start(pcsi_backend_create, &ops[1], "vol-a", 0);
+	start(pcsi_backend_get, &ops[2], "vol-a", 0);
+	start(pcsi_backend_capacity, &ops[3], NULL, 0);
+	start(pcsi_backend_delete, &ops[4], "vol-a", 0);
+	start(pcsi_backend_create, &ops[5], "../bad", 0);
+	ck_assert_int_eq(n_done, 0);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert(!ran_inside);
+	ck_assert_int_eq(n_done, 6);
+	for (i = 0; i < 6; i++)
+		ck_assert_int_eq(ops[i].calls, 1);
+	ck_assert_int_eq(ops[0].req.error, 0);
+	ck_assert_int_eq(ops[1].req.error, 0);
+	ck_assert_int_eq(ops[2].req.error, 0);
+	ck_assert_int_eq(ops[3].req.error, 0);
+	ck_assert_int_eq(ops[4].req.error, 0);
+	ck_assert_int_eq(ops[5].req.error, -EINVAL);
+}
+END_TEST
+
+/* Requests queued back to back complete in submission order, also when
+ * several complete in one loop turn (the fake backend ends each operation at
+ * once): backends/backend.c delivers through one FIFO per backend, since
+ * libuv runs the close callbacks of one turn last in, first out. */
+START_TEST(completion_in_submission_order)
+{
+	struct op ops[5];
+	char msg[128];
+	int i, k;
+
+	open_backend();
+	n_done = 0;
+	start(pcsi_backend_create, &ops[0], "vol-a", 0);
+	start(pcsi_backend_create, &ops[1], "vol-b", 0);
+	start(pcsi_backend_get, &ops[2], "vol-a", 0);
+	start(pcsi_backend_list, &ops[3], NULL, 0);
+	start(pcsi_backend_capacity, &ops[4], NULL, 0);
+	for (i = 0; i < 5; i++)
+		ops[i].tag = i;
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(n_done, 5);
+	/* The work itself was done in order. */
+	ck_assert_int_eq(ops[2].req.error, 0);
+	ck_assert_uint_eq(ops[3].req.n_vols, 2);
+	ck_assert_uint_eq(ops[4].req.cap.available, CAPACITY - 2 * PCSI_LVM_ALIGN);
+	pcsi_backend_req_done(&ops[3].req);
+	k = 0;
+	for (i = 0; i < 5; i++)
+		k += snprintf(msg + k, sizeof(msg) - k, " %d", order[i]);
+	for (i = 0; i < 5; i++)
+		ck_assert_msg(order[i] == i, "completion order:%s (expected 0 1 2 3 4)", msg);
+}
+END_TEST
+
+/* The same across loop turns: one request per turn stays in order. */
+START_TEST(one_per_turn_in_order)
+{
+	struct op ops[3];
+	int i;
+
+	open_backend();
+	n_done = 0;
+	for (i = 0; i < 3; i++) {
+		start(pcsi_backend_capacity, &ops[i], NULL, 0);
+		ops[i].tag = i;
+		ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	}
+	ck_assert_int_eq(n_done, 3);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(order[i], i);
+}
+END_TEST
+
+/* A request may be submitted again from its own callback. */
+static struct op chain_op;
+static int chain_n;
+
+static void on_chain(struct pcsi_backend_req *req, void *data)
+{
+	(void)data;
+	ck_assert_int_eq(req->error, 0);
+	if (++chain_n < 3) {
+		submitting = true;
+		pcsi_backend_capacity(be, req, on_chain, NULL);
+		submitting = false;
+	}
+	ck_assert(!ran_inside);
+}
+
+START_TEST(resubmit_from_callback)
+{
+	open_backend();
+	chain_n = 0;
+	memset(&chain_op, 0, sizeof(chain_op));
+	pcsi_backend_capacity(be, &chain_op.req, on_chain, NULL);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(chain_n, 3);
+}
+END_TEST
+
+static Suite *backend_suite(void)
+{
+	Suite *s = suite_create("backend");
+	TCase *tc = tcase_create("fake");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, new_and_name);
+	tcase_add_test(tc, nothing_before_open);
+	tcase_add_test(tc, capacity);
+	tcase_add_test(tc, create_and_repeat);
+	tcase_add_test(tc, create_no_space);
+	tcase_add_test(tc, get);
+	tcase_add_test(tc, list);
+	tcase_add_test(tc, delete_and_capacity);
+	tcase_add_test(tc, delete_unknown);
+	tcase_add_test(tc, invalid_ids);
+	tcase_add_test(tc, invalid_id_before_open);
+	tcase_add_test(tc, never_inside_the_call);
+	tcase_add_test(tc, completion_in_submission_order);
+	tcase_add_test(tc, one_per_turn_in_order);
+	tcase_add_test(tc, resubmit_from_callback);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(backend_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

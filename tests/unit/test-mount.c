@@ -1,0 +1,187 @@
+/* test-mount.c: unit tests for daemon/node/mount.h: path checks, mount
+ * options, and look-ups in this machine's own mount table. */
+#include <check.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/node/mount.h"
+
+START_TEST(path_valid_accepts)
+{
+	static const char *const good[] = {
+		"/a",
+		"/a/b",
+		"/var/lib/kubelet/pods/1234/volumes/kubernetes.io~csi/pvc-1/mount",
+		"/a/.b",
+		"/a/..b",
+		"/a/b.",
+		"/a/b..",
+		"/.../a",
+		"/a b/c",
+		"/ä/ö",
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		ck_assert_msg(pcsi_path_valid(good[i]), "refused \"%s\"", good[i]);
+}
+END_TEST
+
+START_TEST(path_valid_refuses)
+{
+	static const char *const bad[] = {
+		"",	  "/",	     "a",      "a/b",	 "./a",	   "//",     "//a",    "/a//b",
+		"/a/",	  "/a/b/",   "/.",     "/./a",	 "/a/.",   "/a/./b", "/..",    "/../a",
+		"/a/..",  "/a/../b", "/a\nb",  "/a\tb",	 "/a\rb",  "/\x01",  "/a\x1f", "/a\x7f",
+		"/a/b//", "///",     "/a/.//", "/a/../", "\x01/a", " /a",    "~/a",
+	};
+	size_t i;
+
+	ck_assert(!pcsi_path_valid(NULL));
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(!pcsi_path_valid(bad[i]), "accepted \"%s\"", bad[i]);
+}
+END_TEST
+
+START_TEST(path_valid_path_max)
+{
+	static char path[PATH_MAX + 8];
+	size_t i;
+
+	/* "/aaa.../aaa..." of exactly PATH_MAX - 1 bytes: accepted. */
+	for (i = 0; i < PATH_MAX - 1; i++)
+		path[i] = i % 200 == 0 ? '/' : 'a';
+	path[PATH_MAX - 1] = '\0';
+	ck_assert_uint_eq(strlen(path), PATH_MAX - 1);
+	ck_assert(path[PATH_MAX - 2] != '/');
+	ck_assert(pcsi_path_valid(path));
+	/* PATH_MAX bytes: refused. */
+	path[PATH_MAX - 1] = 'a';
+	path[PATH_MAX] = '\0';
+	ck_assert(!pcsi_path_valid(path));
+	path[PATH_MAX + 1] = 'a';
+	path[PATH_MAX] = 'a';
+	path[PATH_MAX + 2] = '\0';
+	ck_assert(!pcsi_path_valid(path));
+}
+END_TEST
+
+START_TEST(has_option)
+{
+	ck_assert(pcsi_mount_has_option("rw,dax,relatime", "dax"));
+	ck_assert(pcsi_mount_has_option("dax", "dax"));
+	ck_assert(pcsi_mount_has_option("rw,dax=always", "dax"));
+	ck_assert(pcsi_mount_has_option("dax=always,rw", "dax"));
+	ck_assert(pcsi_mount_has_option("rw,dax=always", "dax=always"));
+	ck_assert(!pcsi_mount_has_option("rw,dax=never", "dax"));
+	ck_assert(!pcsi_mount_has_option("rw,dax=inode", "dax"));
+	ck_assert(!pcsi_mount_has_option("rw,dax=alwaysx", "dax"));
+	ck_assert(!pcsi_mount_has_option("rw,daxx", "dax"));
+	ck_assert(!pcsi_mount_has_option("rw,nodax", "dax"));
+	ck_assert(!pcsi_mount_has_option("rw,da", "dax"));
+	/* dax=always stands for dax only, not for other options. */
+	ck_assert(!pcsi_mount_has_option("dax=always", "always"));
+	ck_assert(!pcsi_mount_has_option("dax", "dax=always"));
+	/* Whole words only. */
+	ck_assert(pcsi_mount_has_option("ro", "ro"));
+	ck_assert(pcsi_mount_has_option("rw,relatime,ro", "ro"));
+	ck_assert(pcsi_mount_has_option("rw,,ro", "ro"));
+	ck_assert(!pcsi_mount_has_option("rw,relatime,errors=remount-ro", "ro"));
+	ck_assert(!pcsi_mount_has_option("rw,root", "ro"));
+	ck_assert(!pcsi_mount_has_option("rw,r", "ro"));
+	ck_assert(!pcsi_mount_has_option("RO", "ro"));
+	ck_assert(!pcsi_mount_has_option("", "ro"));
+	ck_assert(!pcsi_mount_has_option(NULL, "ro"));
+	ck_assert(!pcsi_mount_has_option(",", "ro"));
+}
+END_TEST
+
+/* The first (VFS) option of a mountinfo option string is rw or ro. */
+static bool first_is_ro(const char *opts)
+{
+	return !strncmp(opts, "ro", 2) && (opts[2] == ',' || opts[2] == '\0');
+}
+
+START_TEST(lookup_proc)
+{
+	struct pcsi_mount_info info;
+	struct stat st;
+
+	memset(&info, 0x55, sizeof(info));
+	ck_assert_int_eq(pcsi_mount_lookup("/proc", &info), 1);
+	ck_assert_str_eq(info.fstype, "proc");
+	ck_assert_str_eq(info.root, "/");
+	ck_assert_ptr_nonnull(memchr(info.source, '\0', sizeof(info.source)));
+	ck_assert(info.options[0]);
+	ck_assert_msg(!strncmp(info.options, "rw", 2) || !strncmp(info.options, "ro", 2), "%s",
+		      info.options);
+	ck_assert(info.ro == first_is_ro(info.options));
+	ck_assert_int_eq(stat("/proc", &st), 0);
+	ck_assert_uint_eq(info.dev, (unsigned long)st.st_dev);
+	/* info may be NULL. */
+	ck_assert_int_eq(pcsi_mount_lookup("/proc", NULL), 1);
+}
+END_TEST
+
+START_TEST(lookup_root)
+{
+	struct pcsi_mount_info info;
+
+	memset(&info, 0x55, sizeof(info));
+	ck_assert_int_eq(pcsi_mount_lookup("/", &info), 1);
+	ck_assert(info.fstype[0]);
+	ck_assert_ptr_nonnull(memchr(info.fstype, '\0', sizeof(info.fstype)));
+	ck_assert_ptr_nonnull(memchr(info.root, '\0', sizeof(info.root)));
+	ck_assert(info.options[0]);
+	ck_assert(info.ro == first_is_ro(info.options));
+}
+END_TEST
+
+START_TEST(lookup_not_a_mount_point)
+{
+	char dir[] = "/tmp/pcsi-test-mount-XXXXXX";
+	struct pcsi_mount_info info;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	memset(&info, 0x55, sizeof(info));
+	ck_assert_int_eq(pcsi_mount_lookup(dir, &info), 0);
+	ck_assert_int_eq(pcsi_mount_lookup(dir, NULL), 0);
+	ck_assert_int_eq(rmdir(dir), 0);
+	/* Gone, and never there. */
+	ck_assert_int_eq(pcsi_mount_lookup(dir, NULL), 0);
+	ck_assert_int_eq(pcsi_mount_lookup("/nonexistent-pcsi/a/b", NULL), 0);
+}
+END_TEST
+
+static Suite *mount_suite(void)
+{
+	Suite *s = suite_create("mount");
+	TCase *tc = tcase_create("paths");
+	TCase *tl = tcase_create("lookup");
+
+	tcase_add_test(tc, path_valid_accepts);
+	tcase_add_test(tc, path_valid_refuses);
+	tcase_add_test(tc, path_valid_path_max);
+	tcase_add_test(tc, has_option);
+	suite_add_tcase(s, tc);
+	tcase_add_test(tl, lookup_proc);
+	tcase_add_test(tl, lookup_root);
+	tcase_add_test(tl, lookup_not_a_mount_point);
+	suite_add_tcase(s, tl);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(mount_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

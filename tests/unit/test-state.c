@@ -1,0 +1,449 @@
+/* test-state.c: unit tests for daemon/node/state.h: the node's set-up and
+ * its volume records (store, load, remove), on a private loop and a
+ * temporary state directory. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "daemon/config.h"
+#include "daemon/node/state.h"
+
+static uv_loop_t loop;
+static char base[64]; /* per test case, removed by the parent even when a test fails */
+static char tmp[96];  /* per test, in |base| */
+static struct pcsi_config cfg;
+static struct pcsi_node node;
+
+/* Completion of one record operation. */
+struct done {
+	int calls;
+	int error;
+	bool inside; /* set while the submitting call runs */
+	bool ran_inside;
+};
+
+static void on_done(int error, void *data)
+{
+	struct done *d = data;
+
+	if (d->inside)
+		d->ran_inside = true;
+	d->calls++;
+	d->error = error;
+}
+
+static void rm_rf(const char *path)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static void setup_base(void)
+{
+	snprintf(base, sizeof(base), "/tmp/pcsi-test-state-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(base));
+}
+
+static void teardown_base(void)
+{
+	rm_rf(base);
+}
+
+static void setup(void)
+{
+	char err[256] = "";
+
+	snprintf(tmp, sizeof(tmp), "%s/t-XXXXXX", base);
+	ck_assert_ptr_nonnull(mkdtemp(tmp));
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.driver_name = "pmem-csi.intel.com";
+	cfg.state_path = tmp;
+	ck_assert_msg(pcsi_node_init(&node, &loop, &cfg, NULL, err, sizeof(err)) == 0, "%s", err);
+}
+
+static void teardown(void)
+{
+	pcsi_node_done(&node);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+	rm_rf(tmp);
+}
+
+/* Stores (|rec|) or removes (NULL) the record of |id| and waits for it. */
+static int store(const char *id, const struct pcsi_volrec *rec)
+{
+	struct done d = { .inside = true };
+
+	pcsi_volrec_store(&node, id, rec, on_done, &d);
+	d.inside = false;
+	ck_assert_int_eq(d.calls, 0);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert(!d.ran_inside);
+	ck_assert_int_eq(d.calls, 1);
+	return d.error;
+}
+
+static int load(const char *id, struct pcsi_volrec *rec)
+{
+	struct done d = { .inside = true };
+
+	pcsi_volrec_load(&node, id, rec, on_done, &d);
+	d.inside = false;
+	ck_assert_int_eq(d.calls, 0);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert(!d.ran_inside);
+	ck_assert_int_eq(d.calls, 1);
+	return d.error;
+}
+
+static void garbage(struct pcsi_volrec *rec)
+{
+	memset(rec, 0x5a, sizeof(*rec));
+	rec->name[sizeof(rec->name) - 1] = '\0';
+	rec->erase_after = false;
+	rec->cache = true;
+	rec->ephemeral = true;
+}
+
+static void check_defaults(const struct pcsi_volrec *rec)
+{
+	ck_assert_str_eq(rec->name, "");
+	ck_assert(rec->erase_after);
+	ck_assert(!rec->cache);
+	ck_assert(!rec->ephemeral);
+}
+
+/* Writes |text| as the record file of |id|. */
+static void write_record(const char *id, const char *text)
+{
+	char path[160];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/volumes/%s.json", tmp, id);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fputs(text, f) >= 0, 1);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static bool record_exists(const char *id)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "%s/volumes/%s.json", tmp, id);
+	return access(path, F_OK) == 0;
+}
+
+START_TEST(init_sets_up)
+{
+	char dir[128];
+	struct stat st;
+
+	ck_assert_ptr_eq(node.loop, &loop);
+	ck_assert_ptr_eq(node.cfg, &cfg);
+	ck_assert_ptr_null(node.be);
+	ck_assert_str_eq(node.topology_key, "pmem-csi.intel.com/node");
+	snprintf(dir, sizeof(dir), "%s/volumes", tmp);
+	ck_assert_str_eq(node.state_dir, dir);
+	ck_assert_int_eq(stat(dir, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+	ck_assert_uint_eq(node.busy.n, 0);
+}
+END_TEST
+
+START_TEST(init_nested_and_existing)
+{
+	struct pcsi_node n2;
+	struct pcsi_config c2 = cfg;
+	char path[128], err[256] = "";
+	struct stat st;
+
+	/* Missing parents are made. */
+	snprintf(path, sizeof(path), "%s/a/b/c", tmp);
+	c2.state_path = path;
+	ck_assert_msg(pcsi_node_init(&n2, &loop, &c2, NULL, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(stat(n2.state_dir, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+	pcsi_node_done(&n2);
+	/* An existing directory is fine. */
+	ck_assert_msg(pcsi_node_init(&n2, &loop, &c2, NULL, err, sizeof(err)) == 0, "%s", err);
+	pcsi_node_done(&n2);
+}
+END_TEST
+
+START_TEST(init_fails_under_a_file)
+{
+	struct pcsi_node n2;
+	struct pcsi_config c2 = cfg;
+	char path[128], err[256] = "";
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/file", tmp);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	c2.state_path = path;
+	ck_assert_int_eq(pcsi_node_init(&n2, &loop, &c2, NULL, err, sizeof(err)), -ENOTDIR);
+	ck_assert_msg(strstr(err, "cannot create state directory"), "%s", err);
+	pcsi_node_done(&n2);
+}
+END_TEST
+
+/* When <statePath>/volumes exists as a regular file, start-up fails with a
+ * clear message instead of every record write failing later. */
+START_TEST(init_refuses_a_file_as_state_dir)
+{
+	struct pcsi_node n2;
+	struct pcsi_config c2 = cfg;
+	char path[128], err[256] = "";
+	int fd, rc;
+
+	snprintf(path, sizeof(path), "%s/s", tmp);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/s/volumes", tmp);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/s", tmp);
+	c2.state_path = path;
+	rc = pcsi_node_init(&n2, &loop, &c2, NULL, err, sizeof(err));
+	pcsi_node_done(&n2);
+	ck_assert_msg(rc < 0, "pcsi_node_init() accepted a regular file as its state directory");
+}
+END_TEST
+
+START_TEST(store_load_round_trip)
+{
+	struct pcsi_volrec rec, out;
+
+	memset(&rec, 0, sizeof(rec));
+	snprintf(rec.name, sizeof(rec.name), "%s", "pvc-1 \"quoted\" \\ ä");
+	rec.erase_after = false;
+	rec.cache = true;
+	rec.ephemeral = false;
+	ck_assert_int_eq(store("pvc-1-abc", &rec), 0);
+	ck_assert(record_exists("pvc-1-abc"));
+	garbage(&out);
+	ck_assert_int_eq(load("pvc-1-abc", &out), 0);
+	ck_assert_str_eq(out.name, rec.name);
+	ck_assert(!out.erase_after);
+	ck_assert(out.cache);
+	ck_assert(!out.ephemeral);
+
+	/* Overwritten by a second store. */
+	rec.erase_after = true;
+	rec.cache = false;
+	rec.ephemeral = true;
+	snprintf(rec.name, sizeof(rec.name), "%s", "inline-handle");
+	ck_assert_int_eq(store("pvc-1-abc", &rec), 0);
+	garbage(&out);
+	ck_assert_int_eq(load("pvc-1-abc", &out), 0);
+	ck_assert_str_eq(out.name, "inline-handle");
+	ck_assert(out.erase_after);
+	ck_assert(!out.cache);
+	ck_assert(out.ephemeral);
+}
+END_TEST
+
+START_TEST(store_copies_the_record)
+{
+	struct pcsi_volrec rec, out;
+	struct done d = { 0 };
+
+	memset(&rec, 0, sizeof(rec));
+	snprintf(rec.name, sizeof(rec.name), "%s", "first");
+	pcsi_volrec_store(&node, "id-1", &rec, on_done, &d);
+	/* Changed before the job ran: the copy is what is written. */
+	snprintf(rec.name, sizeof(rec.name), "%s", "second");
+	rec.erase_after = true;
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(d.calls, 1);
+	ck_assert_int_eq(d.error, 0);
+	ck_assert_int_eq(load("id-1", &out), 0);
+	ck_assert_str_eq(out.name, "first");
+	ck_assert(!out.erase_after);
+}
+END_TEST
+
+START_TEST(longest_name)
+{
+	struct pcsi_volrec rec, out;
+
+	memset(&rec, 0, sizeof(rec));
+	memset(rec.name, 'n', sizeof(rec.name) - 1);
+	ck_assert_int_eq(store("id-long", &rec), 0);
+	ck_assert_int_eq(load("id-long", &out), 0);
+	ck_assert_uint_eq(strlen(out.name), sizeof(out.name) - 1);
+	ck_assert_str_eq(out.name, rec.name);
+}
+END_TEST
+
+START_TEST(missing_record_gives_defaults)
+{
+	struct pcsi_volrec out;
+
+	garbage(&out);
+	ck_assert_int_eq(load("never-stored", &out), -ENOENT);
+	check_defaults(&out);
+}
+END_TEST
+
+START_TEST(remove_record)
+{
+	struct pcsi_volrec rec = { .name = "x", .erase_after = false }, out;
+
+	ck_assert_int_eq(store("id-rm", &rec), 0);
+	ck_assert(record_exists("id-rm"));
+	ck_assert_int_eq(store("id-rm", NULL), 0);
+	ck_assert(!record_exists("id-rm"));
+	garbage(&out);
+	ck_assert_int_eq(load("id-rm", &out), -ENOENT);
+	check_defaults(&out);
+	/* Removing what is not there is fine. */
+	ck_assert_int_eq(store("id-rm", NULL), 0);
+	ck_assert_int_eq(store("never-stored", NULL), 0);
+}
+END_TEST
+
+START_TEST(no_temp_file_left)
+{
+	struct pcsi_volrec rec = { .name = "t" };
+	char path[160];
+
+	ck_assert_int_eq(store("id-tmp", &rec), 0);
+	snprintf(path, sizeof(path), "%s/volumes/id-tmp.json.tmp", tmp);
+	ck_assert_int_ne(access(path, F_OK), 0);
+}
+END_TEST
+
+START_TEST(corrupt_record_is_eio)
+{
+	static const char *const bad[] = { "", "{", "{\"name\":\"x\"", "not json", "\x01\x02" };
+	struct pcsi_volrec out;
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_record("id-bad", bad[i]);
+		garbage(&out);
+		ck_assert_msg(load("id-bad", &out) == -EIO, "record \"%s\"", bad[i]);
+		/* The defaults, erase included. */
+		check_defaults(&out);
+	}
+}
+END_TEST
+
+/* A record that is JSON but not an object is corrupt too. */
+START_TEST(non_object_record_is_eio)
+{
+	static const char *const bad[] = { "[]", "42", "\"x\"", "true" };
+	struct pcsi_volrec out;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_record("id-bad", bad[i]);
+		garbage(&out);
+		rc = load("id-bad", &out);
+		check_defaults(&out);
+		ck_assert_msg(rc == -EIO, "record %s: %d, expected -EIO", bad[i], rc);
+	}
+}
+END_TEST
+
+START_TEST(partial_record_keeps_defaults)
+{
+	struct pcsi_volrec out;
+
+	write_record("id-part", "{\"name\":\"only-name\"}");
+	garbage(&out);
+	ck_assert_int_eq(load("id-part", &out), 0);
+	ck_assert_str_eq(out.name, "only-name");
+	ck_assert(out.erase_after);
+	ck_assert(!out.cache);
+	ck_assert(!out.ephemeral);
+}
+END_TEST
+
+START_TEST(store_fails_without_directory)
+{
+	struct pcsi_volrec rec = { .name = "x" }, out;
+
+	rm_rf(node.state_dir);
+	ck_assert_int_eq(store("id-x", &rec), -ENOENT);
+	ck_assert_int_eq(load("id-x", &out), -ENOENT);
+	check_defaults(&out);
+}
+END_TEST
+
+/* Several records in flight at once: each callback runs once. */
+START_TEST(many_in_flight)
+{
+	struct pcsi_volrec rec[8], out;
+	struct done d[8];
+	char id[8][16];
+	int i;
+
+	for (i = 0; i < 8; i++) {
+		memset(&rec[i], 0, sizeof(rec[i]));
+		snprintf(rec[i].name, sizeof(rec[i].name), "name-%d", i);
+		rec[i].cache = i % 2;
+		snprintf(id[i], sizeof(id[i]), "id-%d", i);
+		memset(&d[i], 0, sizeof(d[i]));
+		pcsi_volrec_store(&node, id[i], &rec[i], on_done, &d[i]);
+	}
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	for (i = 0; i < 8; i++) {
+		ck_assert_int_eq(d[i].calls, 1);
+		ck_assert_int_eq(d[i].error, 0);
+		ck_assert_int_eq(load(id[i], &out), 0);
+		ck_assert_str_eq(out.name, rec[i].name);
+		ck_assert(out.cache == (i % 2));
+	}
+}
+END_TEST
+
+static Suite *state_suite(void)
+{
+	Suite *s = suite_create("state");
+	TCase *tc = tcase_create("state");
+
+	tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, init_sets_up);
+	tcase_add_test(tc, init_nested_and_existing);
+	tcase_add_test(tc, init_fails_under_a_file);
+	tcase_add_test(tc, init_refuses_a_file_as_state_dir);
+	tcase_add_test(tc, store_load_round_trip);
+	tcase_add_test(tc, store_copies_the_record);
+	tcase_add_test(tc, longest_name);
+	tcase_add_test(tc, missing_record_gives_defaults);
+	tcase_add_test(tc, remove_record);
+	tcase_add_test(tc, no_temp_file_left);
+	tcase_add_test(tc, corrupt_record_is_eio);
+	tcase_add_test(tc, non_object_record_is_eio);
+	tcase_add_test(tc, partial_record_keeps_defaults);
+	tcase_add_test(tc, store_fails_without_directory);
+	tcase_add_test(tc, many_in_flight);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(state_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
