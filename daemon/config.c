@@ -36,6 +36,8 @@ enum {
 	OPT_GRACE,
 	OPT_REG_GRACE,
 	OPT_REG_INTERVAL,
+	OPT_KUBELET_DIR,
+	OPT_KUBELET_PATH,
 	OPT_HELP,
 	OPT_VERSION,
 };
@@ -65,6 +67,8 @@ static const struct option options[] = {
 	{ "shutdownGrace", required_argument, NULL, OPT_GRACE },
 	{ "registrationGrace", required_argument, NULL, OPT_REG_GRACE },
 	{ "registrationInterval", required_argument, NULL, OPT_REG_INTERVAL },
+	{ "kubeletRegistrationDir", required_argument, NULL, OPT_KUBELET_DIR },
+	{ "kubeletRegistrationPath", required_argument, NULL, OPT_KUBELET_PATH },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "h", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -102,6 +106,11 @@ static const char usage[] =
 	"                             UNAVAILABLE this long, until nodes re-registered (default "
 	"90)\n"
 	"  -registrationInterval=SECONDS  node: re-register (heartbeat) this often (default 30)\n"
+	"  -kubeletRegistrationDir=DIR    node: register with kubelet through a socket in DIR\n"
+	"                             (kubelet's plugins_registry; no node-driver-registrar "
+	"needed)\n"
+	"  -kubeletRegistrationPath=PATH  node: the CSI socket as kubelet sees it (default: the\n"
+	"                             -endpoint path)\n"
 	"  -help, -version\n";
 
 const char *pcsi_mode_name(enum pcsi_mode m)
@@ -112,6 +121,12 @@ const char *pcsi_mode_name(enum pcsi_mode m)
 const char *pcsi_config_peer_name(const struct pcsi_config *cfg)
 {
 	return cfg->mode == PCSI_MODE_NODE ? "pmem-registry" : "pmem-node-controller";
+}
+
+/* NULL (not given) or an absolute path without ".." that fits a socket name. */
+static bool abs_path_ok(const char *p)
+{
+	return !p || (p[0] == '/' && !strstr(p, "/../") && strlen(p) < 100);
 }
 
 static int parse_num(const char *name, const char *s, long long min, long long max, long long *ret,
@@ -196,6 +211,20 @@ static int validate(struct pcsi_config *c, FILE *err)
 	}
 	if (check_endpoint("endpoint", c->endpoint, false, err) < 0)
 		return -EINVAL;
+	if (!abs_path_ok(c->kubelet_reg_dir) || !abs_path_ok(c->kubelet_reg_path)) {
+		fprintf(err,
+			"pmem-csi-driver: -kubeletRegistrationDir and -kubeletRegistrationPath "
+			"must be absolute paths\n");
+		return -EINVAL;
+	}
+	if (c->kubelet_reg_dir && !c->kubelet_reg_path) {
+		if (strncmp(c->endpoint, "unix://", 7)) {
+			fprintf(err, "pmem-csi-driver: -kubeletRegistrationDir needs a unix:// "
+				     "-endpoint or -kubeletRegistrationPath\n");
+			return -EINVAL;
+		}
+		c->kubelet_reg_path = c->endpoint + 7;
+	}
 	if (c->registry_endpoint &&
 	    check_endpoint("registryEndpoint", c->registry_endpoint, true, err) < 0)
 		return -EINVAL;
@@ -370,6 +399,12 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			if (parse_num("registrationInterval", optarg, 1, 3600, &n, err) < 0)
 				return -EINVAL;
 			cfg->registration_interval_s = (uint32_t)n;
+			break;
+		case OPT_KUBELET_DIR:
+			cfg->kubelet_reg_dir = *optarg ? optarg : NULL;
+			break;
+		case OPT_KUBELET_PATH:
+			cfg->kubelet_reg_path = *optarg ? optarg : NULL;
 			break;
 		case OPT_HELP:
 			fputs(usage, out);

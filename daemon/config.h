@@ -37,6 +37,8 @@ struct pcsi_config {
 	uint32_t shutdown_grace_s;
 	uint32_t registration_grace_s;	  /* controller: unknown ids are UNAVAILABLE this long */
 	uint32_t registration_interval_s; /* node: heartbeat re-registration period */
+	const char *kubelet_reg_dir;	  /* node: kubelet's plugins_registry (NULL: none) */
+	const char *kubelet_reg_path;	  /* node: the CSI socket as kubelet sees it */
 };
 
 int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out, FILE *err);

@@ -83,6 +83,15 @@ int pcsi_node_role_start(struct pcsi_node_role *r)
 	if (cfg->controller_endpoint &&
 	    pcsi_role_listen(r->env, "controller", cfg->controller_endpoint, r->tcp, 2) < 0)
 		return -1;
+	if (cfg->kubelet_reg_dir) {
+		char url[300];
+		pcsi_kubelet_reg_init(&r->kubelet, cfg->driver_name, cfg->kubelet_reg_path);
+		r->kubelet_svc[0] = pcsi_kubelet_reg_service(&r->kubelet);
+		snprintf(url, sizeof(url), "unix://%s/%s-reg.sock", cfg->kubelet_reg_dir,
+			 cfg->driver_name);
+		if (pcsi_role_listen(r->env, "kubelet-registration", url, r->kubelet_svc, 1) < 0)
+			return -1;
+	}
 	/* Probe says ready once the PMEM is prepared and the volumes are known. */
 	pcsi_backend_open(r->backend, &r->open_req, on_backend_open, r);
 	return 0;

@@ -7,7 +7,8 @@
  * usable PMEM the node stays up and tries again with a growing delay (10 s to
  * 5 min), so an administrator can enable a region or fix its labels without
  * restarting the pod. Once ready it registers with -registryEndpoint, if
- * given, and keeps that registration alive. */
+ * given, and keeps that registration alive. With -kubeletRegistrationDir it
+ * registers itself with kubelet (kubelet.h). */
 #ifndef PCSI_NODE_ROLE_H
 #define PCSI_NODE_ROLE_H
 
@@ -18,6 +19,7 @@
 #include "backends/backend.h"
 #include "daemon/csi/role.h"
 #include "daemon/node/controller.h"
+#include "daemon/node/kubelet.h"
 #include "daemon/node/registration.h"
 #include "daemon/node/service.h"
 #include "daemon/node/state.h"
@@ -30,11 +32,12 @@ struct pcsi_node_role {
 	struct pcsi_node_service node_svc;
 	struct pcsi_node_controller node_ctrl;
 	struct pcsi_registration registration;
+	struct pcsi_kubelet_reg kubelet;
 	bool registering, stopping;
 	uv_timer_t open_timer;
 	uint32_t open_delay_ms;
 	char open_error[256];
-	ProtobufCService *csi[3], *tcp[2];
+	ProtobufCService *csi[3], *tcp[2], *kubelet_svc[1];
 };
 
 /* Creates the backend named by -deviceManager. Returns 0, or -EINVAL /

@@ -147,10 +147,11 @@ _protos_error = None
 
 
 class _Protos:
-    def __init__(self, csi, registry, outdir):
+    def __init__(self, csi, registry, outdir, pluginreg):
         self.csi = csi
         self.registry = registry
         self.outdir = outdir
+        self.pluginreg = pluginreg
 
 
 def proto_dir():
@@ -174,11 +175,11 @@ def protos():
 
 def _generate_protos():
     pdir = proto_dir()
-    files = ["csi.proto", "registry.proto"]
+    files = ["csi.proto", "registry.proto", "pluginregistration.proto"]
     for wk in ("google/protobuf/timestamp.proto", "google/protobuf/wrappers.proto"):
         if os.path.exists(os.path.join(pdir, wk)):
             files.append(wk)
-    missing = [f for f in files[:2] if not os.path.exists(os.path.join(pdir, f))]
+    missing = [f for f in files[:3] if not os.path.exists(os.path.join(pdir, f))]
     if missing:
         raise DaemonError("proto files missing in %s: %s (set PCSI_PROTO_DIR)" % (pdir, ", ".join(missing)))
     protoc = shutil.which("protoc") or "/usr/bin/protoc"
@@ -195,9 +196,10 @@ def _generate_protos():
     try:
         csi = importlib.import_module("csi_pb2")
         registry = importlib.import_module("registry_pb2")
+        pluginreg = importlib.import_module("pluginregistration_pb2")
     finally:
         sys.path.remove(out)
-    return _Protos(csi, registry, out)
+    return _Protos(csi, registry, out, pluginreg)
 
 
 def _message_class(module, desc):

@@ -186,6 +186,39 @@ def _():
            SC.INVALID_ARGUMENT, "MULTI_NODE without cache")
 
 
+@t.test("kubelet registration: GetInfo names the driver, its socket as kubelet sees it, CSI 1.0.0; the socket goes at exit")
+def _():
+    regdir = pt.mkdtemp("pcsi-reg-")
+    sock = os.path.join(WORK, "kreg.sock")
+    args = ["-mode=node", "-nodeid=n2", "-endpoint=unix://" + sock, "-deviceManager=fake-for-testing-only",
+            "-statePath=" + os.path.join(WORK, "state2"), "-kubeletRegistrationDir=" + regdir,
+            "-kubeletRegistrationPath=/var/lib/kubelet/plugins/pmem-csi.intel.com/csi.sock"]
+    d = pt.Daemon(DRIVER, args, name="node2", workdir=WORK).start(wait=False)
+    try:
+        d.wait_ready()
+        pr = pt.protos().pluginreg
+        regsock = os.path.join(regdir, "pmem-csi.intel.com-reg.sock")
+        pt.check(os.path.exists(regsock), "no %s" % regsock)
+        ch = pt.unix_channel(regsock)
+        try:
+            code, details, info = pt.call_code(ch, "/pluginregistration.Registration/GetInfo",
+                                               pr.InfoRequest(), pr.PluginInfo)
+            pt.check(code == SC.OK, "GetInfo: %s %s" % (code, details))
+            pt.check(info.type == "CSIPlugin" and info.name == "pmem-csi.intel.com" and
+                     info.endpoint == "/var/lib/kubelet/plugins/pmem-csi.intel.com/csi.sock" and
+                     list(info.supported_versions) == ["1.0.0"], "PluginInfo %r" % info)
+            code, details, _ = pt.call_code(ch, "/pluginregistration.Registration/NotifyRegistrationStatus",
+                                            pr.RegistrationStatus(plugin_registered=True),
+                                            pr.RegistrationStatusResponse)
+            pt.check(code == SC.OK, "NotifyRegistrationStatus: %s %s" % (code, details))
+        finally:
+            ch.close()
+        pt.check("registered with kubelet" in d.stderr_text(), "no log line")
+    finally:
+        d.stop()
+    pt.check(not os.path.exists(regsock), "the registration socket is left behind")
+
+
 def teardown():
     for f in (node, ctl):
         if f.peek():
