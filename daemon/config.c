@@ -217,6 +217,11 @@ static int validate(struct pcsi_config *c, FILE *err)
 			"must be absolute paths\n");
 		return -EINVAL;
 	}
+	if (c->mode == PCSI_MODE_CONTROLLER && (c->kubelet_reg_dir || c->kubelet_reg_path)) {
+		fprintf(err, "pmem-csi-driver: -kubeletRegistrationDir and -kubeletRegistrationPath "
+			     "are node flags\n");
+		return -EINVAL;
+	}
 	if (c->kubelet_reg_dir && !c->kubelet_reg_path) {
 		if (strncmp(c->endpoint, "unix://", 7)) {
 			fprintf(err, "pmem-csi-driver: -kubeletRegistrationDir needs a unix:// "

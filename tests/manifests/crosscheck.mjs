@@ -9,15 +9,23 @@
 //    ($(VARS) replaced by dummy values, `--version` appended LAST: our parser
 //    handles flags in order and exits 0 at --version, so a bad flag before it
 //    still exits 2) and is spelled as in --help (no getopt abbreviations);
-//  - sidecar flags are known flags of the pinned sidecar versions;
-//  - socket paths: driver endpoint, sidecars' --csi-address and kubelet's
-//    registration path name the same file through the volume mounts;
+//    the node DaemonSets must pass -kubeletRegistrationDir/-Path;
+//  - the only sidecar is csi-provisioner (no node-driver-registrar, no
+//    livenessprobe: the driver does both jobs), with known flags of the
+//    pinned version;
+//  - socket paths: driver endpoint and csi-provisioner's --csi-address name
+//    the same file through the volume mounts; in the node DaemonSets the
+//    registration socket <-kubeletRegistrationDir>/<drivername>-reg.sock lies
+//    in the mounted hostPath /var/lib/kubelet/plugins_registry and
+//    -kubeletRegistrationPath is the host path of the CSI socket;
 //  - Secrets: every Secret a pod mounts is produced by make-secrets.sh and by
 //    the cert-manager Certificates, with every key the flags read, and the
 //    certificate in it carries the name the mounting role presents;
 //  - ports: every declared port is served by a container of the pod, probes
-//    and the Service point at served ports, every port named for scraping is
-//    a metrics endpoint (-metricsListen / --http-endpoint);
+//    and the Service point at served ports (the driver's probes at its own
+//    -metricsListen port: /healthz for readiness, /metrics/simple for
+//    liveness), every port named for scraping is a metrics endpoint
+//    (-metricsListen / --http-endpoint);
 //  - RBAC, StorageClasses (parameters run through the driver's own parser),
 //    examples, the Prometheus snippet (promtool), the Containerfile.
 // Prints TAP; exits 1 on failure or when a dependency is missing.
@@ -69,14 +77,18 @@ function run(cmd, args, opts = {}) {
 }
 
 const t = new TAP();
-const DRIVER_NAME = "pmem-csi.intel.com";
 const DRIVER_IMAGE = "pmem-csi-driver";
 const DRIVER_BIN = "/usr/local/bin/pmem-csi-driver";
+// The only sidecar. node-driver-registrar and livenessprobe are not used: the
+// driver registers with kubelet itself (-kubeletRegistrationDir) and serves
+// /healthz and /metrics/simple on its metrics port; any other image fails the
+// sidecar test as unknown.
 const SIDECARS = {
   "csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
-  "csi-node-driver-registrar": "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0",
-  livenessprobe: "registry.k8s.io/sig-storage/livenessprobe:v2.19.0",
 };
+// kubelet's root directory, as the manifests assume it (../README.md says how
+// to change it for other distributions: all occurrences together).
+const KUBELET_DIR = "/var/lib/kubelet";
 // Flags of the pinned sidecar versions (their --help / README), klog's
 // included. A typo here would make the sidecar exit at start.
 const KLOG = ["v", "vmodule", "logging-format", "log-flush-frequency", "add_dir_header", "alsologtostderr",
@@ -92,9 +104,6 @@ const SIDECAR_FLAGS = {
     "volume-name-uuid-length", "leader-election", "leader-election-namespace", "leader-election-lease-duration",
     "leader-election-renew-deadline", "leader-election-retry-period", "default-fstype",
     "prevent-volume-mode-conversion", "controller-publish-readonly", "enable-pprof"],
-  "csi-node-driver-registrar": [...KLOG, "csi-address", "kubelet-registration-path", "plugin-registration-path",
-    "http-endpoint", "health-port", "timeout", "mode", "enable-pprof"],
-  livenessprobe: [...KLOG, "csi-address", "probe-timeout", "health-port", "http-endpoint", "metrics-address", "metrics-path"],
 };
 // Dummy values for the downward API, to expand $(VAR) in args.
 const FIELD_VALUES = {
@@ -214,7 +223,7 @@ t.test("both modes have their workloads (central: controller Deployment + node D
 
 const help = run(DRIVER, ["--help"]);
 const HELP_FLAGS = new Set([...help.stdout.matchAll(/(?:^|\s)-([A-Za-z][A-Za-z0-9]*)(?==|,|\s|$)/gm)].map((m) => m[1]));
-t.ok(help.status === 0 && HELP_FLAGS.has("mode") && HELP_FLAGS.has("metricsListen"),
+t.ok(help.status === 0 && ["mode", "metricsListen", "kubeletRegistrationDir", "kubeletRegistrationPath"].every((f) => HELP_FLAGS.has(f)),
   "driver --help lists its flags", `exit ${help.status}; parsed: ${[...HELP_FLAGS].join(" ")}\n${help.stderr}`);
 
 t.test("the --version trick works: flags are parsed in order, --version last exits 0, a bad flag before it exits 2", () => {
@@ -263,6 +272,8 @@ for (const [mode, list] of Object.entries(modePods)) {
           if (!has("registryEndpoint") || !flagValue(args, "registryEndpoint").startsWith("tcp://")) p.push("controller needs a tcp:// -registryEndpoint");
           for (const f of tls) if (!has(f)) p.push(`controller needs -${f}`);
           if (has("insecure")) p.push("-insecure in a manifest");
+          // Node-only flags the controller would silently ignore.
+          for (const f of ["kubeletRegistrationDir", "kubeletRegistrationPath"]) if (has(f)) p.push(`-${f} is a node flag (the controller ignores it)`);
         } else {
           if (role !== "node") p.push(`DaemonSet runs -mode=${role}`);
           if (flagValue(args, "nodeid") !== "$(KUBE_NODE_NAME)") p.push("-nodeid must be $(KUBE_NODE_NAME)");
@@ -270,6 +281,8 @@ for (const [mode, list] of Object.entries(modePods)) {
           if (!env.KUBE_NODE_NAME || env.KUBE_NODE_NAME.valueFrom.fieldRef.fieldPath !== "spec.nodeName") p.push("KUBE_NODE_NAME must come from spec.nodeName");
           if (!["lvm", "direct"].includes(flagValue(args, "deviceManager"))) p.push("-deviceManager must be lvm or direct");
           if (!has("statePath")) p.push("-statePath missing");
+          // No node-driver-registrar: the driver registers with kubelet itself.
+          for (const f of ["kubeletRegistrationDir", "kubeletRegistrationPath"]) if (!has(f)) p.push(`node driver needs -${f} (nothing else registers it with kubelet)`);
           if (mode === "central") {
             if (flagValue(args, "registryEndpoint") !== "tcp://pmem-csi-controller:10000") p.push("central node: -registryEndpoint=tcp://pmem-csi-controller:10000 expected");
             if (flagValue(args, "controllerEndpoint") !== "tcp://$(KUBE_POD_IP):10001") p.push("central node: -controllerEndpoint=tcp://$(KUBE_POD_IP):10001 expected");
@@ -350,18 +363,26 @@ function resolveMount(c, p) {
   return best ? { volume: best.volume, sub: best.sub } : null;
 }
 
+// The driver's CSI socket: {sock, at: {volume, sub}, vol} or a problem string.
+function driverSocket(spec, drv) {
+  const ep = flagValue(drv.args || [], "endpoint");
+  if (!ep || !ep.startsWith("unix://")) return `driver -endpoint ${ep} is not a unix socket`;
+  const sock = ep.slice("unix://".length);
+  const at = resolveMount(drv, sock);
+  if (!at) return `driver socket ${sock} is on no volume`;
+  const vol = (spec.volumes || []).find((v) => v.name === at.volume);
+  if (!vol) return `driver socket ${sock}: volume ${at.volume} is not defined`;
+  return { sock, at, vol };
+}
+
 for (const [mode, list] of Object.entries(modePods)) {
   for (const d of list) {
     const spec = podSpecOf(d.doc);
-    t.test(`${mode}: ${d.doc.kind}/${d.doc.metadata.name}: every container names the driver's socket through the same volume`, () => {
+    t.test(`${mode}: ${d.doc.kind}/${d.doc.metadata.name}: the driver's CSI socket is on a volume, every sidecar names it through the same one`, () => {
       const p = [];
-      const drv = allContainers(spec).find(isDriver);
-      const ep = flagValue(drv.args, "endpoint");
-      if (!ep || !ep.startsWith("unix://")) return [`driver -endpoint ${ep} is not a unix socket`];
-      const sock = ep.slice("unix://".length);
-      const at = resolveMount(drv, sock);
-      if (!at) return [`driver socket ${sock} is on no volume`];
-      const vol = (spec.volumes || []).find((v) => v.name === at.volume);
+      const ds = driverSocket(spec, allContainers(spec).find(isDriver));
+      if (typeof ds === "string") return [ds];
+      const { at, vol } = ds;
       let users = 0;
       for (const c of allContainers(spec).filter((x) => !isDriver(x))) {
         const addr = flagValue(c.args || [], "csi-address");
@@ -373,18 +394,61 @@ for (const [mode, list] of Object.entries(modePods)) {
         const r = resolveMount(c, addr.replace(/^unix:\/\//, ""));
         if (!r) p.push(`${c.name}: --csi-address ${addr} is on no volume`);
         else if (r.volume !== at.volume || r.sub !== at.sub) p.push(`${c.name}: --csi-address ${addr} is ${r.volume}:${r.sub}, the driver listens on ${at.volume}:${at.sub}`);
-        if (sidecarKind(c) === "csi-node-driver-registrar") {
-          const reg = flagValue(c.args, "kubelet-registration-path");
-          if (!vol.hostPath) p.push("the registrar needs the driver socket on a hostPath volume");
-          else if (reg !== path.posix.join(vol.hostPath.path, at.sub)) p.push(`--kubelet-registration-path ${reg} != host path of the socket ${path.posix.join(vol.hostPath.path, at.sub)}`);
-          if (vol.hostPath && vol.hostPath.path !== `/var/lib/kubelet/plugins/${DRIVER_NAME}`) p.push(`socket hostPath ${vol.hostPath.path}, want /var/lib/kubelet/plugins/${DRIVER_NAME}`);
-          const regDir = resolveMount(c, "/registration");
-          const rv = regDir && (spec.volumes || []).find((v) => v.name === regDir.volume);
-          if (!rv || !rv.hostPath || rv.hostPath.path !== "/var/lib/kubelet/plugins_registry") p.push("the registrar must mount /var/lib/kubelet/plugins_registry at /registration");
-        }
       }
-      if (d.doc.kind === "Deployment" && !vol.emptyDir) p.push("the controller's socket should be on an emptyDir");
-      if (!users) p.push("no sidecar uses the socket");
+      if (d.doc.kind === "Deployment") {
+        // Only csi-provisioner talks to the controller's socket.
+        if (!vol.emptyDir) p.push("the controller's socket should be on an emptyDir");
+        if (!users) p.push("no sidecar uses the controller's socket");
+      } else if (!vol.hostPath) {
+        p.push("kubelet reaches a node's socket only on a hostPath volume");
+      }
+      return p;
+    });
+  }
+}
+
+// kubelet registration without node-driver-registrar: the driver serves
+// pluginregistration.Registration on <-kubeletRegistrationDir>/<drivername>-reg.sock
+// (daemon/node/role.c) and announces -kubeletRegistrationPath as its CSI
+// socket. kubelet's plugin watcher looks in <kubelet>/plugins_registry and
+// then dials the announced path in the host's file system.
+for (const [mode, list] of Object.entries(modePods)) {
+  for (const d of list.filter((x) => x.doc.kind === "DaemonSet")) {
+    const spec = podSpecOf(d.doc);
+    t.test(`${mode}: ${d.doc.kind}/${d.doc.metadata.name}: kubelet registration: <-kubeletRegistrationDir>/<drivername>-reg.sock is in the mounted plugins_registry, -kubeletRegistrationPath is the CSI socket's host path`, () => {
+      const p = [];
+      const drv = allContainers(spec).find(isDriver);
+      const args = expandedArgs(drv);
+      const regDir = flagValue(args, "kubeletRegistrationDir");
+      const regPath = flagValue(args, "kubeletRegistrationPath");
+      const name = flagValue(args, "drivername");
+      if (regDir === null || regPath === null) return ["-kubeletRegistrationDir and -kubeletRegistrationPath are required (no registrar sidecar)"];
+      if (!name) return ["-drivername missing (it names the registration socket)"];
+      // 1. The registration socket, as the driver creates it in the container,
+      //    and where that is on the host.
+      const regSock = path.posix.join(regDir, `${name}-reg.sock`);
+      if (!path.posix.isAbsolute(regDir)) p.push(`-kubeletRegistrationDir ${regDir} is not absolute`);
+      const r = resolveMount(drv, regSock);
+      const rv = r && (spec.volumes || []).find((v) => v.name === r.volume);
+      const wantDir = `${KUBELET_DIR}/plugins_registry`;
+      if (!r) p.push(`registration socket ${regSock} is on no volume mount of the driver container`);
+      else if (!rv || !rv.hostPath) p.push(`registration socket ${regSock} is on volume ${r.volume}, which is not a hostPath`);
+      else {
+        const hostSock = path.posix.join(rv.hostPath.path, r.sub);
+        if (path.posix.dirname(hostSock) !== wantDir) p.push(`registration socket is ${hostSock} on the host; kubelet's plugin watcher looks in ${wantDir}`);
+        if (rv.hostPath.path === wantDir && rv.hostPath.type !== "Directory") p.push(`${wantDir} hostPath type ${rv.hostPath.type}: want Directory (kubelet creates it; a missing one means a wrong kubelet directory)`);
+        const m = drv.volumeMounts.find((x) => x.name === r.volume && regSock.startsWith(x.mountPath.replace(/\/$/, "") + "/"));
+        if (m && m.readOnly) p.push(`${m.mountPath} is mounted readOnly: the driver creates its socket there`);
+      }
+      // 2. The path it announces: the CSI socket as kubelet sees it.
+      const ds = driverSocket(spec, drv);
+      if (typeof ds === "string") p.push(ds);
+      else if (!ds.vol.hostPath) p.push(`the CSI socket ${ds.sock} is on ${ds.at.volume}, not a hostPath: kubelet cannot reach it`);
+      else {
+        const hostCsi = path.posix.join(ds.vol.hostPath.path, ds.at.sub);
+        if (regPath !== hostCsi) p.push(`-kubeletRegistrationPath ${regPath} != host path of the CSI socket ${hostCsi} (${ds.vol.name} hostPath ${ds.vol.hostPath.path} + ${ds.at.sub})`);
+        if (ds.vol.hostPath.path !== `${KUBELET_DIR}/plugins/${name}`) p.push(`socket hostPath ${ds.vol.hostPath.path}, want ${KUBELET_DIR}/plugins/${name}`);
+      }
       return p;
     });
   }
@@ -397,8 +461,8 @@ t.test("node pods mount the kubelet directories the driver needs, with Bidirecti
       const spec = podSpecOf(d.doc);
       const drv = allContainers(spec).find(isDriver);
       const need = {
-        "/var/lib/kubelet/pods": "Bidirectional",
-        "/var/lib/kubelet/plugins/kubernetes.io/csi": "Bidirectional",
+        [`${KUBELET_DIR}/pods`]: "Bidirectional",
+        [`${KUBELET_DIR}/plugins/kubernetes.io/csi`]: "Bidirectional",
         "/dev": undefined, "/sys": undefined,
       };
       need[flagValue(drv.args, "statePath")] = undefined;
@@ -565,12 +629,7 @@ function servedPorts(c) {
   } else {
     const kind = sidecarKind(c);
     const he = flagValue(args, "http-endpoint");
-    if (kind === "livenessprobe") {
-      const hp = flagValue(args, "health-port");
-      out.push({ port: he ? portOf(he) : hp ? Number(hp) : 9808, what: "livenessprobe", metrics: false, paths: ["/healthz"] });
-    } else if (kind === "csi-node-driver-registrar" && he) {
-      out.push({ port: portOf(he), what: "registrar --http-endpoint", metrics: false, paths: ["/healthz"] });
-    } else if (kind === "csi-provisioner" && he) {
+    if (kind === "csi-provisioner" && he) {
       const paths = ["/metrics"];
       if ((args || []).some((a) => (parseFlag(a) || {}).name === "leader-election")) paths.push("/healthz/leader-election");
       out.push({ port: portOf(he), what: "provisioner --http-endpoint", metrics: true, paths });
@@ -615,8 +674,41 @@ for (const [mode, list] of Object.entries(modePods)) {
           else if (!s.paths || !s.paths.includes(probe.httpGet.path)) p.push(`${c.name} ${kind}: ${s.what} does not serve ${probe.httpGet.path} (serves ${(s.paths || []).join(", ")})`);
         }
       }
+      return p;
+    });
+    // No livenessprobe sidecar: the driver's own HTTP endpoint answers the
+    // probes. /healthz is the CSI Probe (503 while not ready: a node without
+    // PMEM must not be restarted in a loop, so it is readiness only);
+    // /metrics/simple answers while the process serves (liveness).
+    t.test(`${mode}: ${d.doc.kind}/${d.doc.metadata.name}: the driver's probes hit its own -metricsListen port on the pod IP (readiness /healthz, liveness /metrics/simple)`, () => {
+      const p = [];
       const drv = allContainers(spec).find(isDriver);
-      if (!drv.readinessProbe && !drv.livenessProbe) p.push("the driver container has no probe");
+      const ml = flagValue(drv.args || [], "metricsListen");
+      if (!ml) return ["the driver has no -metricsListen: nothing serves its probes"];
+      const m = ml.match(/^(.*):(\d+)$/);
+      if (!m) return [`-metricsListen=${ml}: no port`];
+      const [, host, port] = m;
+      // kubelet probes <pod IP>:<port>; a loopback-only listener fails every probe.
+      if (!["", "0.0.0.0", "[::]", "::"].includes(host)) p.push(`-metricsListen=${ml} does not listen on the pod IP (kubelet probes it there)`);
+      const want = { readinessProbe: "/healthz", livenessProbe: "/metrics/simple" };
+      for (const [kind, path_] of Object.entries(want)) {
+        const probe = drv[kind];
+        if (!probe) {
+          p.push(`${drv.name}: no ${kind} (want ${path_} on the metrics port)`);
+          continue;
+        }
+        const g = probe.httpGet;
+        if (!g) {
+          p.push(`${drv.name} ${kind}: want httpGet ${path_}`);
+          continue;
+        }
+        // kubelet resolves a named port in the probed container only.
+        const resolved = typeof g.port === "number" ? g.port : ((drv.ports || []).find((x) => x.name === g.port) || {}).containerPort;
+        if (resolved !== Number(port)) p.push(`${drv.name} ${kind}: port ${g.port} (${resolved}) is not the driver's -metricsListen port ${port}`);
+        if (g.path !== path_) p.push(`${drv.name} ${kind}: path ${g.path}, want ${path_}`);
+        if (g.host !== undefined) p.push(`${drv.name} ${kind}: httpGet.host ${g.host} (must probe the pod IP)`);
+        if (g.scheme !== undefined && g.scheme !== "HTTP") p.push(`${drv.name} ${kind}: scheme ${g.scheme}; the metrics endpoint is plain HTTP`);
+      }
       return p;
     });
   }

@@ -14,6 +14,13 @@ cert-manager from the Certificate resources) this test
     certificate and refuses the node's, and the node registers with the
     controller through the Service name's port;
 and it starts the distributed-mode node with its args (no TLS) as well.
+For every node it plays kubelet: the registration socket
+<-kubeletRegistrationDir>/<drivername>-reg.sock appears in the volume that is
+the host's plugins_registry, GetInfo announces the CSI socket by its host
+path (-kubeletRegistrationPath, mapped through the pod's hostPath volumes),
+and that path reaches the driver's CSI socket. The driver's probes are
+fetched as kubelet would (the manifest's path and port): readiness (/healthz)
+follows CSI Probe, liveness (/metrics/simple) answers even when not ready.
 TAP output.
 
 usage: test_manifest_tls.py PATH-TO-pmem-csi-driver   (or $PCSI_DRIVER)
@@ -81,6 +88,9 @@ def driver_container(podspec):
             return c
     raise pt.TestFailure("no pmem-csi-driver container")
 
+
+# Flags whose value is a path on the node as kubelet sees it.
+HOST_PATH_FLAGS = {"kubeletRegistrationPath"}
 
 FIELD = {"spec.nodeName": "node-1", "status.podIP": "127.0.0.1", "metadata.name": "pod-1",
          "metadata.namespace": "pmem-csi"}
@@ -250,6 +260,21 @@ class LocalPod:
             return None
         return os.path.join(self.vol_dirs[best[1]], container_path[len(best[0]):].lstrip("/"))
 
+    def host_fs_path(self, host_path):
+        """A path on the node (as kubelet sees it) -> here, through the pod's
+        hostPath volumes (longest match), or None."""
+        best = None
+        for v in self.spec.get("volumes", []):
+            if "hostPath" not in v:
+                continue
+            hp = v["hostPath"]["path"].rstrip("/")
+            if host_path == hp or host_path.startswith(hp + "/"):
+                if best is None or len(hp) > len(best[0]):
+                    best = (hp, v["name"])
+        if best is None:
+            return None
+        return os.path.join(self.vol_dirs[best[1]], host_path[len(best[0]):].lstrip("/"))
+
     def port(self, p):
         if p not in self.ports:
             self.ports[p] = pt.free_port()
@@ -284,6 +309,12 @@ class LocalPod:
                     val = "tcp://127.0.0.1:%d" % self.port(int(port))
             elif lm and flag.lstrip("-").startswith("metricsListen"):
                 val = "127.0.0.1:%d" % self.port(int(lm.group(2)))
+            elif flag.lstrip("-").rstrip("=") in HOST_PATH_FLAGS and val.startswith("/"):
+                # A path in the host's file system (kubelet's view), not the container's.
+                hp = self.host_fs_path(val)
+                if hp is None:
+                    raise pt.TestFailure("%s: %s is in no hostPath volume of the pod" % (flag, val))
+                val = hp
             elif val.startswith("/"):
                 hp = self.host_path(val)
                 if hp is None:
@@ -329,22 +360,101 @@ def wait_for(cond, timeout, what):
     raise pt.TestFailure("timed out after %.0fs waiting for %s" % (timeout, what))
 
 
-def metrics_checks(daemon, lp, container_port, ready=True):
-    """GET the paths the probes and scrapers use. /healthz is 200 only when the
-    driver is ready (Probe ready=true): a node without PMEM answers 503."""
-    port = lp.ports.get(container_port)
-    for path in ("/metrics", "/metrics/simple", "/healthz"):
-        url = "http://127.0.0.1:%d%s" % (port, path)
-        want = 200 if ready or path != "/healthz" else 503
+def http_status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def probe_port(lp, c, probe):
+    """The local port kubelet's httpGet probe of container c reaches: a named
+    port resolves in the probed container only, then through the ports the
+    pod's processes listen on here (None: nothing listens there)."""
+    port = probe["httpGet"]["port"]
+    if isinstance(port, str):
+        named = [p["containerPort"] for p in c.get("ports", []) if p.get("name") == port]
+        pt.check(named, "%s: probe port %r is not declared by the container" % (c["name"], port))
+        port = named[0]
+    return lp.ports.get(port)
+
+
+def metrics_checks(daemon, lp, ready=True):
+    """GET /metrics (the scrapers' path) on the driver's -metricsListen port and
+    both probes as the manifest declares them. Readiness must follow CSI Probe
+    (503 while not ready: a node without PMEM is not ready), liveness must
+    answer 200 even then (or kubelet would restart such a node forever)."""
+    c = lp.c
+    ml = [a for a in c.get("args", []) if re.match(r"^-{1,2}metricsListen=", a)]
+    pt.check(ml, "%s: no -metricsListen" % c["name"])
+    mport = lp.ports.get(int(ml[0].rsplit(":", 1)[1]))
+    try:
+        pt.check(http_status("http://127.0.0.1:%d/metrics" % mport) == 200, "/metrics: not 200")
+        for kind, want in (("readinessProbe", 200 if ready else 503), ("livenessProbe", 200)):
+            probe = c.get(kind)
+            pt.check(probe and "httpGet" in probe, "%s: no httpGet %s" % (c["name"], kind))
+            port = probe_port(lp, c, probe)
+            pt.check(port is not None, "%s %s: port %r is not a port the driver listens on"
+                     % (c["name"], kind, probe["httpGet"]["port"]))
+            url = "http://127.0.0.1:%d%s" % (port, probe["httpGet"]["path"])
+            status = http_status(url)
+            pt.check(status == want, "%s %s: GET %s: HTTP %d, want %d (ready=%s)"
+                     % (c["name"], kind, probe["httpGet"]["path"], status, want, ready))
+    except (OSError, urllib.error.URLError) as e:
+        raise pt.TestFailure("GET on the metrics port: %s\n%s" % (e, pt._tail(daemon.stderr_text(), 15)))
+
+
+def arg_value(args, name):
+    v = None
+    for a in args:
+        m = re.match(r"^-{1,2}%s=(.*)$" % re.escape(name), a)
+        if m:
+            v = m.group(1)
+    return v
+
+
+def kubelet_checks(daemon, lp):
+    """What kubelet's plugin watcher does with a node pod: find
+    <plugins_registry>/<drivername>-reg.sock, GetInfo, dial the announced CSI
+    socket (a path on the host), NotifyRegistrationStatus."""
+    name = arg_value(lp.c.get("args", []), "drivername")
+    reg_dir = arg_value(lp.c.get("args", []), "kubeletRegistrationDir")
+    reg_path = arg_value(lp.c.get("args", []), "kubeletRegistrationPath")
+    pt.check(name and reg_dir and reg_path, "node args lack -drivername, -kubeletRegistrationDir or -kubeletRegistrationPath")
+    # The registration directory must be the host's plugins_registry volume.
+    regvols = [v for v in lp.spec.get("volumes", []) if v.get("hostPath", {}).get("path") == "/var/lib/kubelet/plugins_registry"]
+    pt.check(len(regvols) == 1, "no hostPath volume /var/lib/kubelet/plugins_registry")
+    sock = os.path.join(lp.vol_dirs[regvols[0]["name"]], name + "-reg.sock")
+    pt.check(lp.host_path(os.path.join(reg_dir, name + "-reg.sock")) == sock,
+             "-kubeletRegistrationDir=%s: the socket would not be in plugins_registry" % reg_dir)
+    wait_for(lambda: os.path.exists(sock), 15, "%s\n%s" % (sock, pt._tail(daemon.stderr_text(), 20)))
+    announced_here = lp.host_fs_path(reg_path)
+    pr = pt.protos().pluginreg
+    ch = pt.unix_channel(sock)
+    try:
+        code, details, info = pt.call_code(ch, "/pluginregistration.Registration/GetInfo", pr.InfoRequest(), pr.PluginInfo)
+        pt.check(code == SC.OK, "GetInfo on %s: %s %s" % (sock, code, details))
+        pt.check(info.type == "CSIPlugin" and info.name == name and "1.0.0" in info.supported_versions,
+                 "PluginInfo %r" % info)
+        pt.check(info.endpoint == announced_here, "GetInfo endpoint %s, want -kubeletRegistrationPath %s (here %s)"
+                 % (info.endpoint, reg_path, announced_here))
+        # kubelet dials that path: it must be the driver's CSI socket.
+        p = pt.protos()
+        path, req, resp = pt.rpc(p.csi, "Identity", "GetPluginInfo")
+        cch = pt.unix_channel(info.endpoint)
         try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                status = r.status
-        except urllib.error.HTTPError as e:
-            status = e.code
-        except Exception as e:
-            raise pt.TestFailure("GET %s: %s\n%s" % (url, e, pt._tail(daemon.stderr_text(), 15)))
-        pt.check(status == want, "%s: HTTP %d, want %d" % (url, status, want))
-    return None
+            code, details, pi = pt.call_code(cch, path, req(), resp, timeout=5)
+        finally:
+            cch.close()
+        pt.check(code == SC.OK and pi.name == name,
+                 "GetPluginInfo on the announced %s: %s %s %r" % (info.endpoint, code, details, pi))
+        code, details, _ = pt.call_code(ch, "/pluginregistration.Registration/NotifyRegistrationStatus",
+                                        pr.RegistrationStatus(plugin_registered=True), pr.RegistrationStatusResponse)
+        pt.check(code == SC.OK, "NotifyRegistrationStatus: %s %s" % (code, details))
+    finally:
+        ch.close()
+    wait_for(lambda: "registered with kubelet" in daemon.stderr_text(), 5, "the driver to log 'registered with kubelet'")
 
 
 # Without PMEM a node stays "not ready" and does not register. A build with
@@ -417,9 +527,8 @@ def central_run(source_name, make_secrets, registration):
                          % (pt._tail(nd.stderr_text(), 20), pt._tail(controller.stderr_text(), 20)))
                 t.diag("%s: node registered; controller RSS %s, node RSS %s" % (source_name, rss(controller), rss(nd)))
             for d, lp, ready in ((controller, ctl, True), (nd, node, registration and FAKE)):
-                skip = metrics_checks(d, lp, 10010, ready)
-                if skip:
-                    t.diag("%s: %s" % (source_name, skip))
+                metrics_checks(d, lp, ready)
+            kubelet_checks(nd, node)
         finally:
             rc = nd.stop()
             pt.check(rc == 0, "node exit code after SIGTERM: %s\n%s" % (rc, pt._tail(nd.stderr_text())))
@@ -494,7 +603,7 @@ def _():
              "the controller started without being able to read its key? exit %d\n%s" % (rc, err))
 
 
-@t.test("distributed mode: the node starts with the DaemonSet's args (no TLS) and answers Probe on its socket")
+@t.test("distributed mode: the node starts with the DaemonSet's args (no TLS), answers Probe on its socket, registers with kubelet, probes answer")
 def _():
     work = pt.mkdtemp("pcsi-dist-")
     os.chmod(work, 0o755)
@@ -507,9 +616,8 @@ def _():
     try:
         wait_for(lambda: probe_code(lambda: pt.unix_channel(sock))[0] == SC.OK, 15,
                  "Probe on %s\n%s" % (sock, pt._tail(nd.stderr_text(), 20)))
-        skip = metrics_checks(nd, node, 10010, ready=False)  # no PMEM here
-        if skip:
-            t.diag(skip)
+        metrics_checks(nd, node, ready=False)  # no PMEM here
+        kubelet_checks(nd, node)
         for a in args:
             pt.check(not a.startswith(("-registryEndpoint", "-controllerEndpoint", "-caFile")), "distributed node got %s" % a)
     finally:
