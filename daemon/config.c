@@ -218,8 +218,9 @@ static int validate(struct pcsi_config *c, FILE *err)
 		return -EINVAL;
 	}
 	if (c->mode == PCSI_MODE_CONTROLLER && (c->kubelet_reg_dir || c->kubelet_reg_path)) {
-		fprintf(err, "pmem-csi-driver: -kubeletRegistrationDir and -kubeletRegistrationPath "
-			     "are node flags\n");
+		fprintf(err,
+			"pmem-csi-driver: -kubeletRegistrationDir and -kubeletRegistrationPath "
+			"are node flags\n");
 		return -EINVAL;
 	}
 	if (c->kubelet_reg_dir && !c->kubelet_reg_path) {
