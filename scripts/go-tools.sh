@@ -21,18 +21,25 @@
 # A binary is built with `go install PACKAGE@VERSION` (static, -trimpath) into a
 # temporary directory and renamed into place, so a concurrent reader sees either
 # nothing or the complete file. When `go install` refuses a module (replace or
-# exclude directives in its go.mod), the tool is built from a tiny module in
-# the cache that requires MODULE@VERSION.
+# exclude directives in its go.mod), or when PCSI_GO_TOOLS_MODULE is set, the
+# tool is built from a tiny module in the cache that requires MODULE@VERSION.
 set -eu
 
 # One line per tool: name, module@version (pinned), package to build.
-# Choose a pin with `go-tools.sh --versions NAME`.
+# Choose a pin with `go-tools.sh --versions NAME`. A module named local:DIR is
+# a small module of this repository (DIR, relative to the repository: go.mod
+# with every pin, go.sum, main.go, and optionally "ldflags"); its binary is
+# keyed by the version and a hash of those files, so an edit rebuilds it.
 TOOLS='
-csi-sanity   github.com/kubernetes-csi/csi-test/v5@v5.6.0   github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
+csi-sanity       github.com/kubernetes-csi/csi-test/v5@v5.6.0                github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
+csi-provisioner  github.com/kubernetes-csi/external-provisioner/v6@v6.3.0    github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
+kube             local:tests/k8s/tools/kube@v1.36.1                           .
+coredns          local:tests/k8s/tools/coredns@v1.14.7                        .
 '
 
 prog=go-tools
 cache=${PCSI_CACHE:-/var/cache/pmem-csi}
+top=$(cd "$(dirname "$0")/.." && pwd)
 
 die() {
 	echo "$prog: $*" >&2
@@ -47,7 +54,24 @@ lookup() {
 	set -- $line
 	mod=${2%@*} ver=${2#*@} pkg=$3
 	bin=$cache/bin/$1-$ver
+	local_dir=
+	case $mod in
+	local:*)
+		local_dir=$top/${mod#local:}
+		[ -f "$local_dir/go.mod" ] || die "$1: no $local_dir/go.mod"
+		bin=$bin-$(cat "$local_dir"/* | sha256sum | cut -c1-12)
+		;;
+	esac
 }
+
+# from_local NAME: builds a module of this repository (a copy in the cache).
+from_local() (
+	src=$cache/go/src/$1-$ver
+	rm -rf "$src" && mkdir -p "$src" && cp "$local_dir"/* "$src"/ && cd "$src" || return 1
+	flags="-s -w"
+	[ -f ldflags ] && flags="$flags $(cat ldflags)"
+	"$gobin" build -trimpath -ldflags="$flags" -o "$tmp/$1" .
+)
 
 find_go() {
 	if [ -n "${GO:-}" ]; then
@@ -102,9 +126,16 @@ build() {
 	log=$tmp/go.log
 	echo "$prog: building $1 $ver ($pkg) with $("$gobin" version)" >&2
 	start=$(date +%s)
-	if [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || ! GOBIN=$tmp "$gobin" install -trimpath "$pkg@$ver" >"$log" 2>&1; then
+	if [ -n "${local_dir:-}" ]; then
+		if ! from_local "$1" >"$log" 2>&1; then
+			cat "$log" >&2
+			rm -rf "$tmp"
+			die "building $1 $ver failed"
+		fi
+		pkg=$1
+	elif [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || ! GOBIN=$tmp "$gobin" install -trimpath "$pkg@$ver" >"$log" 2>&1; then
 		if [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || grep -q -e 'replace directive' -e 'exclude directive' "$log"; then
-			echo "$prog: go install refused $mod@$ver; building from a throw-away module" >&2
+			echo "$prog: ${PCSI_GO_TOOLS_MODULE:+PCSI_GO_TOOLS_MODULE is set: }building $1 from a throw-away module" >&2
 			if ! from_module "$1" >>"$log" 2>&1; then
 				cat "$log" >&2
 				rm -rf "$tmp"

@@ -13,7 +13,8 @@ PKGS="
   nghttp2-client
   qemu-system-x86 linux-image-amd64 busybox-static kmod cpio udev xz-utils
   ndctl daxctl lvm2 e2fsprogs xfsprogs util-linux uuid-dev
-  prometheus
+  prometheus curl
+  containerd runc containernetworking-plugins iptables
 "
 
 if [ "$(id -u)" != 0 ]; then
@@ -45,3 +46,6 @@ tm="$(cd "$(dirname "$0")/.." && pwd)/tests/manifests"
 if [ ! "$tm/node_modules/.package-lock.json" -nt "$tm/package-lock.json" ]; then
 	npm ci --prefix "$tm" --no-audit --no-fund
 fi
+# The pinned Go tools the tests use (csi-sanity, the Kubernetes components, the
+# CSI provisioner, CoreDNS), built once into /var/cache/pmem-csi.
+"$(dirname "$0")/go-tools.sh"

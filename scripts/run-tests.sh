@@ -4,13 +4,14 @@
 #                 unit, integration, manifests, vm, conformance
 #   build-asan/   the same under AddressSanitizer + UndefinedBehaviorSanitizer:
 #                 suites unit, integration, manifests
-#   build/        the shipped configuration (no test-only backend): built, and
-#                 checked to refuse the test-only backend
+#   build/        the shipped configuration (no test-only backend): checked to
+#                 refuse the test-only backend, then suite k8s (a real
+#                 Kubernetes cluster, tests/k8s) with the driver as shipped
 # Each build directory gets the options it needs set every time, whatever
 # configured it before (the demo, a person, an older checkout). Ends with one
 # line "N passed, N failed, N skipped", counting TAP subtests. In CI (CI=true)
-# a skipped vm or conformance suite counts as a failure: the guest tests must
-# run there.
+# a skipped vm, conformance or k8s suite counts as a failure: the guest tests
+# must run there.
 #
 # Usage: scripts/run-tests.sh [meson test args...]   (e.g. --suite unit)
 set -u
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 results=()
 status=0
 required=()
-[ "${CI:-}" = true ] && required=(vm conformance)
+[ "${CI:-}" = true ] && required=(vm conformance k8s)
 
 build() { # dir, meson options...
 	local dir=$1
@@ -77,7 +78,11 @@ else
 		echo "ASan build failed"
 		status=1
 	fi
-	shipped || status=1
+	if shipped; then
+		run build "k8s (shipped build)" --suite k8s
+	else
+		status=1
+	fi
 fi
 
 # One summary line over every run: a test counts once per build it ran in.

@@ -18,6 +18,15 @@ const char *pcsi_cap_fstype(const Csi__V1__VolumeCapability *cap)
 	return "ext4";
 }
 
+const char *pcsi_volume_fstype(const Csi__V1__VolumeCapability *cap,
+			       const struct pcsi_params *params)
+{
+	if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT && cap->mount &&
+	    cap->mount->fs_type && *cap->mount->fs_type)
+		return cap->mount->fs_type;
+	return params->fstype[0] ? params->fstype : "ext4";
+}
+
 int pcsi_cap_check(const Csi__V1__VolumeCapability *cap, bool multi_node_ok, char *err,
 		   size_t errlen)
 {
@@ -133,7 +142,7 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 		if (pcsi_cap_check(cap, params->persistency == PCSI_PERSIST_CACHE, err, errlen) < 0)
 			return PCSI_INVALID_ARGUMENT;
 		if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT &&
-		    !strcmp(pcsi_cap_fstype(cap), "xfs"))
+		    !strcmp(pcsi_volume_fstype(cap, params), "xfs"))
 			xfs = true;
 	}
 	*limit = 0;
@@ -201,7 +210,9 @@ size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_m
 	ptrs[k] = &entries[k];
 	k++;
 	for (i = 0; i < in->n_parameters && k < n; i++) {
-		if (!strncmp(in->parameters[i]->key, "csi.storage.k8s.io/", 19))
+		/* The filesystem is kept for NodeStage when no capability names one. */
+		if (!strncmp(in->parameters[i]->key, "csi.storage.k8s.io/", 19) &&
+		    strcmp(in->parameters[i]->key, "csi.storage.k8s.io/fstype"))
 			continue;
 		csi__v1__volume__volume_context_entry__init(
 			(Csi__V1__Volume__VolumeContextEntry *)&entries[k]);

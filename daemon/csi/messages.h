@@ -23,6 +23,11 @@
 /* Filesystem of a mount capability: "ext4" when unset. */
 const char *pcsi_cap_fstype(const Csi__V1__VolumeCapability *cap);
 
+/* The filesystem of a mount volume: the capability's, else the
+ * csi.storage.k8s.io/fstype parameter's, else "ext4". */
+const char *pcsi_volume_fstype(const Csi__V1__VolumeCapability *cap,
+			       const struct pcsi_params *params);
+
 /* Checks one capability: an access type (mount or block), a supported access
  * mode (the SINGLE_NODE modes; MULTI_NODE ones only when |multi_node_ok|, i.e.
  * for cache volumes), and for mount a filesystem of ext4 or xfs. Returns 0 or
@@ -65,7 +70,8 @@ bool pcsi_create_begin(struct pcsi_call *call, const Csi__V1__CreateVolumeReques
 		       uint64_t *limit, char id[PCSI_VOLUME_ID_MAX + 1]);
 
 /* The volume_context a created volume gets: "name" plus the request's
- * parameters other than csi.storage.k8s.io/ ones (borrowed strings). Fills
+ * parameters other than csi.storage.k8s.io/ ones, but for
+ * csi.storage.k8s.io/fstype (borrowed strings). Fills
  * |entries| and |ptrs| (|n| each) and returns how many. */
 size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_map_entry *entries,
 			   struct pcsi_map_entry **ptrs, size_t n);

@@ -43,6 +43,18 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 	for (i = 0; i < n; i++) {
 		const char *k = kv[i].key, *v = kv[i].value ? kv[i].value : "";
 
+		if (!strcmp(k, "csi.storage.k8s.io/fstype")) {
+			if (strcmp(v, "ext4") && strcmp(v, "xfs")) {
+				snprintf(
+					err, errlen,
+					"parameter \"csi.storage.k8s.io/fstype\": \"%.64s\" is not "
+					"ext4 or xfs",
+					v);
+				return -EINVAL;
+			}
+			snprintf(out->fstype, sizeof(out->fstype), "%s", v);
+			continue;
+		}
 		if (starts_with(k, "csi.storage.k8s.io/") ||
 		    !strcmp(k, "storage.kubernetes.io/csiProvisionerIdentity"))
 			continue;

@@ -10,6 +10,9 @@
  *   usage             AppDirect (default) | FileIO
  *   kataContainers    refused: "not supported"
  *   size              Kubernetes quantity; inline ephemeral volumes only
+ *   csi.storage.k8s.io/fstype  ext4 | xfs: the filesystem when the capability
+ *                              names none (Kubernetes moves it into the
+ *                              capability; other COs and csi-sanity do not)
  *   csi.storage.k8s.io/...                        always tolerated
  *   storage.kubernetes.io/csiProvisionerIdentity  always tolerated
  * Anything else is refused. */
@@ -35,7 +38,8 @@ struct pcsi_params {
 	uint32_t cache_size;
 	bool erase_after;
 	enum pcsi_usage usage;
-	uint64_t size; /* ephemeral only; 0 when not given */
+	uint64_t size;	/* ephemeral only; 0 when not given */
+	char fstype[8]; /* csi.storage.k8s.io/fstype: "ext4", "xfs", or "" when not given */
 	bool has_size;
 };
 

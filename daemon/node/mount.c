@@ -47,6 +47,36 @@ int pcsi_mount_lookup(const char *target, struct pcsi_mount_info *info)
 	return 1;
 }
 
+int pcsi_mount_elsewhere(unsigned long dev, const char *root, const char *const *except, size_t n)
+{
+	struct libmnt_table *tb = mnt_new_table();
+	struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
+	struct libmnt_fs *fs;
+	int rc, found = 0;
+	size_t i;
+
+	if (!tb || !it) {
+		mnt_free_iter(it);
+		mnt_unref_table(tb);
+		return -ENOMEM;
+	}
+	rc = mnt_table_parse_mtab(tb, "/proc/self/mountinfo");
+	while (rc >= 0 && !found && mnt_table_next_fs(tb, it, &fs) == 0) {
+		const char *target = mnt_fs_get_target(fs), *r = mnt_fs_get_root(fs);
+		if ((unsigned long)mnt_fs_get_devno(fs) != dev || !target)
+			continue;
+		if (root && (!r || strcmp(r, root)))
+			continue;
+		found = 1;
+		for (i = 0; i < n; i++)
+			if (except[i] && !strcmp(except[i], target))
+				found = 0;
+	}
+	mnt_free_iter(it);
+	mnt_unref_table(tb);
+	return rc < 0 ? rc : found;
+}
+
 bool pcsi_mount_has_option(const char *opts, const char *opt)
 {
 	size_t n = strlen(opt);

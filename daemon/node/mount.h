@@ -23,6 +23,12 @@ struct pcsi_mount_info {
  * -errno when the table cannot be read. */
 int pcsi_mount_lookup(const char *target, struct pcsi_mount_info *info);
 
+/* 1 when a mount other than those at the |n| targets in |except| shows the
+ * filesystem of device number |dev| (with |root| NULL), or, with |root|, a
+ * bind of the file |root| of that filesystem (a device node published as a
+ * block volume); 0 when none does; -errno when the table cannot be read. */
+int pcsi_mount_elsewhere(unsigned long dev, const char *root, const char *const *except, size_t n);
+
 /* True when the comma-separated |opts| contains |opt| (dax matches
  * dax=always too). */
 bool pcsi_mount_has_option(const char *opts, const char *opt);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ struct nop {
 	char target[4096];
 	char staging[4096];
 	bool block, ro, dax, ephemeral, locked;
+	bool single_writer; /* SINGLE_NODE_SINGLE_WRITER: one target at a time */
 	uint64_t size;
 	struct pcsi_params params;
 	struct pcsi_backend_req breq;
@@ -296,7 +298,7 @@ static struct nop *nop_for_capability(Csi__V1__Node_Service *svc, struct pcsi_ca
 	}
 	op->block = cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
 	op->dax = op->params.usage == PCSI_USAGE_APPDIRECT;
-	snprintf(op->fstype, sizeof(op->fstype), "%s", pcsi_cap_fstype(cap));
+	snprintf(op->fstype, sizeof(op->fstype), "%s", pcsi_volume_fstype(cap, &op->params));
 	return op;
 }
 
@@ -534,6 +536,33 @@ static void ephemeral_created(struct pcsi_backend_req *req, void *data)
 	pcsi_volrec_store(op->ns->node, op->id, &op->rec, ephemeral_rec_stored, op);
 }
 
+/* SINGLE_NODE_SINGLE_WRITER: true (after ending the call with
+ * FAILED_PRECONDITION) when the volume is published at another target. */
+static bool published_elsewhere(struct nop *op)
+{
+	const char *except[] = { op->target, op->block ? NULL : op->staging };
+	struct stat st;
+	char real[PATH_MAX];
+	int rc;
+
+	if (!op->single_writer)
+		return false;
+	if (op->block) {
+		/* A device node bound onto a file: the devtmpfs and the node's path in it. */
+		if (!realpath(op->dev, real) || strncmp(real, "/dev/", 5) || stat("/dev", &st) < 0)
+			return false;
+		rc = pcsi_mount_elsewhere((unsigned long)st.st_dev, real + 4, except, 2);
+	} else {
+		rc = pcsi_mount_elsewhere(rdev_of(op->dev), NULL, except, 2);
+	}
+	if (rc == 1)
+		nop_fail(op, PCSI_FAILED_PRECONDITION,
+			 "volume %s is published at another target and its access mode is "
+			 "SINGLE_NODE_SINGLE_WRITER",
+			 op->id);
+	return rc == 1;
+}
+
 static void publish_found(struct pcsi_backend_req *req, void *data)
 {
 	struct nop *op = data;
@@ -564,6 +593,8 @@ static void publish_found(struct pcsi_backend_req *req, void *data)
 			}
 			return;
 		}
+		if (published_elsewhere(op))
+			return;
 		rc = make_target(op);
 		if (rc < 0) {
 			nop_fail(op, PCSI_INTERNAL, "cannot create the target: %s", strerror(-rc));
@@ -581,6 +612,8 @@ static void publish_found(struct pcsi_backend_req *req, void *data)
 		publish_existing(op, &mi, smi.dev);
 		return;
 	}
+	if (published_elsewhere(op))
+		return;
 	rc = make_target(op);
 	if (rc < 0) {
 		nop_fail(op, PCSI_INTERNAL, "cannot create the target: %s", strerror(-rc));
@@ -637,6 +670,9 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 	if (!op)
 		return;
 	op->ephemeral = ephemeral;
+	op->single_writer =
+		in->volume_capability->access_mode->mode ==
+		CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_SINGLE_WRITER;
 	op->ro = in->readonly ||
 		 in->volume_capability->access_mode->mode ==
 			 CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY ||

@@ -219,6 +219,18 @@ def _():
     pt.check(not os.path.exists(regsock), "the registration socket is left behind")
 
 
+@t.test("csi.storage.k8s.io/fstype: xfs raises the size to what mkfs.xfs takes and travels in the volume "
+        "context; other values are INVALID_ARGUMENT")
+def _():
+    req = create("fstype-xfs", params={"csi.storage.k8s.io/fstype": "xfs"})
+    req.volume_capabilities[0].mount.fs_type = ""  # the capability names no filesystem
+    v = expect(on_node("Controller", "CreateVolume", req), SC.OK, "xfs").volume
+    pt.check(v.capacity_bytes >= 320 * MiB, "capacity %d" % v.capacity_bytes)
+    pt.check(v.volume_context.get("csi.storage.k8s.io/fstype") == "xfs", "context %r" % dict(v.volume_context))
+    expect(on_node("Controller", "CreateVolume", create("fstype-bad", params={"csi.storage.k8s.io/fstype": "vfat"})),
+           SC.INVALID_ARGUMENT, "vfat")
+
+
 def teardown():
     for f in (node, ctl):
         if f.peek():

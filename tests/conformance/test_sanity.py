@@ -1,0 +1,220 @@
+#!/usr/bin/python3
+"""csi-sanity (kubernetes-csi/csi-test) against pmem-csi-driver. TAP output:
+one line per spec and run, and "# run NAME: N passed, N failed, N skipped".
+
+usage: test_sanity.py node|central PATH-TO-pmem-csi-driver BACKEND VARIANT...
+
+  node     one driver -mode=node -deviceManager=BACKEND on a unix socket; that
+           socket serves Identity, Controller and Node, so it is csi-sanity's
+           only endpoint. Needs a kernel with NVDIMMs: runs in a QEMU guest
+           (tests/vm/vm-run), for lvm and direct.
+  central  a controller (-mode=controller, its Registry on 127.0.0.1 with
+           mutual TLS, -registrationGrace=0) on its unix socket, and one node
+           that registers with it over mutual TLS; csi-sanity's controller
+           endpoint is the controller's socket, its endpoint the node's socket.
+           BACKEND lvm or direct: in a guest. fake-for-testing-only: on the
+           host (a build with -Dfake-backend=true), with a second node (so a
+           cache volume can have 2 copies); that backend has no device
+           to format or mount, so the specs that stage a volume are filtered
+           out there (reported as skipped, with that reason).
+
+VARIANT: one csi-sanity run, by name, from VARIANTS: StorageClass parameters
+(--csi.testvolumeparameters), volume size, access type, and checks on the
+node's log that the parameters took effect (one TAP line each). All runs
+share one driver (and one guest boot).
+
+Environment: PCSI_CSI_SANITY (the binary; default: scripts/go-tools.sh --path
+csi-sanity), PCSI_SANITY_SEED (spec order), PCSI_SANITY_FOCUS and
+PCSI_SANITY_SKIP (ginkgo regular expressions), PCSI_SANITY_ARGS (more
+csi-sanity flags, space separated), PCSI_SANITY_GRACE (the controller's
+-registrationGrace, default 0), PCSI_KEEP_TMP=1 (keep reports and logs).
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import sanity  # noqa: E402 (also puts tests/integration on sys.path)
+
+import pcsi_test as pt  # noqa: E402
+
+MiB = sanity.MiB
+KEY = "pmem-csi.intel.com/node"
+NODE = "sanity-node"
+HERE = os.path.dirname(os.path.abspath(__file__))
+FORMAT = r"\bformatting\b.*\bvolume="
+DELETED = r"\bvolume deleted\b.*\bvolume="
+
+# name: parameters, --csi.testvolumesize, more csi-sanity flags, and log checks
+# (what, lines selected by a regex, a regex each of them must match; None: no
+# such line may appear). A check needs at least one selected line.
+VARIANTS = {
+    "default": dict(params={}, size=64 * MiB, checks=[
+        ("volumes formatted as ext4", FORMAT, r"\bfs=ext4\b"),
+        ("deleted volumes erased whole (eraseafter defaults to true)", DELETED, r"\berased=whole\b")]),
+    # The driver takes the filesystem from the volume capability, which
+    # csi-sanity leaves empty; csi.storage.k8s.io/fstype is how a StorageClass
+    # names it. 320 MiB: mkfs.xfs refuses less than 300 MB.
+    "xfs-noerase": dict(params={"csi.storage.k8s.io/fstype": "xfs", "eraseafter": "false"}, size=320 * MiB,
+                        checks=[("volumes formatted as xfs", FORMAT, r"\bfs=xfs\b"),
+                                ("deleted volumes not erased whole (eraseafter: false)", DELETED,
+                                 r"\berased=first 4 KiB\b")]),
+    "cache": dict(params={"persistencyModel": "cache", "cacheSize": "2"}, size=64 * MiB, checks=[]),
+    "cache1": dict(params={"persistencyModel": "cache", "cacheSize": "1"}, size=64 * MiB, checks=[]),
+    "block": dict(params={}, size=64 * MiB, args=["--csi.testvolumeaccesstype=block"],
+                  checks=[("raw block volumes are not formatted", FORMAT, None)]),
+}
+
+# Specs that stage a volume: the test-only backend cannot (no device node).
+NEEDS_DEVICE = [
+    r"Node Service should work",
+    r"Node Service should be idempotent",
+    r"NodeUnpublishVolume should remove target path",
+    r"NodeGetVolumeStats should fail when volume does not exist on the specified path",
+    r"single node single writer access mode is already mounted",
+]
+
+if len(sys.argv) < 5 or sys.argv[1] not in ("node", "central") or \
+        any(v not in VARIANTS for v in sys.argv[4:]):
+    sanity.bail("usage: %s node|central DRIVER BACKEND VARIANT... (variants: %s)"
+                % (sys.argv[0], ", ".join(VARIANTS)))
+MODE, DRIVER, BACKEND, RUNS = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3], sys.argv[4:]
+FAKE = BACKEND == "fake-for-testing-only"
+# central: csi-sanity's node is the first; with the test-only backend a second
+# node on the host makes cacheSize 2 possible.
+NODES = [NODE, NODE + "-2"] if MODE == "central" and FAKE else [NODE]
+CSI_SANITY = sanity.csi_sanity_path()
+WORK = pt.mkdtemp("pcsi-sanity-")
+os.chmod(WORK, 0o755)
+r = sanity.Runner()
+r.diag("csi-sanity: %s" % CSI_SANITY)
+r.diag("mode %s, backend %s, runs: %s" % (MODE, BACKEND, ", ".join(RUNS)))
+
+daemons = {}
+
+
+def start(args, name):
+    env = {"PCSI_FAKE_CAPACITY": str(4096 * MiB)} if FAKE else {}
+    os.environ.update(env)
+    try:
+        d = pt.Daemon(DRIVER, args, name=name, workdir=WORK).start(timeout=120)
+    finally:
+        for k in env:
+            os.environ.pop(k, None)
+    daemons[name] = d
+    return d
+
+
+node_sock = os.path.join(WORK, "node.sock")
+node_args = ["-mode=node", "-nodeid=" + NODE, "-endpoint=unix://" + node_sock,
+             "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(WORK, "state"), "-v=5"]
+ctl_sock = None
+try:
+    if MODE == "node":
+        start(node_args, "node")
+    else:
+        certs = os.path.join(WORK, "certs")
+        cp = subprocess.run(["sh", pt.setup_ca_path(), certs], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+        if cp.returncode:
+            raise pt.DaemonError("setup-ca.sh failed:\n" + cp.stdout)
+
+        def tls(leaf):
+            return ["-caFile=" + os.path.join(certs, "ca.crt"), "-certFile=" + os.path.join(certs, leaf + ".crt"),
+                    "-keyFile=" + os.path.join(certs, leaf + ".key")]
+        reg = pt.free_port()
+        ctl_sock = os.path.join(WORK, "controller.sock")
+        ctl = start(["-mode=controller", "-endpoint=unix://" + ctl_sock,
+                     "-registryEndpoint=tcp://127.0.0.1:%d" % reg, "-registrationGrace=" + os.environ.get("PCSI_SANITY_GRACE", "0"),
+                     "-v=5"] + tls("pmem-registry"), "controller")
+        for i, n in enumerate(NODES):
+            args = node_args if i == 0 else [
+                "-mode=node", "-nodeid=" + n, "-endpoint=unix://" + os.path.join(WORK, n + ".sock"),
+                "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(WORK, "state-" + n), "-v=5"]
+            start(args + ["-registryEndpoint=tcp://127.0.0.1:%d" % reg,
+                          "-controllerEndpoint=tcp://127.0.0.1:%d" % pt.free_port(),
+                          "-registrationInterval=5"] + tls("pmem-node-controller"), "node" if i == 0 else n)
+        # Registered once the controller reports the node's capacity.
+        csi = pt.protos().csi
+        path, _, resp = pt.rpc(csi, "Controller", "GetCapacity")
+        ch = pt.unix_channel(ctl_sock)
+        deadline = time.monotonic() + 120
+        for n in NODES:
+            while True:
+                code, details, cap = pt.call_code(ch, path, csi.GetCapacityRequest(
+                    accessible_topology=csi.Topology(segments={KEY: n})), resp, timeout=10)
+                if code == pt.grpc.StatusCode.OK and cap.available_capacity > 0:
+                    r.diag("node %s registered over mutual TLS: %d MiB" % (n, cap.available_capacity // MiB))
+                    break
+                if time.monotonic() > deadline:
+                    raise pt.DaemonError("node %s did not register within 120 s (%s %s)\n%s"
+                                         % (n, code, details, pt._tail(ctl.stderr_text())))
+                time.sleep(0.5)
+        ch.close()
+except Exception as e:
+    r.line(False, "%s/%s: driver start" % (MODE, BACKEND), why=str(e))
+    sys.exit(r.finish())
+
+extra = os.environ.get("PCSI_SANITY_ARGS", "").split()
+for k in ("FOCUS", "SKIP"):
+    if os.environ.get("PCSI_SANITY_" + k):
+        extra.append("--ginkgo.%s=%s" % (k.lower(), os.environ["PCSI_SANITY_" + k]))
+filtered = None
+if FAKE:
+    extra.append("--ginkgo.skip=" + "|".join(NEEDS_DEVICE))
+    filtered = "stages a volume: the test-only backend has no device to format and mount"
+
+
+def log_check(name, what, lines, select, require):
+    chosen = [l for l in lines if re.search(select, l)]
+    if require is None:
+        ok, why = not chosen, "%d lines match /%s/, e.g.\n%s" % (len(chosen), select, "\n".join(chosen[:3]))
+    else:
+        bad = [l for l in chosen if not re.search(require, l)]
+        ok = chosen and not bad
+        why = "%d of %d lines /%s/ lack /%s/, e.g.\n%s" % (len(bad), len(chosen), select, require,
+                                                          "\n".join(bad[:3])) if chosen else \
+            "no line matches /%s/ in the node's log" % select
+    r.line(ok, "%s: %s" % (name, what), why=None if ok else why)
+
+
+for run in RUNS:
+    v = VARIANTS[run]
+    name = "%s/%s/%s" % (MODE, BACKEND, run)
+    d = os.path.join(WORK, run)
+    os.makedirs(d)
+    args = ["--csi.endpoint=unix://" + node_sock,
+            "--csi.stagingdir=" + os.path.join(d, "staging"),
+            "--csi.mountdir=" + os.path.join(d, "mount"),
+            "--csi.createmountpathcmd=" + os.path.join(HERE, "mkpath.sh"),
+            "--csi.createstagingpathcmd=" + os.path.join(HERE, "mkpath.sh"),
+            "--csi.checkpathcmd=" + os.path.join(HERE, "checkpath.sh"),
+            "--csi.testvolumesize=%d" % v["size"]] + v.get("args", [])
+    if ctl_sock:
+        args.append("--csi.controllerendpoint=unix://" + ctl_sock)
+    if v["params"]:
+        args.append("--csi.testvolumeparameters=" +
+                    sanity.write_params(os.path.join(d, "params.yaml"), v["params"]))
+        r.diag("run %s: parameters %s" % (name, v["params"]))
+    log_start = len(daemons["node"].stderr_text())
+    r.run(name, CSI_SANITY, args + extra, d, filtered_reason=filtered)
+    lines = daemons["node"].stderr_text()[log_start:].splitlines()
+    for what, select, require in v["checks"]:
+        if not FAKE:
+            log_check(name, what, lines, select, require)
+    with open("/proc/self/mountinfo") as f:
+        left = [l.split()[4] for l in f if l.split()[4].startswith(d + "/")]
+    if left:
+        r.diag("run %s: mounts left behind under %s: %s" % (name, d, " ".join(left)))
+    down = [n for n, dm in daemons.items() if not dm.running()]
+    if down:
+        r.line(False, "%s: %s still running" % (name, ", ".join(down)),
+               why="\n".join(pt._tail(daemons[n].stderr_text()) for n in down))
+        sys.exit(r.finish())
+
+for n in reversed(list(daemons)):
+    rc = daemons[n].stop(timeout=30)
+    r.line(rc == 0, "%s/%s: %s exits 0 on SIGTERM" % (MODE, BACKEND, n),
+           why=None if rc == 0 else "exit %s\n%s" % (rc, pt._tail(daemons[n].stderr_text())))
+sys.exit(r.finish())

@@ -1,0 +1,324 @@
+#!/usr/bin/python3
+"""A Kubernetes test cluster on this machine, built from source, nothing pulled.
+
+Control plane on the host (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler: one multi-call binary built by scripts/go-tools.sh from
+k8s.io/kubernetes), inside a network namespace of its own with a bridge;
+two nodes, node-x and node-y, each a QEMU guest with emulated NVDIMMs
+(tests/vm/vm-run) on a tap of that bridge, running containerd + runc
+(Debian), CNI bridge (Debian's plugins), kubelet and kube-proxy
+(tests/k8s/node.sh). Images come from tests/k8s/images.py.
+
+    cluster = Cluster(workdir, driver=PATH)
+    cluster.up()            # nodes Ready, CoreDNS running
+    cluster.kubectl("get", "nodes")
+    cluster.down()          # everything stopped, the namespace removed
+
+usage (by hand): cluster.py up WORKDIR DRIVER | down WORKDIR
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import images  # noqa: E402
+
+BRIDGE_IP = "10.250.0.1"
+NODES = {"node-x": ("10.250.0.11", "10.244.1.0/24"), "node-y": ("10.250.0.12", "10.244.2.0/24")}
+SERVICE_CIDR = "10.96.0.0/16"
+API_IP = "10.96.0.1"
+DNS_IP = "10.96.0.10"
+CLUSTER_CIDR = "10.244.0.0/16"
+PAUSE = "registry.k8s.io/pause:3.10"
+
+
+def log(msg):
+    sys.stderr.write("cluster: %s %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+def go_tool(name):
+    """The binary of a pinned Go tool (scripts/go-tools.sh), or the one named
+    by PCSI_TOOL_<NAME> (e.g. PCSI_TOOL_KUBE) in the environment."""
+    own = os.environ.get("PCSI_TOOL_" + name.upper().replace("-", "_"))
+    if own:
+        return own
+    r = subprocess.run([os.path.join(TOP, "scripts", "go-tools.sh"), "--path", name],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("%s is not built: run scripts/go-tools.sh (%s)" % (name, r.stderr.strip()))
+    return r.stdout.strip()
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.PIPE)
+
+
+class Cluster:
+    def __init__(self, workdir, driver, guest_mem="3G", timeout=3600):
+        self.work = os.path.abspath(workdir)
+        self.driver = driver
+        self.ns = "pcsi-k8s-%d" % os.getpid()
+        self.procs = {}
+        self.guests = {}
+        self.guest_mem = guest_mem
+        self.timeout = timeout
+        self.kube = go_tool("kube")
+        self.pki = os.path.join(self.work, "pki")
+
+    # ---- plumbing --------------------------------------------------------
+
+    def nsexec(self):
+        return ["ip", "netns", "exec", self.ns]
+
+    def run(self, *cmd, check=True, timeout=120, input=None):
+        return subprocess.run(self.nsexec() + list(cmd), check=check, timeout=timeout, input=input,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def kubectl(self, *args, check=True, timeout=120, input=None):
+        r = self.run(self.kube, "kubectl", "--kubeconfig", os.path.join(self.work, "admin.kubeconfig"),
+                     *args, check=False, timeout=timeout, input=input)
+        if check and r.returncode != 0:
+            raise RuntimeError("kubectl %s: %s%s" % (" ".join(args), r.stdout, r.stderr))
+        return r
+
+    def kubectl_json(self, *args):
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def start(self, name, cmd):
+        out = open(os.path.join(self.work, name + ".log"), "w")
+        self.procs[name] = subprocess.Popen(self.nsexec() + cmd, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+
+    # ---- certificates ------------------------------------------------------
+
+    def cert(self, name, cn, org=None, sans=None):
+        p = self.pki
+        subj = "/CN=%s" % cn + ("/O=%s" % org if org else "")
+        openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", name + ".key", cwd=p)
+        openssl("req", "-new", "-key", name + ".key", "-subj", subj, "-out", name + ".csr", cwd=p)
+        ext = os.path.join(p, name + ".ext")
+        with open(ext, "w") as f:
+            f.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                    "extendedKeyUsage=serverAuth,clientAuth\n")
+            if sans:
+                f.write("subjectAltName=%s\n" % ",".join(sans))
+        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                "-days", "30", "-extfile", ext, "-out", name + ".crt", cwd=p)
+
+    def kubeconfig(self, name, cert):
+        cfg = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "pcsi", "cluster": {"server": "https://%s:6443" % BRIDGE_IP,
+                                                     "certificate-authority": os.path.join(self.pki, "ca.crt")}}],
+            "users": [{"name": name, "user": {"client-certificate": os.path.join(self.pki, cert + ".crt"),
+                                               "client-key": os.path.join(self.pki, cert + ".key")}}],
+            "contexts": [{"name": "pcsi", "context": {"cluster": "pcsi", "user": name}}],
+            "current-context": "pcsi",
+        }
+        with open(os.path.join(self.work, name + ".kubeconfig"), "w") as f:
+            json.dump(cfg, f)
+
+    def make_pki(self):
+        os.makedirs(self.pki, exist_ok=True)
+        p = self.pki
+        openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key", cwd=p)
+        openssl("req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=pcsi-test-cluster-ca", "-days", "30",
+                "-out", "ca.crt", cwd=p)
+        self.cert("apiserver", "kube-apiserver",
+                  sans=["IP:" + BRIDGE_IP, "IP:" + API_IP, "IP:127.0.0.1", "DNS:kubernetes",
+                        "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
+                        "DNS:kubernetes.default.svc.cluster.local"])
+        self.cert("admin", "admin", "system:masters")
+        self.cert("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
+        self.cert("controller-manager", "system:kube-controller-manager")
+        self.cert("scheduler", "system:kube-scheduler")
+        self.cert("kube-proxy", "system:kube-proxy")
+        for n in NODES:
+            self.cert(n, "system:node:" + n, "system:nodes")
+        openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key", cwd=p)
+        openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=p)
+        for name, cert in (("admin", "admin"), ("controller-manager", "controller-manager"),
+                           ("scheduler", "scheduler"), ("kube-proxy", "kube-proxy")):
+            self.kubeconfig(name, cert)
+        for n in NODES:
+            self.kubeconfig(n, n)
+
+    # ---- network ------------------------------------------------------------
+
+    def make_net(self):
+        sh = lambda *a: subprocess.run(list(a), check=True)  # noqa: E731
+        sh("ip", "netns", "add", self.ns)
+        sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+        sh("ip", "-n", self.ns, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", self.ns, "addr", "add", BRIDGE_IP + "/24", "dev", "br0")
+        sh("ip", "-n", self.ns, "link", "set", "br0", "up")
+        for n, (ip, cidr) in NODES.items():
+            tap = "tap-" + n[-1]
+            sh("ip", "-n", self.ns, "tuntap", "add", "dev", tap, "mode", "tap")
+            sh("ip", "-n", self.ns, "link", "set", tap, "master", "br0")
+            sh("ip", "-n", self.ns, "link", "set", tap, "up")
+            sh("ip", "-n", self.ns, "route", "add", cidr, "via", ip)
+
+    # ---- control plane ----------------------------------------------------
+
+    def start_control_plane(self):
+        p = self.pki
+        self.start("etcd", [self.kube, "etcd", "--data-dir", os.path.join(self.work, "etcd"),
+                            "--listen-client-urls", "http://127.0.0.1:2379",
+                            "--advertise-client-urls", "http://127.0.0.1:2379",
+                            "--listen-peer-urls", "http://127.0.0.1:2380",
+                            "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+                            "--initial-cluster", "default=http://127.0.0.1:2380",
+                            "--quota-backend-bytes", str(1 << 30), "--log-level", "warn"])
+        self.start("kube-apiserver", [
+            self.kube, "kube-apiserver", "--etcd-servers=http://127.0.0.1:2379",
+            "--bind-address=" + BRIDGE_IP, "--advertise-address=" + BRIDGE_IP, "--secure-port=6443",
+            "--service-cluster-ip-range=" + SERVICE_CIDR, "--allow-privileged=true",
+            "--client-ca-file=%s/ca.crt" % p,
+            "--tls-cert-file=%s/apiserver.crt" % p, "--tls-private-key-file=%s/apiserver.key" % p,
+            "--kubelet-client-certificate=%s/apiserver-kubelet-client.crt" % p,
+            "--kubelet-client-key=%s/apiserver-kubelet-client.key" % p,
+            "--service-account-key-file=%s/sa.pub" % p, "--service-account-signing-key-file=%s/sa.key" % p,
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--profiling=false", "--v=1"])
+        self.wait(lambda: self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0, 180,
+                  "kube-apiserver ready")
+        self.start("kube-controller-manager", [
+            self.kube, "kube-controller-manager",
+            "--kubeconfig=%s/controller-manager.kubeconfig" % self.work,
+            "--service-account-private-key-file=%s/sa.key" % p, "--root-ca-file=%s/ca.crt" % p,
+            "--use-service-account-credentials=true", "--leader-elect=false",
+            "--service-cluster-ip-range=" + SERVICE_CIDR, "--profiling=false", "--v=1"])
+        self.start("kube-scheduler", [
+            self.kube, "kube-scheduler", "--kubeconfig=%s/scheduler.kubeconfig" % self.work,
+            "--leader-elect=false", "--profiling=false", "--v=1"])
+
+    def wait(self, cond, timeout, what, interval=1.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if cond():
+                    return
+            except Exception:
+                pass
+            for name, pr in self.procs.items():
+                if pr.poll() is not None:
+                    raise RuntimeError("%s exited (%s) while waiting for %s:\n%s"
+                                       % (name, pr.returncode, what, self.tail(name + ".log")))
+            time.sleep(interval)
+        raise RuntimeError("timed out after %d s waiting for %s" % (timeout, what))
+
+    def tail(self, name, n=30):
+        try:
+            return "".join(open(os.path.join(self.work, name)).readlines()[-n:])
+        except OSError:
+            return "(no %s)" % name
+
+    # ---- nodes -----------------------------------------------------------------
+
+    def start_nodes(self, image_tars):
+        env = {
+            "KUBE": self.kube, "PAUSE_IMAGE": PAUSE, "DNS_IP": DNS_IP, "CLUSTER_CIDR": CLUSTER_CIDR,
+            "IMAGES": " ".join(image_tars),
+            "POD_ROUTES": " ".join("%s@%s" % (c, ip) for ip, c in NODES.values()),
+        }
+        for n, (ip, cidr) in NODES.items():
+            env["POD_CIDR_" + n.replace("-", "_")] = cidr
+        with open(os.path.join(self.work, "cluster.env"), "w") as f:
+            for k, v in env.items():
+                f.write("%s='%s'\n" % (k, v))
+        for n, (ip, cidr) in NODES.items():
+            cmd = self.nsexec() + [
+                os.path.join(TOP, "tests", "vm", "vm-run"), "--name=" + n, "--nvdimms=1", "--nvdimm-size=2G",
+                "--mem=" + self.guest_mem, "--cpus=2", "--timeout=%d" % self.timeout,
+                "--tap=tap-%s,%s/24,%s" % (n[-1], ip, BRIDGE_IP), "--rw-dir=" + self.work,
+                "--console=" + os.path.join(self.work, n + ".console.log"),
+                os.path.join(HERE, "node.sh"), n, self.work]
+            out = open(os.path.join(self.work, n + ".vm-run.log"), "w")
+            self.guests[n] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def nodes_ready(self):
+        nodes = self.kubectl_json("get", "nodes")["items"]
+        ready = [n["metadata"]["name"] for n in nodes
+                 if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])]
+        return sorted(ready) == sorted(NODES)
+
+    def wait_nodes(self, timeout=600):
+        def cond():
+            for n, g in self.guests.items():
+                if g.poll() is not None or os.path.exists(os.path.join(self.work, n + ".failed")):
+                    raise RuntimeError("guest %s stopped:\n%s\n%s" % (n, self.tail(n + ".log"),
+                                                                     self.tail(n + ".vm-run.log")))
+            return self.nodes_ready()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return
+            time.sleep(2)
+        raise RuntimeError("nodes not Ready after %d s:\n%s\n%s" % (timeout, self.tail("node-x.kubelet.log"),
+                                                                   self.tail("node-y.kubelet.log")))
+
+    # ---- the whole thing --------------------------------------------------------
+
+    def up(self, image_dir):
+        t0 = time.monotonic()
+        os.makedirs(self.work, exist_ok=True)
+        tools = {t: go_tool(t) for t in ("csi-provisioner", "coredns")}
+        tars = images.build_all(image_dir, self.driver, tools)
+        log("images built (%.0f s)" % (time.monotonic() - t0))
+        self.make_pki()
+        self.make_net()
+        self.start_control_plane()
+        log("control plane up (%.0f s)" % (time.monotonic() - t0))
+        self.start_nodes(sorted(tars.values()))
+        self.wait_nodes()
+        log("nodes Ready (%.0f s)" % (time.monotonic() - t0))
+        self.kubectl("apply", "-f", os.path.join(HERE, "coredns.yaml"))
+        self.wait(lambda: self.kubectl_json("-n", "kube-system", "get", "deployment", "coredns")
+                  ["status"].get("readyReplicas", 0) >= 1, 300, "CoreDNS ready", 2)
+        log("CoreDNS ready (%.0f s)" % (time.monotonic() - t0))
+        return time.monotonic() - t0
+
+    def down(self):
+        for n in self.guests:
+            open(os.path.join(self.work, n + ".stop"), "w").close()
+        deadline = time.monotonic() + 60
+        for n, g in self.guests.items():
+            try:
+                g.wait(max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(g.pid, signal.SIGTERM)
+                g.wait(30)
+        for name in reversed(list(self.procs)):
+            pr = self.procs[name]
+            if pr.poll() is None:
+                os.killpg(pr.pid, signal.SIGTERM)
+                try:
+                    pr.wait(20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(pr.pid, signal.SIGKILL)
+                    pr.wait()
+        subprocess.run(["ip", "netns", "del", self.ns], check=False)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "up":
+        c = Cluster(sys.argv[2], sys.argv[3])
+        try:
+            c.up(os.path.join(sys.argv[2], "images"))
+            print(c.kubectl("get", "nodes", "-o", "wide").stdout)
+            input("cluster is up; press Enter to tear it down ")
+        finally:
+            c.down()
+    else:
+        sys.exit(__doc__)

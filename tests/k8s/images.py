@@ -1,0 +1,255 @@
+#!/usr/bin/python3
+"""Container images for the test cluster, built here, nothing pulled.
+
+Each image is one gzip layer of files copied from this machine (a binary, the
+shared libraries `ldd` names for it, the dynamic loader), written as an OCI
+image layout tarball that `ctr -n k8s.io images import` takes. The driver
+image holds what manifests/Containerfile installs: pmem-csi-driver and the
+tools it runs (mkfs.ext4, mkfs.xfs, lvm2, mount, umount, blkid, wipefs,
+shred, dd) from Debian 12, the same packages.
+
+usage: images.py OUTDIR NAME=SPEC...   (see build_all() for the specs)
+Tarballs are cached in OUTDIR by the hash of their content.
+"""
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+
+LOADER = "/lib64/ld-linux-x86-64.so.2"
+
+
+def ldd(path):
+    """The shared libraries of an ELF file, resolved ([] for a static one)."""
+    r = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if "not a dynamic executable" in r.stdout or "statically linked" in r.stdout:
+        return []
+    if r.returncode != 0:
+        raise RuntimeError("ldd %s: %s" % (path, r.stdout))
+    if "not found" in r.stdout:
+        raise RuntimeError("ldd %s: unresolved: %s" % (path, r.stdout))
+    libs = re.findall(r"=> (/\S+)", r.stdout)
+    libs += re.findall(r"^\s*(/\S+)", r.stdout, re.M)
+    return sorted(set(libs))
+
+
+def norm(path):
+    """Where |path| lives on a merged-/usr Debian: its directory resolved."""
+    path = os.path.abspath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path)).lstrip("/")
+
+
+class Rootfs:
+    """Files for one layer, laid out like Debian 12 (merged /usr: bin, sbin,
+    lib, lib64 are links into usr/): image path -> (host path or bytes, mode),
+    or a symlink target."""
+
+    def __init__(self):
+        self.files = {}
+        self.links = {"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/lib64"}
+        self.dirs = set(["tmp", "dev", "proc", "sys", "etc", "run", "var", "var/tmp", "usr/bin",
+                         "usr/sbin", "usr/lib", "usr/lib64"])
+
+    def add_file(self, host, dest=None, mode=None):
+        dest = norm(dest or host)
+        st = os.stat(host)
+        self.files[dest] = (host, mode if mode is not None else (st.st_mode & 0o7777))
+        return dest
+
+    def _add_real(self, path):
+        """|path| and, when it is a symlink, the file it names (linked)."""
+        real = os.path.realpath(path)
+        self.add_file(real)
+        if norm(path) != norm(real):
+            self.links[norm(path)] = "/" + norm(real)
+        return real
+
+    def add_binary(self, host, dest=None):
+        """A program with its libraries and the loader; at |dest| when given,
+        else where it is here (a link, like lvcreate -> lvm, stays a link)."""
+        real = os.path.realpath(host)
+        if dest:
+            self.add_file(real, dest)
+        else:
+            self._add_real(host)
+        libs = ldd(real)
+        for lib in libs:
+            self._add_real(lib)
+        if libs and os.path.exists(LOADER):
+            self._add_real(LOADER)
+
+    def add_link(self, dest, target):
+        self.links[norm(dest)] = target
+
+    def add_text(self, dest, text, mode=0o644):
+        self.files[dest.lstrip("/")] = (text.encode(), mode)
+
+    def tar(self):
+        """A deterministic tar of the rootfs (mtime 0, root-owned, sorted)."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+            dirs = set(self.dirs)
+            for p in list(self.files) + list(self.links):
+                d = os.path.dirname(p)
+                while d:
+                    dirs.add(d)
+                    d = os.path.dirname(d)
+            dirs -= set(self.links)
+            for d in sorted(dirs):
+                ti = tarfile.TarInfo(d)
+                ti.type = tarfile.DIRTYPE
+                ti.mode = 0o1777 if d in ("tmp", "var/tmp") else 0o755
+                t.addfile(ti)
+            for p in sorted(self.links):
+                if p in self.files:
+                    continue
+                ti = tarfile.TarInfo(p)
+                ti.type = tarfile.SYMTYPE
+                ti.linkname = self.links[p]
+                ti.mode = 0o777
+                t.addfile(ti)
+            for p in sorted(self.files):
+                src, mode = self.files[p]
+                data = src if isinstance(src, bytes) else open(src, "rb").read()
+                ti = tarfile.TarInfo(p)
+                ti.size = len(data)
+                ti.mode = mode
+                t.addfile(ti, io.BytesIO(data))
+        return buf.getvalue()
+
+
+def oci_tarball(rootfs, ref, entrypoint, cmd=None, env=None):
+    """An OCI image layout (as a tar) holding one image named |ref|."""
+    layer = rootfs.tar()
+    gz = gzip.compress(layer, mtime=0)
+    blobs = {}
+
+    def blob(data):
+        d = hashlib.sha256(data).hexdigest()
+        blobs[d] = data
+        return "sha256:" + d
+
+    config = {
+        "architecture": "amd64", "os": "linux",
+        "config": {"Entrypoint": entrypoint, "Cmd": cmd or [],
+                   "Env": (env or []) + ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                   "WorkingDir": "/"},
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
+        "history": [{"created_by": "tests/k8s/images.py"}],
+    }
+    cdata = json.dumps(config, sort_keys=True).encode()
+    manifest = {
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": blob(cdata),
+                   "size": len(cdata)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": blob(gz),
+                    "size": len(gz)}],
+    }
+    mdata = json.dumps(manifest, sort_keys=True).encode()
+    mdigest = blob(mdata)
+    index = {"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": mdigest, "size": len(mdata),
+        "annotations": {"io.containerd.image.name": ref, "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[1]},
+    }]}
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as t:
+        def add(name, data):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            ti.mode = 0o644
+            t.addfile(ti, io.BytesIO(data))
+        add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
+        add("index.json", json.dumps(index, sort_keys=True).encode())
+        for d in sorted(blobs):
+            add("blobs/sha256/" + d, blobs[d])
+    return out.getvalue()
+
+
+def driver_rootfs(driver):
+    r = Rootfs()
+    r.add_binary(driver, "/usr/local/bin/pmem-csi-driver")
+    for tool in ("/sbin/mkfs.ext4", "/sbin/mke2fs", "/sbin/mkfs.xfs", "/bin/mount", "/bin/umount",
+                 "/sbin/blkid", "/sbin/wipefs", "/usr/bin/shred", "/bin/dd", "/bin/sh", "/sbin/lvm",
+                 "/usr/bin/ndctl", "/sbin/resize2fs", "/usr/sbin/xfs_growfs", "/sbin/fsfreeze"):
+        if os.path.exists(tool):
+            r.add_binary(tool)
+    for t in ("lvcreate", "lvremove", "lvs", "vgs", "pvs", "vgcreate", "vgextend", "pvcreate",
+              "lvextend", "vgremove", "pvremove"):
+        r.add_link("/usr/sbin/" + t, "lvm")
+    for f in ("/etc/mke2fs.conf", "/etc/lvm/lvm.conf"):
+        if os.path.exists(f):
+            r.add_file(f)
+    r.add_text("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n")
+    r.add_text("/etc/group", "root:x:0:\n")
+    return r
+
+
+def static_rootfs(binary, dest):
+    r = Rootfs()
+    r.add_binary(binary, dest)
+    r.add_text("/etc/passwd", "root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n")
+    r.add_text("/etc/group", "root:x:0:\nnobody:x:65534:\n")
+    return r
+
+
+def busybox_rootfs():
+    r = static_rootfs("/bin/busybox", "/bin/busybox")
+    out = subprocess.run(["/bin/busybox", "--list"], stdout=subprocess.PIPE, text=True, check=True).stdout
+    for applet in out.split():
+        if applet != "busybox":
+            r.add_link("/usr/bin/" + applet, "busybox")
+    return r
+
+
+def write(outdir, name, data):
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, name + ".tar")
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return path
+
+
+def build_pause(outdir):
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pause.c")
+    exe = os.path.join(outdir, "pause")
+    subprocess.run(["cc", "-static", "-O2", "-o", exe, src], check=True)
+    return exe
+
+
+def build_all(outdir, driver, tools):
+    """The images the cluster and its tests use; |tools| maps a Go tool name
+    to its binary (scripts/go-tools.sh). Returns {ref: tarball path}."""
+    os.makedirs(outdir, exist_ok=True)
+    imgs = {
+        "docker.io/library/pmem-csi-driver:0.1.0":
+            (driver_rootfs(driver), ["/usr/local/bin/pmem-csi-driver"], None),
+        "registry.k8s.io/pause:3.10":
+            (static_rootfs(build_pause(outdir), "/pause"), ["/pause"], None),
+        "docker.io/library/busybox:1.36":
+            (busybox_rootfs(), [], ["sh"]),
+        "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0":
+            (static_rootfs(tools["csi-provisioner"], "/csi-provisioner"), ["/csi-provisioner"], None),
+        "registry.k8s.io/coredns/coredns:pcsi":
+            (static_rootfs(tools["coredns"], "/coredns"), ["/coredns"], None),
+    }
+    out = {}
+    for ref, (rootfs, ep, cmd) in imgs.items():
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", ref)
+        out[ref] = write(outdir, name, oci_tarball(rootfs, ref, ep, cmd))
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    tools = dict(a.split("=", 1) for a in sys.argv[3:])
+    for ref, path in build_all(sys.argv[1], sys.argv[2], tools).items():
+        print(ref, path, os.path.getsize(path))

@@ -1,0 +1,128 @@
+#!/bin/bash
+# node.sh: a Kubernetes node inside a QEMU guest (tests/vm/vm-run, with --tap
+# networking and emulated NVDIMMs): containerd + runc, CNI bridge, kubelet
+# and kube-proxy, until the host asks it to stop.
+#
+# usage: node.sh NAME WORKDIR
+# WORKDIR (shared read-write with the host) holds cluster.env (written by
+# tests/k8s/cluster.py: the kube binary, the images, the addresses), the
+# node's kubeconfigs, and receives this node's logs; the host creates
+# WORKDIR/NAME.stop to end the node.
+set -u
+name=$1 work=$2
+# shellcheck disable=SC1091
+. "$work/cluster.env"
+log=$work/$name.log
+exec >>"$log" 2>&1
+echo "node.sh: $name starting at $(date +%T)"
+eval "pod_cidr=\$POD_CIDR_${name//-/_}"
+
+step() { echo "node.sh: $(date +%T) $*"; }
+fail() { echo "node.sh: FAILED: $*"; touch "$work/$name.failed"; exit 1; }
+
+hostname "$name"
+echo "127.0.0.1 localhost $name" >/etc/hosts
+echo "nameserver 127.0.0.1" >/etc/resolv.conf   # nothing outside: no upstream DNS
+echo "$name" >/etc/hostname
+# Routes to the other nodes' pods.
+for r in $POD_ROUTES; do
+	[ "${r%%@*}" = "$pod_cidr" ] || ip route add "${r%%@*}" via "${r#*@}"
+done
+
+# cgroup v2, mount propagation for the driver's Bidirectional mounts, and
+# tmpfs where overlayfs cannot be (containerd's snapshots) or kubelet writes.
+mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
+mount --make-rshared /
+for d in /var/lib/containerd /var/lib/kubelet /var/log/pods /var/lib/pmem-csi.intel.com /etc/cni/net.d /opt/cni; do
+	mkdir -p "$d" && mount -t tmpfs -o mode=0755 tmpfs "$d"
+done
+mkdir -p /run/containerd /etc/containerd /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins
+modprobe -a loop overlay br_netfilter veth bridge nf_conntrack iptable_nat iptable_filter xt_MASQUERADE \
+	xt_comment xt_mark xt_conntrack nf_nat ip_tables 2>&1 | grep -v "not found" || true
+sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+ln -s /usr/lib/cni /opt/cni/bin
+
+cat >/etc/cni/net.d/10-pcsi.conflist <<CNI
+{"cniVersion": "1.0.0", "name": "pcsi", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$pod_cidr"}]],
+            "routes": [{"dst": "0.0.0.0/0"}]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}},
+  {"type": "loopback"}]}
+CNI
+cat >/etc/containerd/config.toml <<TOML
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/etc/cni/net.d"
+TOML
+
+step "containerd"
+containerd --config /etc/containerd/config.toml >"$work/$name.containerd.log" 2>&1 &
+for _ in $(seq 100); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done
+[ -S /run/containerd/containerd.sock ] || fail "containerd did not start"
+step "importing images"
+for img in $IMAGES; do
+	ctr -n k8s.io images import --no-unpack=false "$img" >/dev/null || fail "import $img"
+done
+
+cat >/var/lib/kubelet/config.yaml <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: "$work/pki/ca.crt"}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+clusterDNS: ["$DNS_IP"]
+clusterDomain: cluster.local
+failSwapOn: false
+resolvConf: /etc/resolv.conf
+evictionHard: {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+localStorageCapacityIsolation: false
+serializeImagePulls: false
+registerNode: true
+maxPods: 30
+syncFrequency: 10s
+fileCheckFrequency: 10s
+nodeStatusUpdateFrequency: 10s
+YAML
+step "kubelet"
+"$KUBE" kubelet --config=/var/lib/kubelet/config.yaml --kubeconfig="$work/$name.kubeconfig" \
+	--hostname-override="$name" --node-ip="$VM_GUEST_ADDR" --v=2 \
+	>"$work/$name.kubelet.log" 2>&1 &
+kubelet=$!
+step "kube-proxy"
+"$KUBE" kube-proxy --kubeconfig="$work/kube-proxy.kubeconfig" --hostname-override="$name" \
+	--proxy-mode=iptables --cluster-cidr="$CLUSTER_CIDR" --v=2 \
+	>"$work/$name.kube-proxy.log" 2>&1 &
+touch "$work/$name.started"
+step "running"
+while [ ! -e "$work/$name.stop" ]; do
+	kill -0 $kubelet 2>/dev/null || fail "kubelet exited"
+	sleep 1
+done
+step "stopping"
+kill $kubelet 2>/dev/null
+wait $kubelet 2>/dev/null
+pkill kube-proxy
+# Containers first, then containerd.
+for c in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks kill -s KILL "$c" >/dev/null 2>&1; done
+pkill containerd
+step "stopped"
+exit 0

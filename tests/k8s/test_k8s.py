@@ -1,0 +1,388 @@
+#!/usr/bin/python3
+"""The shipped manifests on a real Kubernetes cluster built from source
+(tests/k8s/cluster.py): kubelet, the external-provisioner, the API server and
+the driver together, driven through PVCs and pods. TAP output, one test per
+step; each scenario uses the cluster as the previous one left it.
+
+usage: test_k8s.py PATH-TO-pmem-csi-driver (the shipped build)
+Environment: PCSI_K8S_WORK (keep the work directory there), PCSI_CACHE.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(TOP, "tests", "integration"))
+sys.path.insert(0, HERE)
+# One step can take minutes under software emulation (the cluster's start
+# ~2-4 min, a rollout, a volume formatted in a guest).
+os.environ.setdefault("PCSI_TEST_TIMEOUT", "1200")
+import cluster as kc  # noqa: E402
+import pcsi_test as pt  # noqa: E402
+
+DRIVER = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else sys.exit(__doc__)
+WORK = os.environ.get("PCSI_K8S_WORK") or tempfile.mkdtemp(prefix="pcsi-k8s-")
+NS = "pmem-csi"
+DRV = "pmem-csi.intel.com"
+t = pt.TAP()
+timings = {}
+
+
+def _up():
+    c = kc.Cluster(WORK, DRIVER)
+    try:
+        timings["cluster start"] = c.up(os.path.join(WORK, "images"))
+    except Exception:
+        c.down()
+        raise
+    return c
+
+
+cl = pt.Lazy(_up, "cluster")
+
+
+def k(*args, **kw):
+    return cl.get().kubectl(*args, **kw)
+
+
+def kj(*args):
+    return cl.get().kubectl_json(*args)
+
+
+def wait(cond, timeout, what, interval=2):
+    cl.get().wait(cond, timeout, what, interval)
+
+
+def manifests(*p):
+    return os.path.join(TOP, "manifests", *p)
+
+
+def rollout(kind, name, timeout=600):
+    k("-n", NS, "rollout", "status", "%s/%s" % (kind, name), "--timeout=%ds" % timeout, timeout=timeout + 30)
+
+
+def driver_pod(node):
+    pods = kj("-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=pmem-csi-node",
+              "--field-selector", "spec.nodeName=" + node)["items"]
+    pt.check(len(pods) == 1, "driver pods on %s: %r" % (node, [p["metadata"]["name"] for p in pods]))
+    return pods[0]["metadata"]["name"]
+
+
+def node_exec(node, *cmd):
+    return k("-n", NS, "exec", driver_pod(node), "-c", "pmem-driver", "--", *cmd).stdout
+
+
+def logical_volumes(node):
+    """The LVs on |node|, read with lvs in the driver's container."""
+    out = node_exec(node, "lvs", "--noheadings", "-o", "lv_name")
+    return sorted(out.split())
+
+
+def pod_yaml(name, node, claim=None, cmd="sleep 100000", inline=None, block=False):
+    vol = ({"name": "data", "persistentVolumeClaim": {"claimName": claim}} if claim else
+           {"name": "data", "csi": {"driver": DRV, "fsType": "ext4", "volumeAttributes": inline}})
+    mount = ({"volumeDevices": [{"name": "data", "devicePath": "/dev/pmem-data"}]} if block else
+             {"volumeMounts": [{"name": "data", "mountPath": "/data"}]})
+    spec = {"containers": [dict({"name": "app", "image": "docker.io/library/busybox:1.36",
+                                 "imagePullPolicy": "Never", "command": ["sh", "-c", cmd]}, **mount)],
+            "volumes": [vol], "terminationGracePeriodSeconds": 2}
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+
+
+def pvc_yaml(name, sc, size, mode="ReadWriteOnce", block=False):
+    spec = {"accessModes": [mode], "resources": {"requests": {"storage": size}}, "storageClassName": sc}
+    if block:
+        spec["volumeMode"] = "Block"
+    return json.dumps({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+                       "spec": spec})
+
+
+def pod_phase(name):
+    return kj("get", "pod", name)["status"].get("phase")
+
+
+def wait_pod_running(name, timeout=600):
+    def cond():
+        ph = pod_phase(name)
+        if ph == "Failed":
+            raise pt.TestFailure("pod %s failed: %s" % (name, k("describe", "pod", name).stdout[-2000:]))
+        return ph == "Running"
+    try:
+        wait(cond, timeout, "pod %s running" % name)
+    except RuntimeError as e:
+        raise pt.TestFailure("%s\n%s" % (e, k("describe", "pod", name, check=False).stdout[-3000:]))
+
+
+def wait_gone(*args, timeout=300):
+    wait(lambda: k("get", *args, check=False).returncode != 0 or not k("get", *args, "-o", "name",
+                                                                          check=False).stdout.strip(),
+         timeout, "%s gone" % " ".join(args))
+
+
+def logs_until(name, pattern, timeout=120):
+    found = {}
+
+    def cond():
+        out = k("logs", name, check=False).stdout
+        m = re.search(pattern, out, re.M)
+        if m:
+            found["out"] = out
+        return bool(m)
+    wait(cond, timeout, "%r in the logs of %s" % (pattern, name))
+    return found["out"]
+
+
+def timed(name):
+    def deco(fn):
+        def run():
+            t0 = time.monotonic()
+            try:
+                fn()
+            finally:
+                timings[name] = time.monotonic() - t0
+        return run
+    return deco
+
+
+# ---------------------------------------------------------------------------- cluster
+
+@t.test("cluster: etcd, API server, controller-manager, scheduler on the host; node-x and node-y Ready in "
+        "PMEM guests (kubelet, containerd, runc, CNI, kube-proxy); CoreDNS ready")
+def _():
+    c = cl.get()
+    nodes = kj("get", "nodes")["items"]
+    pt.check(sorted(n["metadata"]["name"] for n in nodes) == ["node-x", "node-y"], "nodes %r" % nodes)
+    v = kj("version")
+    t.diag("Kubernetes %s, cluster up in %.0f s" % (v["serverVersion"]["gitVersion"], timings["cluster start"]))
+    pt.check(c.kube, "no kube binary")
+
+
+# ---------------------------------------------------------------------------- central mode
+
+@t.test("central: Secrets from make-secrets.sh, `kubectl apply -k manifests/central` unchanged, nodes labelled "
+        "storage=nvdimm: controller and node pods become ready")
+@timed("central deploy")
+def _():
+    certs = os.path.join(WORK, "certs")
+    subprocess.run([manifests("certs", "setup-ca.sh"), certs], check=True, stdout=subprocess.DEVNULL)
+    secrets = subprocess.run([manifests("certs", "make-secrets.sh"), certs], check=True,
+                             stdout=subprocess.PIPE, text=True).stdout
+    k("apply", "-f", manifests("common", "namespace.yaml"))
+    k("apply", "-f", "-", input=secrets)
+    k("apply", "-k", manifests("central"))
+    k("apply", "-k", manifests("storageclass"))
+    k("apply", "-f", manifests("storageclass", "pmem-csi-sc-cache.yaml"))
+    k("label", "nodes", "node-x", "node-y", "storage=nvdimm", "--overwrite")
+    rollout("deployment", "pmem-csi-controller")
+    rollout("daemonset", "pmem-csi-node")
+
+
+@t.test("central: kubelet registered the driver on both nodes (CSINode with the topology key)")
+def _():
+    def cond():
+        for n in ("node-x", "node-y"):
+            cn = kj("get", "csinode", n)
+            drivers = {d["name"]: d for d in cn["spec"].get("drivers") or []}
+            if DRV not in drivers or drivers[DRV].get("nodeID") != n or \
+                    "%s/node" % DRV not in (drivers[DRV].get("topologyKeys") or []):
+                return False
+        return True
+    wait(cond, 120, "CSINode objects naming the driver")
+
+
+@t.test("central: a cache PVC (cacheSize 2, Immediate) is bound to a PV whose node affinity names node-x and node-y")
+@timed("central cache volume")
+def _():
+    k("apply", "-f", "-", input=pvc_yaml("cache-pvc", "pmem-csi-sc-cache", "64Mi", "ReadWriteMany"))
+    wait(lambda: kj("get", "pvc", "cache-pvc")["status"].get("phase") == "Bound", 300, "cache-pvc bound")
+    pv = kj("get", "pv", kj("get", "pvc", "cache-pvc")["spec"]["volumeName"])
+    terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    names = sorted(v for term in terms for e in term["matchExpressions"] if e["key"] == "%s/node" % DRV
+                   for v in e["values"])
+    pt.check(names == ["node-x", "node-y"], "node affinity %r" % terms)
+
+
+@t.test("central: a pod on node-x writes a file through the volume; its mount has the dax option")
+@timed("central pod")
+def _():
+    k("apply", "-f", "-", input=pod_yaml("cache-app", "node-x", claim="cache-pvc",
+                                         cmd="grep ' /data ' /proc/mounts; echo written-by-k8s > /data/f && "
+                                             "sync && cat /data/f && exec sleep 100000"))
+    wait_pod_running("cache-app")
+    out = logs_until("cache-app", r"^written-by-k8s$")
+    mnt = [l for l in out.splitlines() if " /data " in l]
+    pt.check(mnt and re.search(r"\bdax\b|dax=always", mnt[0]), "mount line %r" % mnt)
+
+
+@t.test("central: pod and PVC deleted: the PV goes away and neither node keeps a logical volume")
+@timed("central delete")
+def _():
+    k("delete", "pod", "cache-app", "--wait=true", timeout=300)
+    pv = kj("get", "pvc", "cache-pvc")["spec"]["volumeName"]
+    k("delete", "pvc", "cache-pvc", "--wait=true", timeout=300)
+    wait_gone("pv", pv)
+    for n in ("node-x", "node-y"):
+        lvs = logical_volumes(n)
+        pt.check(lvs == [], "%s keeps %r" % (n, lvs))
+
+
+# ---------------------------------------------------------------------------- distributed mode
+
+def capacities(sc):
+    """node -> (capacity, maximumVolumeSize) in bytes from the CSIStorageCapacity objects of |sc|."""
+    out = {}
+    for c in kj("-n", NS, "get", "csistoragecapacities")["items"]:
+        if c["storageClassName"] != sc:
+            continue
+        node = c["nodeTopology"]["matchLabels"].get("%s/node" % DRV)
+        out[node] = (quantity(c.get("capacity", "0")), quantity(c.get("maximumVolumeSize", "0")))
+    return out
+
+
+def quantity(q):
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(q))
+    pt.check(m, "quantity %r" % q)
+    mul = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6,
+           "G": 10**9, "T": 10**12}[m.group(2)]
+    return int(m.group(1)) * mul
+
+
+@t.test("distributed: central mode removed, `kubectl apply -k manifests/distributed` unchanged: node pods ready, "
+        "CSIStorageCapacity objects for both nodes")
+@timed("distributed deploy")
+def _():
+    k("delete", "-k", manifests("central"), "--wait=true", "--ignore-not-found", timeout=600)
+    wait_gone("namespace", NS, timeout=600)
+    k("apply", "-k", manifests("distributed"))
+    rollout("daemonset", "pmem-csi-node")
+    wait(lambda: set(capacities("pmem-csi-sc")) == {"node-x", "node-y"}, 300, "CSIStorageCapacity objects")
+    for n, (cap, mx) in capacities("pmem-csi-sc").items():
+        pt.check(cap > 1 << 30 and 0 < mx <= cap, "%s: capacity %d, max %d" % (n, cap, mx))
+
+
+@t.test("distributed: WaitForFirstConsumer: the PVC binds when its pod is scheduled; capacity follows usage")
+@timed("distributed volume")
+def _():
+    before = capacities("pmem-csi-sc")["node-x"][0]
+    k("apply", "-f", "-", input=pvc_yaml("big-x", "pmem-csi-sc", "1100Mi"))
+    time.sleep(5)
+    pt.check(kj("get", "pvc", "big-x")["status"].get("phase") == "Pending", "bound before a consumer")
+    k("apply", "-f", "-", input=pod_yaml("app-x", "node-x", claim="big-x",
+                                         cmd="echo x > /data/f && cat /data/f && exec sleep 100000"))
+    wait_pod_running("app-x")
+    pt.check(kj("get", "pod", "app-x")["spec"]["nodeName"] == "node-x", "app-x not on node-x")
+    wait(lambda: capacities("pmem-csi-sc")["node-x"][0] <= before - 1100 * (1 << 20), 180,
+         "node-x's capacity to go down by the volume")
+
+
+@t.test("distributed: a pod that needs more PMEM than node-x has free lands on node-y")
+def _():
+    free_x = capacities("pmem-csi-sc")["node-x"][0]
+    pt.check(free_x < 1100 << 20, "node-x still has %d bytes free" % free_x)
+    k("apply", "-f", "-", input=pvc_yaml("big-any", "pmem-csi-sc", "1100Mi"))
+    k("apply", "-f", "-", input=pod_yaml("app-any", None, claim="big-any",
+                                         cmd="echo y > /data/f && exec sleep 100000"))
+    wait_pod_running("app-any")
+    pt.check(kj("get", "pod", "app-any")["spec"]["nodeName"] == "node-y",
+             "app-any on %s" % kj("get", "pod", "app-any")["spec"]["nodeName"])
+
+
+@t.test("distributed: a raw block PVC: the pod writes and reads the device")
+def _():
+    k("apply", "-f", "-", input=pvc_yaml("blk", "pmem-csi-sc", "64Mi", block=True))
+    k("apply", "-f", "-", input=pod_yaml(
+        "app-blk", "node-y", claim="blk", block=True,
+        cmd="echo block-ok | dd of=/dev/pmem-data bs=4096 conv=sync,fsync 2>/dev/null && "
+            "dd if=/dev/pmem-data bs=8 count=1 2>/dev/null && echo && exec sleep 100000"))
+    wait_pod_running("app-blk")
+    logs_until("app-blk", r"^block-o")
+
+
+@t.test("distributed: an inline ephemeral volume lives and dies with its pod")
+def _():
+    k("apply", "-f", "-", input=pod_yaml("app-eph", "node-y", inline={"size": "64Mi"},
+                                         cmd="grep ' /data ' /proc/mounts; echo e > /data/f && exec sleep 100000"))
+    wait_pod_running("app-eph")
+    out = logs_until("app-eph", r" /data ")
+    pt.check("dax" in out, "mount %r" % out)
+    n_before = len(logical_volumes("node-y"))
+    k("delete", "pod", "app-eph", "--wait=true", timeout=300)
+    wait(lambda: len(logical_volumes("node-y")) == n_before - 1, 120, "the ephemeral LV to go")
+
+
+@t.test("distributed: the xfs class: an xfs filesystem mounted with dax")
+def _():
+    k("apply", "-f", "-", input=pvc_yaml("xfs-pvc", "pmem-csi-sc-xfs", "400Mi"))
+    k("apply", "-f", "-", input=pod_yaml("app-xfs", "node-y", claim="xfs-pvc",
+                                         cmd="grep ' /data ' /proc/mounts; exec sleep 100000"))
+    wait_pod_running("app-xfs")
+    out = logs_until("app-xfs", r" /data ")
+    line = [l for l in out.splitlines() if " /data " in l][0]
+    pt.check(line.split()[2] == "xfs" and "dax" in line, "mount %r" % line)
+
+
+@t.test("distributed: the node DaemonSet is restarted while pods use volumes: data kept, unmount and delete work")
+@timed("daemonset restart")
+def _():
+    k("-n", NS, "rollout", "restart", "daemonset/pmem-csi-node")
+    rollout("daemonset", "pmem-csi-node")
+    out = k("exec", "app-x", "--", "cat", "/data/f").stdout
+    pt.check(out.strip() == "x", "app-x reads %r" % out)
+    for pod, pvc in (("app-x", "big-x"), ("app-any", "big-any"), ("app-blk", "blk"), ("app-xfs", "xfs-pvc")):
+        k("delete", "pod", pod, "--wait=true", timeout=300)
+        pv = kj("get", "pvc", pvc)["spec"]["volumeName"]
+        k("delete", "pvc", pvc, "--wait=true", timeout=300)
+        wait_gone("pv", pv)
+    for n in ("node-x", "node-y"):
+        lvs = logical_volumes(n)
+        pt.check(lvs == [], "%s keeps %r" % (n, lvs))
+
+
+@t.test("Prometheus (Debian's) finds the driver pods through kubernetes_sd_configs; pmem_amount_available "
+        "matches the capacity the driver reported (CSIStorageCapacity)")
+@timed("prometheus")
+def _():
+    c = cl.get()
+    pdir = os.path.join(WORK, "prometheus")
+    os.makedirs(pdir, exist_ok=True)
+    snippet = open(manifests("metrics", "prometheus-scrape.yaml")).read()
+    sd = ("    kubernetes_sd_configs:\n      - role: pod\n        api_server: https://%s:6443\n"
+          "        tls_config: {ca_file: %s/ca.crt, cert_file: %s/admin.crt, key_file: %s/admin.key}\n"
+          % (kc.BRIDGE_IP, c.pki, c.pki, c.pki))
+    cfg = re.sub(r"    kubernetes_sd_configs:\n      - role: pod\n", sd, snippet)
+    cfg = cfg.replace("scrape_interval: 30s", "scrape_interval: 5s")
+    with open(os.path.join(pdir, "prometheus.yml"), "w") as f:
+        f.write(cfg)
+    c.start("prometheus", ["/usr/bin/prometheus", "--config.file=" + os.path.join(pdir, "prometheus.yml"),
+                           "--storage.tsdb.path=" + os.path.join(pdir, "data"),
+                           "--web.listen-address=127.0.0.1:9090"])
+
+    def query(q):
+        r = c.run("/usr/bin/curl", "-sf", "http://127.0.0.1:9090/api/v1/query", "--data-urlencode",
+                  "query=" + q, check=False)
+        return json.loads(r.stdout)["data"]["result"] if r.returncode == 0 else []
+    wait(lambda: len(query('pmem_amount_available{job="pmem-csi"}')) == 2, 180,
+         "Prometheus to scrape both nodes")
+    caps = capacities("pmem-csi-sc")
+    for r in query('pmem_amount_available{job="pmem-csi"}'):
+        node = r["metric"]["node"]
+        pt.check(int(float(r["value"][1])) == caps[node][0],
+                 "%s: gauge %s, CSIStorageCapacity %d" % (node, r["value"][1], caps[node][0]))
+
+
+def teardown():
+    c = cl.peek()
+    if c:
+        c.down()
+    for name, s in timings.items():
+        t.diag("timing: %s %.0f s" % (name, s))
+
+
+sys.exit(t.main(teardown))
