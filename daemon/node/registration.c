@@ -35,11 +35,9 @@ static void on_registered(struct pcsi_client_call *call, void *data)
 	} else {
 		snprintf(reason, sizeof(reason), "%s: %s", pcsi_status_name((int)call->status),
 			 call->message ? call->message : "");
-		if (strcmp(reason, r->last_reason)) {
+		if (pcsi_log_changed(r->last_reason, sizeof(r->last_reason), reason))
 			pcsi_warn("registration with the controller failed; retrying",
 				  "node=%s reason=\"%s\"", r->node_id, reason);
-			snprintf(r->last_reason, sizeof(r->last_reason), "%s", reason);
-		}
 		r->registered = false;
 		r->backoff_ms = r->backoff_ms ? PCSI_MIN(r->backoff_ms * 2, 60000u) : 1000u;
 	}
