@@ -27,6 +27,16 @@ static struct pcsi_controller *from_svc(Csi__V1__Controller_Service *svc)
 	return pcsi_container_of(svc, struct pcsi_controller, svc);
 }
 
+/* The deadline of a call to a node on behalf of |call|: what is left of the
+ * caller's own deadline (the provisioner's --timeout), at most the cluster's
+ * per-call limit. A rollback is not bound by it: cleaning up must finish. */
+static uint64_t node_timeout(const struct pcsi_cluster *cl, const struct pcsi_call *call)
+{
+	uint64_t left = pcsi_call_remaining_ms(call);
+
+	return left ? PCSI_MIN(left, cl->rpc_timeout_ms) : 1;
+}
+
 /* The topology segment value of |t| for our key, or NULL. */
 static const char *topo_node(struct pcsi_controller *c, const Csi__V1__Topology *t)
 {
@@ -284,7 +294,7 @@ static void create_next(struct create_op *op)
 			continue;
 		}
 		pcsi_channel_call(n->chan, &op->ccall, SVC, method("CreateVolume"), &op->in->base,
-				  cl->rpc_timeout_ms, on_node_created, op);
+				  node_timeout(cl, op->call), on_node_created, op);
 		return;
 	}
 	/* Out of candidates. */
@@ -411,7 +421,7 @@ static void delete_next(struct delete_op *op)
 		}
 		in.volume_id = op->id;
 		pcsi_channel_call(n->chan, &op->ccall, SVC, method("DeleteVolume"), &in.base,
-				  cl->rpc_timeout_ms, on_node_deleted, op);
+				  node_timeout(cl, op->call), on_node_deleted, op);
 		return;
 	}
 	if (op->fatal)
@@ -583,7 +593,7 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 		op = pcsi_xcalloc(1, sizeof(*op));
 		op->call = call;
 		pcsi_channel_call(n->chan, &op->ccall, SVC, method("GetCapacity"), &in->base,
-				  c->cluster->rpc_timeout_ms, on_node_capacity, op);
+				  node_timeout(c->cluster, call), on_node_capacity, op);
 		return;
 	}
 	pcsi_cluster_foreach_node(c->cluster, add_capacity, &sum);

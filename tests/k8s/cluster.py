@@ -16,6 +16,7 @@ two nodes, node-x and node-y, each a QEMU guest with emulated NVDIMMs
 
 usage (by hand): cluster.py up WORKDIR DRIVER | down WORKDIR
 """
+import ctypes
 import json
 import os
 import shutil
@@ -36,6 +37,11 @@ API_IP = "10.96.0.1"
 DNS_IP = "10.96.0.10"
 CLUSTER_CIDR = "10.244.0.0/16"
 PAUSE = "registry.k8s.io/pause:3.10"
+
+
+def _die_with_parent():
+    """Child processes end when the test that started them dies, however it dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def log(msg):
@@ -72,6 +78,7 @@ class Cluster:
         self.timeout = timeout
         self.kube = go_tool("kube")
         self.pki = os.path.join(self.work, "pki")
+        self.stopped = False
 
     # ---- plumbing --------------------------------------------------------
 
@@ -95,7 +102,7 @@ class Cluster:
     def start(self, name, cmd):
         out = open(os.path.join(self.work, name + ".log"), "w")
         self.procs[name] = subprocess.Popen(self.nsexec() + cmd, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=_die_with_parent)
 
     # ---- certificates ------------------------------------------------------
 
@@ -245,7 +252,8 @@ class Cluster:
                 "--console=" + os.path.join(self.work, n + ".console.log"),
                 os.path.join(HERE, "node.sh"), n, self.work]
             out = open(os.path.join(self.work, n + ".vm-run.log"), "w")
-            self.guests[n] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.guests[n] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                              preexec_fn=_die_with_parent)
 
     def nodes_ready(self):
         nodes = self.kubectl_json("get", "nodes")["items"]
@@ -290,6 +298,9 @@ class Cluster:
         return time.monotonic() - t0
 
     def down(self):
+        if self.stopped:
+            return
+        self.stopped = True
         for n in self.guests:
             open(os.path.join(self.work, n + ".stop"), "w").close()
         deadline = time.monotonic() + 60

@@ -10,6 +10,7 @@ Environment: PCSI_K8S_WORK (keep the work directory there), PCSI_CACHE.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -385,4 +386,15 @@ def teardown():
         t.diag("timing: %s %.0f s" % (name, s))
 
 
-sys.exit(t.main(teardown))
+def on_term(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, on_term)
+try:
+    rc = t.main(teardown)
+finally:
+    c = cl.peek()
+    if c:
+        c.down()  # also after a signal (a meson timeout): nothing is left running
+sys.exit(rc)
