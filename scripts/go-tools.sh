@@ -35,6 +35,7 @@ csi-sanity       github.com/kubernetes-csi/csi-test/v5@v5.6.0                git
 csi-provisioner  github.com/kubernetes-csi/external-provisioner/v6@v6.3.0    github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
 kube             local:tests/k8s/tools/kube@v1.36.1                           .
 coredns          local:tests/k8s/tools/coredns@v1.14.7                        .
+grpc-goref       local:tests/bench/goref@v1.85.0                              .
 '
 
 prog=go-tools

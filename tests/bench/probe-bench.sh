@@ -17,20 +17,19 @@
 #   RUNS=3      measured h2load runs per server (median reported)
 #   WARMUP=2000 unmeasured warm-up calls per server (0 disables)
 #   SERVER_CPU=0 CLIENT_CPU=1   taskset CPU for servers / for h2load
-#   GO=go H2LOAD=h2load NGHTTP=nghttp PYTHON=/usr/bin/python3
+#   H2LOAD=h2load NGHTTP=nghttp PYTHON=/usr/bin/python3
 #
 # Metrics per server: calls/s (h2load), server CPU time per call (utime+stime of
 # /proc/PID/stat around the measured runs) and VmRSS after the runs.
 # Pass criteria: ours cpu_us/call <= 0.5 x go's, ours rss < 4096 KiB.
 #
-# Requires: golang-go golang-google-grpc-dev golang-google-protobuf-dev
-#           golang-golang-x-net-dev nghttp2-client util-linux (taskset);
+# Requires: nghttp2-client util-linux (taskset), Go at /usr/local/go for
+#           scripts/go-tools.sh (grpc-go through the Go module proxy);
 #           optional python3-grpcio for a real-client interop pre-check.
 
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-GOCODE=/usr/share/gocode
 
 N=${N:-100000}
 C=${C:-10}
@@ -39,7 +38,6 @@ RUNS=${RUNS:-3}
 WARMUP=${WARMUP:-2000}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
-GO=${GO:-go}
 H2LOAD=${H2LOAD:-h2load}
 NGHTTP=${NGHTTP:-nghttp}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -78,10 +76,6 @@ command -v "$H2LOAD" >/dev/null 2>&1 ||
 	die "'$H2LOAD' not found: apt-get install -y nghttp2-client"
 command -v "$NGHTTP" >/dev/null 2>&1 ||
 	die "'$NGHTTP' not found: apt-get install -y nghttp2-client"
-command -v "$GO" >/dev/null 2>&1 ||
-	die "'$GO' not found: apt-get install -y golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-golang-x-net-dev"
-[[ -d $GOCODE/src/google.golang.org/grpc ]] ||
-	die "$GOCODE/src/google.golang.org/grpc missing: apt-get install -y golang-google-grpc-dev golang-google-protobuf-dev golang-golang-x-net-dev"
 command -v taskset >/dev/null 2>&1 || die "taskset not found: apt-get install -y util-linux"
 
 ncpu=$(nproc --all)
@@ -141,14 +135,10 @@ trap 'log terminated; exit 143' TERM
 trap 'exit 129' HUP
 
 # ---------------------------------------------------------------- Go reference
-# Built offline in GOPATH mode against Debian's /usr/share/gocode (grpc 1.33,
-# x/net, protobuf, genproto). GOPROXY=off guarantees nothing is downloaded.
-if [[ -n ${BUILD_DIR:-} ]]; then
-	GOREF_DIR=$BUILD_DIR/tests/bench/goref-build
-else
-	GOREF_DIR=$TMP/goref
-fi
-GOREF=$GOREF_DIR/goref
+# Current grpc-go, pinned in tests/bench/goref/go.mod, built (once, cached) by
+# scripts/go-tools.sh with the machine's Go through the Go module proxy.
+GOREF=$("$SCRIPT_DIR/../../scripts/go-tools.sh" grpc-goref | awk '{ print $3 }') ||
+	die "cannot build the Go reference server (scripts/go-tools.sh grpc-goref)"
 # ---- command for "ours" (resolved before the build to fail fast)
 if [[ -n ${OURS_CMD:-} ]]; then
 	s=$OURS_CMD
@@ -167,15 +157,6 @@ else
 fi
 ((${#OURS[@]} > 0)) || die "empty command for ours"
 
-if [[ ! -x $GOREF || $SCRIPT_DIR/goref/main.go -nt $GOREF ]]; then
-	log "building Go reference server -> $GOREF"
-	mkdir -p "$GOREF_DIR/gopath"
-	(cd "$SCRIPT_DIR" && env GO111MODULE=off GOFLAGS= GOPROXY=off GOTOOLCHAIN=local \
-		GOPATH="$GOREF_DIR/gopath:$GOCODE" GOCACHE="$GOREF_DIR/gocache" CGO_ENABLED=0 \
-		"$GO" build -o "$GOREF.new" ./goref) ||
-		die "go build of $SCRIPT_DIR/goref failed (need golang-google-grpc-dev golang-google-protobuf-dev golang-golang-x-net-dev)"
-	mv -f "$GOREF.new" "$GOREF"
-fi
 
 # ---------------------------------------------------------------- helpers
 REQ=$TMP/probe-req.bin
@@ -336,7 +317,7 @@ bench go "$GOREF" -listen '127.0.0.1:{port}'
 echo
 echo "/csi.v1.Identity/Probe: h2load -c $C -m $M -n $N, median of $RUNS run(s)"
 echo "ours = $OURS_DESC"
-echo "go   = $GOREF (grpc-go $(sed -n 's/^const Version = "\(.*\)"/\1/p' "$GOCODE/src/google.golang.org/grpc/version.go" 2>/dev/null), $("$GO" env GOVERSION 2>/dev/null || echo go))"
+echo "go   = $GOREF (grpc-go $(awk '$1 == "google.golang.org/grpc" { print $2 }' "$SCRIPT_DIR/goref/go.mod"), built by scripts/go-tools.sh)"
 echo
 printf '%-8s %12s %12s %10s\n' server calls/s cpu_us/call rss_kib
 printf '%-8s %12s %12s %10s\n' ours "${R[ours_RPS]}" "${R[ours_CPU]}" "${R[ours_RSS]}"

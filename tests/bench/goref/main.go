@@ -6,15 +6,11 @@
 // grpc-status 0 trailers.
 //
 // No generated protobuf code is needed: the service is registered by hand with a
-// grpc.ServiceDesc and the server uses a pass-through codec that moves raw bytes.
-// grpc-go 1.33 (Debian golang-google-grpc-dev) has no ForceServerCodec yet, so the
-// (deprecated but functional) grpc.CustomCodec server option is used instead; it
-// overrides the codec for every content-subtype.
+// grpc.ServiceDesc and the server uses a pass-through codec that moves raw bytes
+// (grpc.ForceServerCodec: it overrides the codec for every content-subtype).
 //
-// Build offline with Debian's packages (GOPATH mode), see probe-bench.sh:
-//
-//	GO111MODULE=off GOPATH=$TMP/gopath:/usr/share/gocode GOCACHE=$TMP/gocache \
-//	  GOFLAGS= GOPROXY=off go build -o goref ./tests/bench/goref
+// Built against current grpc-go, pinned in go.mod, by scripts/go-tools.sh
+// (tool grpc-goref), which probe-bench.sh calls.
 package main
 
 import (
@@ -63,7 +59,7 @@ func (rawCodec) Unmarshal(data []byte, v interface{}) error {
 	return nil
 }
 
-func (rawCodec) String() string { return "proto" }
+func (rawCodec) Name() string { return "proto" }
 
 // identityServer is the (empty) handler interface required by ServiceDesc.
 type identityServer interface{}
@@ -104,7 +100,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("goref: listen %s: %v", *listen, err)
 	}
-	srv := grpc.NewServer(grpc.CustomCodec(rawCodec{}))
+	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
 	srv.RegisterService(&identityServiceDesc, identity{})
 
 	sigs := make(chan os.Signal, 1)
