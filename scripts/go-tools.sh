@@ -25,7 +25,8 @@
 # tool is built from a tiny module in the cache that requires MODULE@VERSION.
 set -eu
 
-# One line per tool: name, module@version (pinned), package to build.
+# One line per tool: name, module@version (pinned), package to build, and
+# optionally more `go build` flags (e.g. build tags).
 # Choose a pin with `go-tools.sh --versions NAME`. A module named local:DIR is
 # a small module of this repository (DIR, relative to the repository: go.mod
 # with every pin, go.sum, main.go, and optionally "ldflags"); its binary is
@@ -36,6 +37,7 @@ csi-provisioner  github.com/kubernetes-csi/external-provisioner/v6@v6.3.0    git
 kube             local:tests/k8s/tools/kube@v1.36.1                           .
 coredns          local:tests/k8s/tools/coredns@v1.14.7                        .
 grpc-goref       local:tests/bench/goref@v1.85.0                              .
+prometheus       github.com/prometheus/prometheus@v0.316.0                    github.com/prometheus/prometheus/cmd/prometheus  -tags=remove_all_sd,enable_kubernetes_sd
 '
 
 prog=go-tools
@@ -53,7 +55,7 @@ lookup() {
 	[ -n "$line" ] || die "unknown tool '$1' (known: $(printf '%s\n' "$TOOLS" | awk 'NF { printf "%s ", $1 }'))"
 	# shellcheck disable=SC2086
 	set -- $line
-	mod=${2%@*} ver=${2#*@} pkg=$3
+	mod=${2%@*} ver=${2#*@} pkg=$3 flags=${4:-}
 	bin=$cache/bin/$1-$ver
 	local_dir=
 	case $mod in
@@ -111,7 +113,7 @@ from_module() (
 		"$gobin" mod edit -replace="$old=$new${newv:+@$newv}" || return 1
 	done <replaces.txt
 	"$gobin" get "$pkg@$ver" &&
-		"$gobin" build -trimpath -o "$tmp/$(basename "$pkg")" "$pkg"
+		"$gobin" build -trimpath $flags -o "$tmp/$(basename "$pkg")" "$pkg"
 )
 
 # build NAME: builds NAME's binary unless it is there.
@@ -134,7 +136,7 @@ build() {
 			die "building $1 $ver failed"
 		fi
 		pkg=$1
-	elif [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || ! GOBIN=$tmp "$gobin" install -trimpath "$pkg@$ver" >"$log" 2>&1; then
+	elif [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || ! GOBIN=$tmp "$gobin" install -trimpath $flags "$pkg@$ver" >"$log" 2>&1; then
 		if [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || grep -q -e 'replace directive' -e 'exclude directive' "$log"; then
 			echo "$prog: ${PCSI_GO_TOOLS_MODULE:+PCSI_GO_TOOLS_MODULE is set: }building $1 from a throw-away module" >&2
 			if ! from_module "$1" >>"$log" 2>&1; then

@@ -346,8 +346,8 @@ def _():
         pt.check(lvs == [], "%s keeps %r" % (n, lvs))
 
 
-@t.test("Prometheus (Debian's) finds the driver pods through kubernetes_sd_configs; pmem_amount_available "
-        "matches the capacity the driver reported (CSIStorageCapacity)")
+@t.test("Prometheus finds the driver pods through kubernetes_sd_configs (manifests/metrics/prometheus-scrape.yaml); "
+        "pmem_amount_available matches the capacity the driver reported (CSIStorageCapacity)")
 @timed("prometheus")
 def _():
     c = cl.get()
@@ -361,7 +361,10 @@ def _():
     cfg = cfg.replace("scrape_interval: 30s", "scrape_interval: 5s")
     with open(os.path.join(pdir, "prometheus.yml"), "w") as f:
         f.write(cfg)
-    c.start("prometheus", ["/usr/bin/prometheus", "--config.file=" + os.path.join(pdir, "prometheus.yml"),
+    # Debian's Prometheus (2.42) is built without kubernetes_sd_configs ("field
+    # kubernetes_sd_configs not found in type config.ScrapeConfig"): this one
+    # is built from source by scripts/go-tools.sh with the Kubernetes discovery.
+    c.start("prometheus", [kc.go_tool("prometheus"), "--config.file=" + os.path.join(pdir, "prometheus.yml"),
                            "--storage.tsdb.path=" + os.path.join(pdir, "data"),
                            "--web.listen-address=127.0.0.1:9090"])
 
