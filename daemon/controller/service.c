@@ -615,14 +615,8 @@ static void ctl_validate_volume_capabilities(
 	struct pcsi_controller *c = from_svc(svc);
 	struct pcsi_cvol *v;
 
-	if (!in->volume_id || !*in->volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+	if (!pcsi_validate_request_ok(call, in))
 		return;
-	}
-	if (in->n_volume_capabilities == 0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capabilities are required");
-		return;
-	}
 	v = pcsi_cluster_volume(c->cluster, in->volume_id);
 	if (!v) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);

@@ -254,6 +254,20 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call)
 	pcsi_call_reply(call, &out.base);
 }
 
+bool pcsi_validate_request_ok(struct pcsi_call *call,
+			      const Csi__V1__ValidateVolumeCapabilitiesRequest *in)
+{
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return false;
+	}
+	if (in->n_volume_capabilities == 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capabilities are required");
+		return false;
+	}
+	return true;
+}
+
 void pcsi_reply_validated(struct pcsi_call *call,
 			  const Csi__V1__ValidateVolumeCapabilitiesRequest *in, bool multi_node_ok)
 {

@@ -83,6 +83,11 @@ struct pcsi_call;
  * roles offer the same). */
 void pcsi_reply_controller_capabilities(struct pcsi_call *call);
 
+/* The fields every ValidateVolumeCapabilities needs (a volume id, at least one
+ * capability): true, or false after ending the call with INVALID_ARGUMENT. */
+bool pcsi_validate_request_ok(struct pcsi_call *call,
+			      const Csi__V1__ValidateVolumeCapabilitiesRequest *in);
+
 /* Replies to ValidateVolumeCapabilities of an existing volume: confirmed
  * (echoing the request) when every capability is supported, else a message. */
 void pcsi_reply_validated(struct pcsi_call *call,

@@ -370,30 +370,31 @@ static void on_validate_get(struct pcsi_backend_req *req, void *data)
 	free(op);
 }
 
-static void nctl_validate_volume_capabilities(
-	Csi__V1__Controller_Service *svc, const Csi__V1__ValidateVolumeCapabilitiesRequest *in,
-	Csi__V1__ValidateVolumeCapabilitiesResponse_Closure closure, void *call)
+/* Looks volume |id| up for a request |in| that ends in |cb|; an id this
+ * driver never makes is NOT_FOUND at once. */
+static void look_up(Csi__V1__Controller_Service *svc, struct pcsi_call *call, const void *in,
+		    const char *id, pcsi_backend_cb cb)
 {
 	struct simple_op *op;
 
-	if (!in->volume_id || !*in->volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
-		return;
-	}
-	if (in->n_volume_capabilities == 0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_capabilities are required");
-		return;
-	}
-	if (!pcsi_volume_id_valid(in->volume_id)) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+	if (!pcsi_volume_id_valid(id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", id);
 		return;
 	}
 	op = pcsi_xcalloc(1, sizeof(*op));
 	op->nc = from_svc(svc);
 	op->call = call;
 	op->in = in;
-	op->breq.id = in->volume_id;
-	pcsi_backend_get(op->nc->node->be, &op->breq, on_validate_get, op);
+	op->breq.id = id;
+	pcsi_backend_get(op->nc->node->be, &op->breq, cb, op);
+}
+
+static void nctl_validate_volume_capabilities(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ValidateVolumeCapabilitiesRequest *in,
+	Csi__V1__ValidateVolumeCapabilitiesResponse_Closure closure, void *call)
+{
+	if (pcsi_validate_request_ok(call, in))
+		look_up(svc, call, in, in->volume_id, on_validate_get);
 }
 
 /* ---- ControllerGetVolume ---------------------------------------------------------- */
@@ -419,22 +420,11 @@ static void nctl_controller_get_volume(Csi__V1__Controller_Service *svc,
 				       Csi__V1__ControllerGetVolumeResponse_Closure closure,
 				       void *call)
 {
-	struct simple_op *op;
-
 	if (!in->volume_id || !*in->volume_id) {
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
 		return;
 	}
-	if (!pcsi_volume_id_valid(in->volume_id)) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
-		return;
-	}
-	op = pcsi_xcalloc(1, sizeof(*op));
-	op->nc = from_svc(svc);
-	op->call = call;
-	op->in = in;
-	op->breq.id = in->volume_id;
-	pcsi_backend_get(op->nc->node->be, &op->breq, on_get_volume, op);
+	look_up(svc, call, in, in->volume_id, on_get_volume);
 }
 
 /* ---- capabilities and the rest -------------------------------------------------------- */

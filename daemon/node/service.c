@@ -563,6 +563,22 @@ static bool published_elsewhere(struct nop *op)
 	return rc == 1;
 }
 
+/* Publishes at a target where nothing is mounted yet: a bind of |src| (the
+ * staging mount, or the device node of a block volume). */
+static void publish_new(struct nop *op, const char *src)
+{
+	int rc;
+
+	if (published_elsewhere(op))
+		return;
+	rc = make_target(op);
+	if (rc < 0) {
+		nop_fail(op, PCSI_INTERNAL, "cannot create the target: %s", strerror(-rc));
+		return;
+	}
+	run_mount(op, src, op->target, true, publish_done);
+}
+
 static void publish_found(struct pcsi_backend_req *req, void *data)
 {
 	struct nop *op = data;
@@ -593,14 +609,7 @@ static void publish_found(struct pcsi_backend_req *req, void *data)
 			}
 			return;
 		}
-		if (published_elsewhere(op))
-			return;
-		rc = make_target(op);
-		if (rc < 0) {
-			nop_fail(op, PCSI_INTERNAL, "cannot create the target: %s", strerror(-rc));
-			return;
-		}
-		run_mount(op, op->dev, op->target, true, publish_done);
+		publish_new(op, op->dev);
 		return;
 	}
 	if (pcsi_mount_lookup(op->staging, &smi) != 1 || smi.dev != rdev_of(op->dev)) {
@@ -612,14 +621,7 @@ static void publish_found(struct pcsi_backend_req *req, void *data)
 		publish_existing(op, &mi, smi.dev);
 		return;
 	}
-	if (published_elsewhere(op))
-		return;
-	rc = make_target(op);
-	if (rc < 0) {
-		nop_fail(op, PCSI_INTERNAL, "cannot create the target: %s", strerror(-rc));
-		return;
-	}
-	run_mount(op, op->staging, op->target, true, publish_done);
+	publish_new(op, op->staging);
 }
 
 static void node_node_publish_volume(Csi__V1__Node_Service *svc,
