@@ -122,7 +122,9 @@ def _():
     pt.check({R.STAGE_UNSTAGE_VOLUME, R.GET_VOLUME_STATS, R.VOLUME_CONDITION} <= types, str(caps))
     cc = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest())
     C = csi.ControllerServiceCapability.RPC
-    pt.check({c.rpc.type for c in cc.capabilities} == {C.CREATE_DELETE_VOLUME, C.LIST_VOLUMES, C.GET_CAPACITY}, str(cc))
+    pt.check({c.rpc.type for c in cc.capabilities} == {C.CREATE_DELETE_VOLUME, C.LIST_VOLUMES, C.GET_CAPACITY,
+                                                       C.GET_VOLUME, C.VOLUME_CONDITION,
+                                                       C.SINGLE_NODE_MULTI_WRITER}, str(cc))
 
 
 @t.test("GetCapacity: available and maximum; another node's topology gives 0")
