@@ -94,6 +94,7 @@ fi
 import json, re, sys
 required = set(sys.argv[1].split())
 passed = failed = skipped = 0
+kinds = {}
 for path in sys.argv[2:]:
     try:
         lines = open(path).read().splitlines()
@@ -117,6 +118,12 @@ for path in sys.argv[2:]:
                     f += 1
                 elif re.search(r"#\s*SKIP", m.group(2), re.I):
                     s += 1
+                    why = m.group(2)
+                    kind = ("a capability the driver does not claim" if "not supported" in why else
+                            "pending in csi-sanity itself" if why.rstrip().endswith("pending") else
+                            "the test-only backend has no device" if "test-only backend" in why else
+                            "other")
+                    kinds[kind] = kinds.get(kind, 0) + 1
                 else:
                     p += 1
             if t["result"] not in ("OK", "EXPECTEDFAIL", "SKIP") and f == 0:
@@ -129,6 +136,8 @@ for path in sys.argv[2:]:
         else:
             failed += 1
 import os
+if kinds:
+    print("skipped, by reason: " + ", ".join("%d %s" % (n, k) for k, n in sorted(kinds.items())))
 if os.environ.get("PCSI_EXTRA_FAILED"):
     print("failed before the tests: %s" % os.environ["PCSI_EXTRA_FAILED"])
     failed += 1
