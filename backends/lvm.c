@@ -400,6 +400,11 @@ static void open_next(struct pcsi_backend_req *req)
 			struct vg *vg = find_vg(l, s->vg);
 			cmd_add(&c, vg->exists ? "vgextend" : "vgcreate");
 			cmd_add(&c, "--force");
+			/* The PV's data area and so every extent (4 MiB) start 2 MiB
+			 * aligned in the namespace, itself 2 MiB aligned: DAX can map
+			 * files with huge pages (LVM's default of 1 MiB cannot). */
+			cmd_add(&c, "--dataalignment");
+			cmd_add(&c, "2m");
 			cmd_add(&c, s->vg);
 			cmd_add(&c, s->dev);
 			pcsi_info(2,
