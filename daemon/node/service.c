@@ -247,6 +247,17 @@ static bool check_id_path(struct pcsi_call *call, const char *id, const char *pa
 	return true;
 }
 
+/* 1 when |path| is a mount point, 0 when not; -1 after ending the call when
+ * the mount table cannot be read. */
+static int is_mounted(struct nop *op, const char *path)
+{
+	int rc = pcsi_mount_lookup(path, NULL);
+
+	if (rc < 0)
+		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+	return rc < 0 ? -1 : rc;
+}
+
 /* The volume's device was looked up: on success it is recorded in |op|;
  * otherwise the call ends (NOT_FOUND for an unknown volume). */
 static bool found(struct nop *op, struct pcsi_backend_req *req)
@@ -431,11 +442,9 @@ static void node_node_unstage_volume(Csi__V1__Node_Service *svc,
 	snprintf(op->staging, sizeof(op->staging), "%s", in->staging_target_path);
 	if (!nop_lock(op))
 		return;
-	rc = pcsi_mount_lookup(op->staging, NULL);
-	if (rc < 0) {
-		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+	rc = is_mounted(op, op->staging);
+	if (rc < 0)
 		return;
-	}
 	if (rc == 0) {
 		nop_ok(op, &out.base); /* not staged (any more): done */
 		return;
@@ -790,11 +799,9 @@ static void node_node_unpublish_volume(Csi__V1__Node_Service *svc,
 	snprintf(op->target, sizeof(op->target), "%s", in->target_path);
 	if (!nop_lock(op))
 		return;
-	rc = pcsi_mount_lookup(op->target, NULL);
-	if (rc < 0) {
-		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+	rc = is_mounted(op, op->target);
+	if (rc < 0)
 		return;
-	}
 	if (rc == 0) {
 		unpublish_cleanup(op);
 		return;
