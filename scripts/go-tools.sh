@@ -2,8 +2,9 @@
 # go-tools.sh -- builds the pinned Go tools that the tests use, with the
 # machine's Go through the Go module proxy, into a cache outside the work tree.
 #
-#   go-tools.sh [TOOL...]        build what is missing (default: every tool) and
-#                                print "TOOL VERSION PATH" for each
+#   go-tools.sh [TOOL...]        build what is missing (default: every tool not
+#                                marked on-demand) and print "TOOL VERSION PATH"
+#                                for each
 #   go-tools.sh --path TOOL      print TOOL's binary path; exit 1 if it is not built
 #   go-tools.sh --list           print the table below
 #   go-tools.sh --versions TOOL  released versions of TOOL's module (proxy), to
@@ -26,11 +27,17 @@
 set -eu
 
 # One line per tool: name, module@version (pinned), package to build, and
-# optionally more `go build` flags (e.g. build tags).
+# optionally more `go build` flags (e.g. build tags). A name ending in "*" is
+# built on demand only (`go-tools.sh NAME`, without the "*"), not by the
+# default run that install-deps.sh does: big tools that one script needs
+# (scripts/k8s-e2e.sh builds e2e.test and agnhost).
 # Choose a pin with `go-tools.sh --versions NAME`. A module named local:DIR is
 # a small module of this repository (DIR, relative to the repository: go.mod
 # with every pin, go.sum, main.go, and optionally "ldflags"); its binary is
-# keyed by the version and a hash of those files, so an edit rebuilds it.
+# keyed by the version and a hash of those files, so an edit rebuilds it. Its
+# package is "." or a package of a module it requires (listed as a `tool` in
+# its go.mod); a "." with only _test.go files is built with `go test -c` (a
+# test binary, like Kubernetes' e2e.test).
 TOOLS='
 csi-sanity       github.com/kubernetes-csi/csi-test/v5@v5.6.0                github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
 csi-provisioner  github.com/kubernetes-csi/external-provisioner/v6@v6.3.0    github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
@@ -38,6 +45,8 @@ kube             local:tests/k8s/tools/kube@v1.36.1                           .
 coredns          local:tests/k8s/tools/coredns@v1.14.7                        .
 grpc-goref       local:tests/bench/goref@v1.85.0                              .
 prometheus       github.com/prometheus/prometheus@v0.316.0                    github.com/prometheus/prometheus/cmd/prometheus  -tags=remove_all_sd,enable_kubernetes_sd
+e2e.test*        local:tests/k8s/tools/e2e@v1.36.1                            .
+agnhost*         local:tests/k8s/tools/e2e@v1.36.1                            k8s.io/kubernetes/test/images/agnhost
 '
 
 prog=go-tools
@@ -49,19 +58,19 @@ die() {
 	exit 1
 }
 
-# lookup NAME: sets mod, ver, pkg, bin; fails for an unknown NAME.
+# lookup NAME: sets name, mod, ver, pkg, bin; fails for an unknown NAME.
 lookup() {
-	line=$(printf '%s\n' "$TOOLS" | awk -v n="$1" '$1 == n { print; exit }')
-	[ -n "$line" ] || die "unknown tool '$1' (known: $(printf '%s\n' "$TOOLS" | awk 'NF { printf "%s ", $1 }'))"
+	line=$(printf '%s\n' "$TOOLS" | awk -v n="$1" '$1 == n || $1 == n "*" { print; exit }')
+	[ -n "$line" ] || die "unknown tool '$1' (known: $(printf '%s\n' "$TOOLS" | awk 'NF { sub(/\*$/, "", $1); printf "%s ", $1 }'))"
 	# shellcheck disable=SC2086
 	set -- $line
-	mod=${2%@*} ver=${2#*@} pkg=$3 flags=${4:-}
-	bin=$cache/bin/$1-$ver
+	name=${1%\*} mod=${2%@*} ver=${2#*@} pkg=$3 flags=${4:-}
+	bin=$cache/bin/$name-$ver
 	local_dir=
 	case $mod in
 	local:*)
 		local_dir=$top/${mod#local:}
-		[ -f "$local_dir/go.mod" ] || die "$1: no $local_dir/go.mod"
+		[ -f "$local_dir/go.mod" ] || die "$name: no $local_dir/go.mod"
 		bin=$bin-$(cat "$local_dir"/* | sha256sum | cut -c1-12)
 		;;
 	esac
@@ -73,7 +82,11 @@ from_local() (
 	rm -rf "$src" && mkdir -p "$src" && cp "$local_dir"/* "$src"/ && cd "$src" || return 1
 	flags="-s -w"
 	[ -f ldflags ] && flags="$flags $(cat ldflags)"
-	"$gobin" build -trimpath -ldflags="$flags" -o "$tmp/$1" .
+	if [ "$pkg" = . ] && ! ls ./*.go | grep -qv '_test\.go$'; then
+		"$gobin" test -c -trimpath -ldflags="$flags" -o "$tmp/$1" .
+	else
+		"$gobin" build -trimpath -ldflags="$flags" -o "$tmp/$1" "$pkg"
+	fi
 )
 
 find_go() {
@@ -185,7 +198,7 @@ case ${1:-} in
 *)
 	if [ $# -eq 0 ]; then
 		# shellcheck disable=SC2046
-		set -- $(printf '%s\n' "$TOOLS" | awk 'NF { print $1 }')
+		set -- $(printf '%s\n' "$TOOLS" | awk 'NF && $1 !~ /\*$/ { print $1 }')
 	fi
 	for t in "$@"; do
 		build "$t"

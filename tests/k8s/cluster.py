@@ -68,13 +68,14 @@ def openssl(*args, cwd):
 
 
 class Cluster:
-    def __init__(self, workdir, driver, guest_mem="3G", timeout=3600):
+    def __init__(self, workdir, driver, guest_mem="3G", timeout=3600, e2e_images=False):
         self.work = os.path.abspath(workdir)
         self.driver = driver
         self.ns = "pcsi-k8s-%d" % os.getpid()
         self.procs = {}
         self.guests = {}
         self.guest_mem = guest_mem
+        self.e2e_images = e2e_images  # also the images Kubernetes' e2e tests ask for
         self.timeout = timeout
         self.kube = go_tool("kube")
         self.pki = os.path.join(self.work, "pki")
@@ -281,8 +282,8 @@ class Cluster:
     def up(self, image_dir):
         t0 = time.monotonic()
         os.makedirs(self.work, exist_ok=True)
-        tools = {t: go_tool(t) for t in ("csi-provisioner", "coredns")}
-        tars = images.build_all(image_dir, self.driver, tools)
+        tools = {t: go_tool(t) for t in ("csi-provisioner", "coredns") + (("agnhost",) if self.e2e_images else ())}
+        tars = images.build_all(image_dir, self.driver, tools, e2e=self.e2e_images)
         log("images built (%.0f s)" % (time.monotonic() - t0))
         self.make_pki()
         self.make_net()

@@ -6,9 +6,11 @@ shared libraries `ldd` names for it, the dynamic loader), written as an OCI
 image layout tarball that `ctr -n k8s.io images import` takes. The driver
 image holds what manifests/Containerfile installs: pmem-csi-driver and the
 tools it runs (mkfs.ext4, mkfs.xfs, lvm2, mount, umount, blkid, wipefs,
-shred, dd) from Debian 12, the same packages.
+shred, dd) from Debian 12, the same packages. With e2e=True, also the images
+that Kubernetes' storage e2e suite runs (e2e_images()), under the names
+e2e.test asks for.
 
-usage: images.py OUTDIR NAME=SPEC...   (see build_all() for the specs)
+usage: images.py [--e2e] OUTDIR DRIVER TOOL=BINARY...   (see build_all())
 Tarballs are cached in OUTDIR by the hash of their content.
 """
 import gzip
@@ -207,6 +209,65 @@ def busybox_rootfs():
     return r
 
 
+def debian_rootfs(packages=("dash", "bash", "coreutils", "grep", "sed", "findutils", "diffutils",
+                              "util-linux", "mount", "gzip", "tar", "procps")):
+    """The programs of these Debian packages (those in bin/ and sbin/) with
+    their libraries, /bin/sh being dash, as in a Debian image."""
+    r = Rootfs()
+    out = subprocess.run(["dpkg", "-L"] + list(packages), stdout=subprocess.PIPE, text=True, check=True).stdout
+    for path in out.split("\n"):
+        if re.match(r"^/(usr/)?s?bin/[^/]+$", path) and os.path.isfile(path) and os.access(path, os.X_OK):
+            r.add_binary(path)
+    r.add_link("/usr/bin/sh", "dash")
+    r.add_text("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n")
+    r.add_text("/etc/group", "root:x:0:\nnobody:x:65534:\n")
+    return r
+
+
+def agnhost_rootfs(agnhost):
+    """agnhost as its image has it (test/images/agnhost/Dockerfile): /agnhost
+    (and /agnhost-2, a link) on a busybox userland (alpine's there), /uploads
+    for netexec, the user and group that a SupplementalGroups test expects."""
+    r = busybox_rootfs()
+    r.add_binary(agnhost, "/agnhost")
+    r.add_link("/agnhost-2", "agnhost")
+    r.dirs.add("uploads")
+    r.add_text("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n"
+               "user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")
+    r.add_text("/etc/group", "root:x:0:\nnobody:x:65534:\nuser-defined-in-image:x:1000:\n"
+               "group-defined-in-image:x:50000:user-defined-in-image\n")
+    return r
+
+
+# The images of test/utils/image/manifest.go (k8s.io/kubernetes v1.36.1) that
+# the External Storage tests run on Linux nodes, by their names there.
+E2E_REGISTRY = "registry.k8s.io/e2e-test-images/"
+E2E_BUSYBOX = E2E_REGISTRY + "busybox:1.37.0-1"
+E2E_AGNHOST = E2E_REGISTRY + "agnhost:2.63.0"
+E2E_GLIBC = E2E_REGISTRY + "glibc-dns-testing:2.0.0"
+E2E_NGINX = E2E_REGISTRY + "nginx:1.15-4"
+
+
+def e2e_images(agnhost):
+    """{ref: (rootfs, entrypoint, cmd)} for e2e.test's storage tests:
+    - busybox (the default test image of e2epod): Debian's busybox, as ours;
+    - agnhost (subPath's containers, the hostexec pods that nsenter into the
+      node): built from k8s.io/kubernetes/test/images/agnhost of the same
+      release (scripts/go-tools.sh agnhost), entrypoint /agnhost, cmd pause;
+    - glibc-dns-testing (multiVolume's concurrent-access tests, for GNU dd's
+      iflag=direct and oflag=nocache, which busybox lacks): Debian 12's
+      coreutils and friends, like the real image (debian:bookworm-slim; its
+      dnsutils and CoreDNS only serve the DNS tests);
+    - nginx (volumes' exec test, which runs only /bin/sh in it): busybox, like
+      the real image's alpine userland; no nginx."""
+    return {
+        E2E_BUSYBOX: (busybox_rootfs(), [], ["sh"]),
+        E2E_AGNHOST: (agnhost_rootfs(agnhost), ["/agnhost"], ["pause"]),
+        E2E_GLIBC: (debian_rootfs(), [], ["bash"]),
+        E2E_NGINX: (busybox_rootfs(), [], ["sh"]),
+    }
+
+
 def write(outdir, name, data):
     os.makedirs(outdir, exist_ok=True)
     path = os.path.join(outdir, name + ".tar")
@@ -224,9 +285,10 @@ def build_pause(outdir):
     return exe
 
 
-def build_all(outdir, driver, tools):
+def build_all(outdir, driver, tools, e2e=False):
     """The images the cluster and its tests use; |tools| maps a Go tool name
-    to its binary (scripts/go-tools.sh). Returns {ref: tarball path}."""
+    to its binary (scripts/go-tools.sh). With |e2e|, also e2e_images() (then
+    |tools| names agnhost too). Returns {ref: tarball path}."""
     os.makedirs(outdir, exist_ok=True)
     imgs = {
         "docker.io/library/pmem-csi-driver:0.1.0":
@@ -240,6 +302,8 @@ def build_all(outdir, driver, tools):
         "registry.k8s.io/coredns/coredns:pcsi":
             (static_rootfs(tools["coredns"], "/coredns"), ["/coredns"], None),
     }
+    if e2e:
+        imgs.update(e2e_images(tools["agnhost"]))
     out = {}
     for ref, (rootfs, ep, cmd) in imgs.items():
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", ref)
@@ -248,8 +312,11 @@ def build_all(outdir, driver, tools):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    e2e = bool(args) and args[0] == "--e2e"
+    args = args[1:] if e2e else args
+    if len(args) < 2:
         sys.exit(__doc__)
-    tools = dict(a.split("=", 1) for a in sys.argv[3:])
-    for ref, path in build_all(sys.argv[1], sys.argv[2], tools).items():
+    tools = dict(a.split("=", 1) for a in args[2:])
+    for ref, path in build_all(args[0], args[1], tools, e2e).items():
         print(ref, path, os.path.getsize(path))

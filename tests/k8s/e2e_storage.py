@@ -1,0 +1,318 @@
+#!/usr/bin/python3
+"""Kubernetes' own storage e2e suite against the driver (scripts/k8s-e2e.sh).
+
+Brings up the test cluster of cluster.py with the images e2e.test runs
+(images.e2e_images(): busybox, agnhost, ... under the names of
+k8s.io/kubernetes/test/utils/image v1.36.1), deploys the shipped manifests in
+each mode as test_k8s.py does, runs e2e.test (tests/k8s/tools/e2e, built by
+`scripts/go-tools.sh e2e.test`) with the External Storage tests for that
+mode's description (tests/k8s/testdriver-MODE.yaml), prints what passed,
+failed and was skipped (and why), and tears everything down. Output is TAP:
+one line per spec that ran or was skipped at run time, a "# e2e MODE: ..."
+count per mode. The reports stay in WORK/report/MODE/: junit_01.xml (JUnit),
+ginkgo/report.json (every spec).
+
+usage: e2e_storage.py PATH-TO-pmem-csi-driver [central] [distributed]
+Environment:
+  PCSI_K8S_WORK       work directory (default: a new /tmp/pcsi-k8s-e2e-*); kept
+  PCSI_E2E_FOCUS      -ginkgo.focus (default: External.Storage)
+  PCSI_E2E_SKIP       -ginkgo.skip (default: \\[Disruptive\\]|\\[Serial\\])
+  PCSI_E2E_ARGS       more e2e.test arguments (split at blanks)
+  PCSI_E2E_TIMEOUT    the whole e2e.test run per mode, Go duration (default 12h)
+  PCSI_E2E_GUEST_TIMEOUT  the guests' lifetime in seconds (default 86400)
+  PCSI_E2E_PROGRESS   seconds between progress lines while e2e.test runs (300)
+Exit status: 0 when nothing failed.
+"""
+import collections
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import cluster as kc  # noqa: E402
+
+NS = "pmem-csi"
+DRV = "pmem-csi.intel.com"
+MODES = ("central", "distributed")
+FOCUS = os.environ.get("PCSI_E2E_FOCUS", "External.Storage")
+SKIP = os.environ.get("PCSI_E2E_SKIP", r"\[Disruptive\]|\[Serial\]")
+timings = collections.OrderedDict()
+tap_n = 0
+
+
+def tap(ok, desc, directive=""):
+    global tap_n
+    tap_n += 1
+    desc = re.sub(r"\s+", " ", desc).replace("#", "\\#")
+    print("%s %d - %s%s" % ("ok" if ok else "not ok", tap_n, desc, " # " + directive if directive else ""),
+          flush=True)
+
+
+def first_line(e):
+    return (str(e).splitlines() or [repr(e)])[0]
+
+
+def log(msg):
+    print("# %s %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+def manifests(*p):
+    return os.path.join(TOP, "manifests", *p)
+
+
+class Run:
+    def __init__(self, driver, work):
+        self.work = work
+        self.c = kc.Cluster(work, driver, timeout=int(os.environ.get("PCSI_E2E_GUEST_TIMEOUT", "86400")),
+                            e2e_images=True)
+        self.e2e = kc.go_tool("e2e.test")
+        self.deployed = None
+
+    def k(self, *args, **kw):
+        return self.c.kubectl(*args, **kw)
+
+    def kj(self, *args):
+        return self.c.kubectl_json(*args)
+
+    def wait(self, cond, timeout, what, interval=2):
+        self.c.wait(cond, timeout, what, interval)
+
+    def rollout(self, kind, name, timeout=600):
+        self.k("-n", NS, "rollout", "status", "%s/%s" % (kind, name), "--timeout=%ds" % timeout,
+               timeout=timeout + 30)
+
+    def timed(self, name, fn, *args):
+        t0 = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            timings[name] = time.monotonic() - t0
+
+    # ---- deployment, as test_k8s.py does it ---------------------------------
+
+    def up(self):
+        self.timed("cluster start", self.c.up, os.path.join(self.work, "images"))
+        self.k("apply", "-k", manifests("storageclass"))
+        self.k("label", "nodes", "node-x", "node-y", "storage=nvdimm", "--overwrite")
+
+    def registered(self):
+        for n in kc.NODES:
+            drivers = {d["name"]: d for d in self.kj("get", "csinode", n)["spec"].get("drivers") or []}
+            if DRV not in drivers or drivers[DRV].get("nodeID") != n:
+                return False
+        return True
+
+    def capacities(self, sc):
+        return {c["nodeTopology"]["matchLabels"].get("%s/node" % DRV)
+                for c in self.kj("-n", NS, "get", "csistoragecapacities")["items"] if c["storageClassName"] == sc}
+
+    def deploy(self, mode):
+        if self.deployed:
+            self.k("delete", "-k", manifests(self.deployed), "--wait=true", "--ignore-not-found", timeout=600)
+            self.wait(lambda: self.k("get", "namespace", NS, check=False).returncode != 0, 600,
+                      "namespace %s gone" % NS)
+        if mode == "central":
+            certs = os.path.join(self.work, "certs")
+            subprocess.run([manifests("certs", "setup-ca.sh"), certs], check=True, stdout=subprocess.DEVNULL)
+            secrets = subprocess.run([manifests("certs", "make-secrets.sh"), certs], check=True,
+                                     stdout=subprocess.PIPE, text=True).stdout
+            self.k("apply", "-f", manifests("common", "namespace.yaml"))
+            self.k("apply", "-f", "-", input=secrets)
+            self.k("apply", "-k", manifests("central"))
+            self.rollout("deployment", "pmem-csi-controller")
+        else:
+            self.k("apply", "-k", manifests("distributed"))
+        self.rollout("daemonset", "pmem-csi-node")
+        self.deployed = mode
+        self.wait(self.registered, 300, "CSINode objects naming the driver")
+        self.wait(lambda: self.capacities("pmem-csi-sc") == set(kc.NODES), 300, "CSIStorageCapacity objects")
+
+    # ---- e2e.test -------------------------------------------------------------
+
+    def run_e2e(self, mode):
+        report = os.path.join(self.work, "report", mode)
+        os.makedirs(report, exist_ok=True)
+        bindir = os.path.join(self.work, "bin")
+        os.makedirs(bindir, exist_ok=True)
+        kubectl = os.path.join(bindir, "kubectl")  # the multi-call binary, by its name
+        if not os.path.islink(kubectl):
+            os.symlink(self.c.kube, kubectl)
+        cmd = [self.e2e,
+               "-kubeconfig=" + os.path.join(self.work, "admin.kubeconfig"),
+               "-kubectl-path=" + kubectl,
+               "-storage.testdriver=" + os.path.join(HERE, "testdriver-%s.yaml" % mode),
+               "-ginkgo.focus=" + FOCUS, "-ginkgo.skip=" + SKIP,
+               "-ginkgo.timeout=" + os.environ.get("PCSI_E2E_TIMEOUT", "12h"),
+               "-ginkgo.no-color", "-ginkgo.v",
+               "-report-dir=" + report, "-report-complete-ginkgo",
+               "-e2e-output-dir=" + report,
+               "-node-os-distro=debian",
+               ] + shlex.split(os.environ.get("PCSI_E2E_ARGS", ""))
+        out = os.path.join(self.work, "e2e-%s.log" % mode)
+        log("e2e.test for %s mode, focus %r, skip %r; log %s" % (mode, FOCUS, SKIP, out))
+        done = threading.Event()
+        progress = threading.Thread(target=self.progress, args=(mode, out, done), daemon=True)
+        with open(out, "w") as f:
+            f.write("$ %s\n" % " ".join(shlex.quote(a) for a in cmd))
+            f.flush()
+            progress.start()
+            try:
+                rc = subprocess.run(self.c.nsexec() + cmd, stdout=f, stderr=subprocess.STDOUT,
+                                    cwd=report).returncode
+            finally:
+                done.set()
+        return rc, report, out
+
+    @staticmethod
+    def progress(mode, out, done):
+        """Every few minutes a line with what e2e.test's log says is done
+        (-ginkgo.v ends each spec with "• [N seconds]", "• [FAILED] ...",
+        "S [SKIPPED] ...")."""
+        while not done.wait(float(os.environ.get("PCSI_E2E_PROGRESS", "300"))):
+            c = collections.Counter()
+            with open(out, errors="replace") as f:
+                for line in f:
+                    if line.startswith("• [") or line.startswith("S [SKIPPED]"):
+                        c["skipped" if line[0] == "S" else "passed" if line[3:4].isdigit() else "failed"] += 1
+            log("%s: %d specs done: %d passed, %d failed, %d skipped"
+                % (mode, sum(c.values()), c["passed"], c["failed"], c["skipped"]))
+
+    def pvs(self):
+        return [p["metadata"]["name"] for p in self.kj("get", "pv")["items"]
+                if (p["spec"].get("csi") or {}).get("driver") == DRV]
+
+    def lvs(self):
+        """node -> its logical volumes, read with lvs in the driver's container."""
+        lvs = {}
+        for n in kc.NODES:
+            pods = self.kj("-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=pmem-csi-node",
+                           "--field-selector", "spec.nodeName=" + n)["items"]
+            if pods:
+                r = self.k("-n", NS, "exec", pods[0]["metadata"]["name"], "-c", "pmem-driver", "--",
+                           "lvs", "--noheadings", "-o", "lv_name", check=False)
+                lvs[n] = r.stdout.split() if r.returncode == 0 else ["(lvs failed: %s)" % r.stderr.strip()]
+        return lvs
+
+
+def summarize(mode, report, rc):
+    """A TAP line per spec that ran or was skipped at run time, from
+    ginkgo/report.json (JUnit has the same), and the counts. Specs the focus
+    leaves out are not counted; those -ginkgo.skip leaves out are, as "left
+    out". Returns 0 when nothing failed."""
+    path = os.path.join(report, "ginkgo", "report.json")
+    if not os.path.exists(path):
+        tap(False, "%s: e2e.test wrote no %s (exit status %d)" % (mode, path, rc))
+        return 1
+    counts = collections.Counter()
+    reasons = collections.Counter()
+    failed = []
+    focus, skip = re.compile(FOCUS), re.compile(SKIP)
+    for suite in json.load(open(path)):
+        for s in suite.get("SpecReports") or []:
+            if s.get("LeafNodeType") != "It":
+                continue  # suite set-up and reports: a failure there fails the specs
+            name = " ".join((s.get("ContainerHierarchyTexts") or []) + [s.get("LeafNodeText", "")])
+            labels = sum(s.get("ContainerHierarchyLabels") or [], []) + (s.get("LeafNodeLabels") or [])
+            state = s.get("State")
+            failure = s.get("Failure") or {}
+            msg = (failure.get("Message") or "").strip()
+            first = re.sub(r"\s+", " ", msg.splitlines()[0]) if msg else ""
+            if state == "passed":
+                counts["passed"] += 1
+                tap(True, "%s: %s" % (mode, name))
+            elif state == "skipped" and not msg:
+                if focus.search(name + " " + " ".join(labels)) and skip.search(name + " " + " ".join(labels)):
+                    counts["left out"] += 1
+            elif state == "skipped":
+                counts["skipped"] += 1
+                reasons[first[:160]] += 1
+                tap(True, "%s: %s" % (mode, name), "SKIP " + first[:160])
+            else:
+                counts["failed"] += 1
+                loc = failure.get("Location") or {}
+                where = "%s:%s" % (os.path.basename(loc.get("FileName", "?")), loc.get("LineNumber", "?"))
+                failed.append((name, state, first[:300], where))
+                tap(False, "%s: %s" % (mode, name))
+                print("#   %s at %s: %s" % (state, where, first[:300]), flush=True)
+    print("# e2e %s: %d passed, %d failed, %d skipped, %d left out (-ginkgo.skip)"
+          % (mode, counts["passed"], counts["failed"], counts["skipped"], counts["left out"]), flush=True)
+    for r, n in reasons.most_common():
+        print("#   skipped %3d: %s" % (n, r))
+    for name, state, msg, where in failed:
+        print("#   %s: %s\n#       %s (%s)" % (state, name, msg, where))
+    print("# reports: %s/junit_01.xml, %s" % (report, path), flush=True)
+    return 1 if counts["failed"] or rc != 0 else 0
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    driver = os.path.abspath(sys.argv[1])
+    modes = sys.argv[2:] or list(MODES)
+    for m in modes:
+        if m not in MODES:
+            sys.exit("unknown mode %r (%s)" % (m, ", ".join(MODES)))
+    work = os.environ.get("PCSI_K8S_WORK") or tempfile.mkdtemp(prefix="pcsi-k8s-e2e-", dir="/tmp")
+    os.makedirs(work, exist_ok=True)
+    log("work directory %s" % work)
+    run = Run(driver, work)
+    status = 0
+    try:
+        try:
+            run.up()
+        except Exception as e:
+            tap(False, "cluster up: " + first_line(e))
+            print("# " + str(e).replace("\n", "\n# "))
+            return 1
+        log("cluster up in %.0f s" % timings["cluster start"])
+        for mode in modes:
+            try:
+                run.timed("%s deploy" % mode, run.deploy, mode)
+            except Exception as e:
+                tap(False, "%s: deploy: %s" % (mode, first_line(e)))
+                print("# " + str(e).replace("\n", "\n# "))
+                status = 1
+                continue
+            log("%s mode deployed in %.0f s" % (mode, timings["%s deploy" % mode]))
+            rc, report, out = run.timed("%s e2e" % mode, run.run_e2e, mode)
+            log("e2e.test for %s mode exited %d after %.0f s" % (mode, rc, timings["%s e2e" % mode]))
+            status |= summarize(mode, report, rc)
+            t0 = time.monotonic()
+            try:
+                run.wait(lambda: not run.pvs(), 600, "the driver's PVs to go")
+            except RuntimeError:
+                pass
+            pvs, lvs = run.pvs(), run.lvs()
+            timings["%s cleanup" % mode] = time.monotonic() - t0
+            tap(not pvs and not any(lvs.values()), "%s: after the suite no PV of the driver is left and no "
+                "node keeps a logical volume" % mode)
+            if pvs or any(lvs.values()):
+                status = 1
+                print("#   left behind: PVs %r, LVs %r" % (pvs, lvs), flush=True)
+    finally:
+        print("1..%d" % tap_n, flush=True)
+        t0 = time.monotonic()
+        run.c.down()
+        timings["teardown"] = time.monotonic() - t0
+        for name, s in timings.items():
+            print("# timing: %s %.0f s" % (name, s))
+        print("# work directory (logs, reports): %s" % work, flush=True)
+    return status
+
+
+def on_term(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, on_term)
+    sys.exit(main())
