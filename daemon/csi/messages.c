@@ -12,10 +12,7 @@
 
 const char *pcsi_cap_fstype(const Csi__V1__VolumeCapability *cap)
 {
-	if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT && cap->mount &&
-	    cap->mount->fs_type && *cap->mount->fs_type)
-		return cap->mount->fs_type;
-	return "ext4";
+	return pcsi_volume_fstype(cap, NULL);
 }
 
 const char *pcsi_volume_fstype(const Csi__V1__VolumeCapability *cap,
@@ -24,7 +21,7 @@ const char *pcsi_volume_fstype(const Csi__V1__VolumeCapability *cap,
 	if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT && cap->mount &&
 	    cap->mount->fs_type && *cap->mount->fs_type)
 		return cap->mount->fs_type;
-	return params->fstype[0] ? params->fstype : "ext4";
+	return params && params->fstype[0] ? params->fstype : "ext4";
 }
 
 int pcsi_cap_check(const Csi__V1__VolumeCapability *cap, bool multi_node_ok, char *err,

@@ -24,7 +24,7 @@
 const char *pcsi_cap_fstype(const Csi__V1__VolumeCapability *cap);
 
 /* The filesystem of a mount volume: the capability's, else the
- * csi.storage.k8s.io/fstype parameter's, else "ext4". */
+ * csi.storage.k8s.io/fstype parameter's (|params| may be NULL), else "ext4". */
 const char *pcsi_volume_fstype(const Csi__V1__VolumeCapability *cap,
 			       const struct pcsi_params *params);
 

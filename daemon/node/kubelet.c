@@ -42,7 +42,6 @@ reg_notify_registration_status(Pluginregistration__Registration_Service *svc,
 	else
 		pcsi_err("kubelet refused the registration", "driver=%s err=\"%s\"", k->driver_name,
 			 in->error ? in->error : "");
-	k->registered = in->plugin_registered;
 	pcsi_call_reply(call, &out.base);
 }
 
@@ -54,5 +53,4 @@ void pcsi_kubelet_reg_init(struct pcsi_kubelet_reg *k, const char *driver_name,
 	k->svc = svc;
 	k->driver_name = driver_name;
 	k->endpoint_path = endpoint_path;
-	k->registered = false;
 }

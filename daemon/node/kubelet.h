@@ -18,7 +18,6 @@ struct pcsi_kubelet_reg {
 	Pluginregistration__Registration_Service svc;
 	const char *driver_name;   /* borrowed */
 	const char *endpoint_path; /* borrowed */
-	bool registered;
 };
 
 void pcsi_kubelet_reg_init(struct pcsi_kubelet_reg *k, const char *driver_name,
