@@ -50,6 +50,18 @@ static const char *topo_node(struct pcsi_controller *c, const Csi__V1__Topology 
 
 /* ---- CreateVolume --------------------------------------------------------------- */
 
+/* Seconds left of the registration grace period after the controller's start
+ * (0 once it is over). Until then a node that has not re-registered yet may
+ * hold a copy of any volume: a create could add copies that already exist
+ * and a delete could miss one, so both answer UNAVAILABLE (the sidecar
+ * retries) unless every copy the call needs is accounted for. */
+static uint64_t grace_left_s(const struct pcsi_controller *c)
+{
+	uint64_t up = pcsi_now_ms() - c->cluster->start_ms;
+
+	return up < c->grace_ms ? (c->grace_ms - up + 999) / 1000 : 0;
+}
+
 struct create_op {
 	struct pcsi_controller *c;
 	struct pcsi_call *call;
@@ -349,6 +361,15 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 		op->n_pre = op->n_made;
 		op->vol_size = v->size;
 	}
+	if (op->n_made < op->need && grace_left_s(c)) {
+		pcsi_call_fail(call, PCSI_UNAVAILABLE,
+			       "volume \"%s\": nodes that may hold a copy of it can still "
+			       "re-register with the restarted controller for %llu s "
+			       "(-registrationGrace)",
+			       in->name, (unsigned long long)grace_left_s(c));
+		create_free(op);
+		return;
+	}
 	pick_targets(op);
 	create_next(op);
 }
@@ -429,6 +450,12 @@ static void delete_next(struct delete_op *op)
 	else if (op->unreachable)
 		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
 			       "volume %s not deleted everywhere yet: %s", op->id, op->msg);
+	else if (grace_left_s(op->c))
+		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
+			       "volume %s deleted on %zu node(s); nodes that have not "
+			       "re-registered with the restarted controller may hold a copy "
+			       "(%llu s of -registrationGrace left)",
+			       op->id, op->n_nodes, (unsigned long long)grace_left_s(op->c));
 	else {
 		if (op->known)
 			pcsi_info(2, "volume deleted", "volume=%s nodes=%zu", op->id, op->n_nodes);
@@ -480,11 +507,11 @@ static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
 		for (i = 0; i < v->n_nodes; i++)
 			op->nodes[op->n_nodes++] = pcsi_xstrdup(v->nodes[i]);
 	} else {
-		if (pcsi_now_ms() - cl->start_ms < c->grace_ms) {
+		if (grace_left_s(c)) {
 			pcsi_call_fail(call, PCSI_UNAVAILABLE,
 				       "volume %s is unknown and the controller started recently; "
-				       "nodes may not have re-registered yet",
-				       op->id);
+				       "nodes may not have re-registered yet (%llu s left)",
+				       op->id, (unsigned long long)grace_left_s(c));
 			delete_free(op);
 			return;
 		}

@@ -28,7 +28,7 @@ struct pcsi_controller {
 	Csi__V1__Controller_Service svc;
 	struct pcsi_cluster *cluster; /* borrowed */
 	char topology_key[160];
-	uint64_t grace_ms;	   /* unknown ids are UNAVAILABLE this long after start */
+	uint64_t grace_ms;	   /* -registrationGrace: see grace_left_s() in service.c */
 	struct pcsi_inflight busy; /* names and ids with a call in progress */
 };
 

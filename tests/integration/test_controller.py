@@ -33,7 +33,7 @@ CAPS = {"n1": 1024 * MiB, "n2": 2048 * MiB, "n3": 512 * MiB}
 PORTS = {n: pt.free_port() for n in CAPS}
 
 
-def start_controller(grace=3):
+def start_controller(grace=0):
     args = ["-mode=controller", "-endpoint=unix://" + CTL_SOCK,
             "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT, "-registrationGrace=%d" % grace,
             "-metricsListen=127.0.0.1:%d" % METRICS_PORT, "-v=4"] + C.server_flags(C.registry)
@@ -232,12 +232,84 @@ def _():
     lv = ok_call("ListVolumes", csi.ListVolumesRequest())
     e = [x.volume for x in lv.entries if x.volume.volume_id == v.volume_id]
     pt.check(e and holders(e[0]) == hs, "re-imported: %r" % lv)
-    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    # Deleted where known, but UNAVAILABLE until the grace period is over.
+    code, details, _ = rpc("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    pt.check(code == SC.UNAVAILABLE and "registrationGrace" in details,
+             "delete inside the grace period: %s %s" % (code, details))
     for n in hs:
         pt.check(v.volume_id not in node_ids(n), "left on %s" % n)
     time.sleep(3)
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
     code, details, _ = rpc("DeleteVolume", csi.DeleteVolumeRequest(volume_id="pvc-xx-" + "0" * 56))
     pt.check(code == SC.OK, "unknown id after the grace period: %s %s" % (code, details))
+
+
+def restart_without(absent, grace):
+    """Restarts the controller while the nodes in |absent| are stopped
+    (SIGSTOP: their in-memory volumes stay), waits for the others."""
+    global ctl, ch
+    for n in absent:
+        nodes[n].proc.send_signal(signal.SIGSTOP)
+    ch.close()
+    ctl.kill()
+    ctl = start_controller(grace=grace)
+    ch = pt.unix_channel(CTL_SOCK)
+    wait_registered([n for n in CAPS if n not in absent])
+
+
+def resume(absent):
+    for n in absent:
+        nodes[n].proc.send_signal(signal.SIGCONT)
+    wait_registered(list(CAPS))
+
+
+def retry_ok(method, req, until):
+    while True:
+        code, details, r = rpc(method, req)
+        if code == SC.OK or time.monotonic() > until:
+            pt.check(code == SC.OK, "%s: %s %s" % (method, code, details))
+            return r
+        time.sleep(0.3)
+
+
+@t.test("grace period: a create retried before a holder re-registers makes no extra copy")
+def _():
+    # The copy of the first attempt is on n2; the controller restarts while n2
+    # is away. A retry then must not place the volume on n1 or n3.
+    name = "pvc-grace-create"
+    v = ok_call("CreateVolume", create(name, 16 * MiB, requisite=["n2"])).volume
+    restart_without(["n2"], grace=6)
+    try:
+        code, details, _ = rpc("CreateVolume", create(name, 16 * MiB))
+        pt.check(code == SC.UNAVAILABLE and "registrationGrace" in details,
+                 "retry inside the grace period: %s %s" % (code, details))
+        for n in ("n1", "n3"):
+            pt.check(v.volume_id not in node_ids(n), "extra copy on %s" % n)
+    finally:
+        resume(["n2"])
+    r = ok_call("CreateVolume", create(name, 16 * MiB)).volume
+    pt.check(holders(r) == ["n2"], "holders after n2 is back: %r" % holders(r))
+    pt.check(sum(node_ids(n).count(v.volume_id) for n in CAPS) == 1, "copies")
+    retry_ok("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), time.monotonic() + 15)
+    pt.check(all(v.volume_id not in node_ids(n) for n in CAPS), "left over")
+
+
+@t.test("grace period: a delete before a holder re-registers is not OK while that copy remains")
+def _():
+    v = ok_call("CreateVolume", create("pvc-grace-delete", 16 * MiB,
+                                       {"persistencyModel": "cache", "cacheSize": "2"},
+                                       requisite=["n1", "n2"])).volume
+    pt.check(holders(v) == ["n1", "n2"], "holders: %r" % holders(v))
+    restart_without(["n2"], grace=6)
+    try:
+        code, details, _ = rpc("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+        pt.check(code == SC.UNAVAILABLE, "delete inside the grace period: %s %s" % (code, details))
+        pt.check(v.volume_id not in node_ids("n1"), "n1 keeps its copy")
+    finally:
+        resume(["n2"])
+    retry_ok("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), time.monotonic() + 15)
+    pt.check(all(v.volume_id not in node_ids(n) for n in CAPS), "a copy is left: %r"
+             % {n: node_ids(n) for n in CAPS})
 
 
 @t.test("a node with a certificate from a foreign CA cannot register")
