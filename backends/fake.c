@@ -4,10 +4,13 @@
  * Volumes live in memory: a restart forgets them. Capacity comes from
  * PCSI_FAKE_CAPACITY (bytes, default 8 GiB); sizes are rounded up to 4 MiB.
  * Volumes have no device: their path is empty, so the front end has nothing
- * to zero, check or erase. */
+ * to zero, check or erase. PCSI_FAKE_DELAY_MS makes each create and remove
+ * first run `sleep` as a child process for that long, as a real backend's
+ * tools take time (crash tests kill the controller while nodes work). */
 #include "backends/backend_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +20,7 @@ struct fake {
 	uint64_t total, used;
 	struct pcsi_volume *vols;
 	size_t n;
+	char delay[24]; /* seconds for sleep(1), "" for none */
 };
 
 static struct fake *impl(struct pcsi_backend *be)
@@ -29,7 +33,11 @@ static int fake_init(struct pcsi_backend *be)
 	struct fake *f = pcsi_xcalloc(1, sizeof(*f));
 	const char *cap = getenv("PCSI_FAKE_CAPACITY");
 
+	const char *delay = getenv("PCSI_FAKE_DELAY_MS");
+
 	f->total = cap ? strtoull(cap, NULL, 10) : 8ull << 30;
+	if (delay && strtoul(delay, NULL, 10) > 0)
+		snprintf(f->delay, sizeof(f->delay), "%.3f", strtoul(delay, NULL, 10) / 1000.0);
 	be->impl = f;
 	return 0;
 }
@@ -65,9 +73,21 @@ static struct pcsi_volume *find(struct fake *f, const char *id)
 	return NULL;
 }
 
-static void fake_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
+/* Runs |then| for |req| after the configured delay, or now. */
+static void delayed(struct pcsi_backend_req *req, void (*then)(struct pcsi_backend_req *req))
 {
-	struct fake *f = impl(be);
+	struct fake *f = impl(req->be);
+	const char *argv[] = { "sleep", f->delay, NULL };
+
+	if (f->delay[0])
+		pcsi_backend_run(req, argv, then);
+	else
+		then(req);
+}
+
+static void create_now(struct pcsi_backend_req *req)
+{
+	struct fake *f = impl(req->be);
 	uint64_t size = pcsi_align_up(req->size ? req->size : PCSI_LVM_ALIGN, PCSI_LVM_ALIGN);
 	struct pcsi_volume *v = find(f, req->id);
 
@@ -105,9 +125,14 @@ static void fake_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	pcsi_backend_op_done(req, 0);
 }
 
-static void fake_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
+static void fake_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
-	struct fake *f = impl(be);
+	delayed(req, create_now);
+}
+
+static void remove_now(struct pcsi_backend_req *req)
+{
+	struct fake *f = impl(req->be);
 	struct pcsi_volume *v = find(f, req->id);
 
 	if (v) {
@@ -115,6 +140,11 @@ static void fake_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
 		*v = f->vols[--f->n];
 	}
 	pcsi_backend_op_done(req, 0);
+}
+
+static void fake_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	delayed(req, remove_now);
 }
 
 static void fake_list(struct pcsi_backend *be, struct pcsi_backend_req *req)

@@ -47,6 +47,7 @@ struct lvm {
 	int nsetup, isetup;
 	int work_rc;
 	char work_err[256];
+	char repaired[512]; /* what pcsi_pmem_repair() reset, for the log */
 	/* create */
 	int ivg;
 	uint64_t want;	  /* requested size, 4 MiB aligned */
@@ -227,6 +228,14 @@ static void open_regions_job(struct pcsi_backend_req *req)
 	if (!l->pmem && (rc = pcsi_pmem_open(&l->pmem)) < 0) {
 		l->work_rc = rc;
 		snprintf(l->work_err, sizeof(l->work_err), "libndctl: %s", strerror(-rc));
+		return;
+	}
+	/* A first start killed while it made the "pmem-csi" namespace. */
+	rc = pcsi_pmem_repair(l->pmem, l->repaired, sizeof(l->repaired));
+	if (rc < 0) {
+		l->work_rc = rc;
+		snprintf(l->work_err, sizeof(l->work_err),
+			 "resetting a half-made namespace: %.160s: %s", l->repaired, strerror(-rc));
 		return;
 	}
 	nr = pcsi_pmem_regions(l->pmem, regions, MAX_REGIONS);
@@ -445,6 +454,9 @@ static void open_regions_done(struct pcsi_backend_req *req)
 {
 	struct lvm *l = impl(req->be);
 
+	if (l->repaired[0])
+		pcsi_warn("reset a namespace that an interrupted create left half made", "what=%s",
+			  l->repaired);
 	if (l->work_rc < 0) {
 		pcsi_backend_msg(req, "%s", l->work_err);
 		pcsi_backend_op_done(req, l->work_rc == -ENOSPC ? -ENODEV : -EIO);

@@ -29,6 +29,7 @@ struct direct {
 	int rc;
 	int nregions, nactive, nvols; /* open: for the log */
 	char err[256];
+	char repaired[512]; /* what pcsi_pmem_repair() reset, for the log */
 };
 
 static struct direct *impl(struct pcsi_backend *be)
@@ -62,6 +63,9 @@ static void direct_after(struct pcsi_backend_req *req)
 	pcsi_info(4, "libndctl job", "op=%s id=%s error=%d duration_ms=%llu.%03llu", d->op,
 		  req->vol.id[0] ? req->vol.id : "-", d->rc, (unsigned long long)(ns / 1000000),
 		  (unsigned long long)(ns / 1000 % 1000));
+	if (d->repaired[0])
+		pcsi_warn("reset a namespace that an interrupted create left half made", "what=%s",
+			  d->repaired);
 	if (d->rc < 0 && d->err[0])
 		pcsi_backend_msg(req, "%s", d->err);
 	pcsi_backend_op_done(req, d->rc);
@@ -88,9 +92,21 @@ static void run(struct pcsi_backend_req *req, const char *op,
 
 	d->op = op;
 	d->rc = 0;
-	d->err[0] = '\0';
+	d->err[0] = d->repaired[0] = '\0';
 	d->t0 = d->t1 = 0;
 	pcsi_backend_work(req, fn, after ? after : direct_after);
+}
+
+/* Resets what an interrupted create left (pmem.h); 0 or -EIO with d->err. */
+static int repair(struct direct *d)
+{
+	int rc = pcsi_pmem_repair(d->pmem, d->repaired, sizeof(d->repaired));
+
+	if (rc >= 0)
+		return 0;
+	snprintf(d->err, sizeof(d->err), "resetting a half-made namespace: %.160s: %s", d->repaired,
+		 strerror(-rc));
+	return -EIO;
 }
 
 /* All pmem regions (malloc'd in |*out|), or -errno. */
@@ -164,6 +180,11 @@ static void open_fn(struct pcsi_backend_req *req)
 			job_end(d, -EIO);
 			return;
 		}
+	}
+	rc = repair(d);
+	if (rc < 0) {
+		job_end(d, rc);
+		return;
 	}
 	n = get_regions(d, &r);
 	if (n < 0) {
@@ -255,6 +276,13 @@ static void create_fn(struct pcsi_backend_req *req)
 		snprintf(d->err, sizeof(d->err), "\"%s\" is reserved for the lvm device manager",
 			 PCSI_LVM_NS_NAME);
 		job_end(d, -EINVAL);
+		return;
+	}
+	/* A predecessor killed inside a create of this very name (a retry)
+	 * or of another one leaves the seed half made. */
+	rc = repair(d);
+	if (rc < 0) {
+		job_end(d, rc);
 		return;
 	}
 	/* One scan: pmem.c's create says -EEXIST and describes the namespace

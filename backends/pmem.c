@@ -471,6 +471,57 @@ static int undo_seeds(struct ndctl_namespace *ndns, struct ndctl_pfn *pfn)
 	return ndctl_namespace_delete(ndns); /* frees |ndns| */
 }
 
+/* A create that was killed part-way (a predecessor of this process, or an
+ * admin's ndctl) leaves the region's namespace seed with a size, maybe a name
+ * and a pfn device attached, but never enabled: the kernel makes a new seed
+ * only when one is enabled, so the region can make no namespace until the
+ * seed is reset, and the seed's size is missing from its free space. Resets
+ * it as a failed create is undone. A create of someone else's that is running
+ * at this very instant would be undone too: there is no way to tell the two
+ * apart, and only the driver creates namespaces on its nodes. */
+int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len)
+{
+	struct ndctl_region **regs;
+	int rc, i, nr, n = 0;
+	size_t used = 0;
+
+	if (what && len)
+		what[0] = '\0';
+	rc = refresh(p);
+	if (rc < 0)
+		return rc;
+	nr = sorted_regions(p, &regs);
+	if (nr < 0)
+		return nr;
+	for (i = 0; i < nr; i++) {
+		struct ndctl_namespace *ndns = ndctl_region_get_namespace_seed(regs[i]);
+		struct ndctl_pfn *pfn = ndctl_region_get_pfn_seed(regs[i]);
+		struct ndctl_namespace *held = pfn ? ndctl_pfn_get_namespace(pfn) : NULL;
+		unsigned long long size;
+		char dev[32], name[NS_NAME_MAX];
+
+		if (!ndns || ndctl_namespace_is_configuration_idle(ndns) ||
+		    ndctl_namespace_is_active(ndns))
+			continue;
+		copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
+		copy(name, sizeof(name), ndctl_namespace_get_alt_name(ndns));
+		size = ndctl_namespace_get_size(ndns);
+		rc = undo_seeds(ndns, held && held != ndns ? NULL : pfn);
+		if (what && used < len)
+			used += snprintf(what + used, len - used,
+					 "%s%s %s (name \"%s\", %llu bytes)%s", n ? "; " : "",
+					 ndctl_region_get_devname(regs[i]), dev, name, size,
+					 rc < 0 ? ": reset failed" : "");
+		if (rc < 0) {
+			free(regs);
+			return rc;
+		}
+		n++;
+	}
+	free(regs);
+	return n;
+}
+
 static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *name, uint64_t size,
 		     struct pcsi_pmem_ns *ret, char *err, size_t errlen)
 {

@@ -59,6 +59,12 @@ int pcsi_pmem_namespaces(struct pcsi_pmem *p, const char *name, struct pcsi_pmem
 int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
 		     struct pcsi_pmem_ns *ret, char *err, size_t errlen);
 
+/* Resets what a create killed part-way left in the regions' seeds (a
+ * namespace seed with a size, never enabled: the region can make no
+ * namespace until then). Describes each reset in |what|; returns how many
+ * or -errno. Call it before creating, and at start-up. */
+int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len);
+
 /* Disables and deletes the namespace called |name|: -ENOENT when there is
  * none, -EBUSY when the kernel refuses to disable it (in use). */
 int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen);

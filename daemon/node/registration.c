@@ -19,6 +19,12 @@ static void on_timer(uv_timer_t *t)
 	send_register(pcsi_container_of(t, struct pcsi_registration, timer));
 }
 
+/* The longest wait before a retry: the heartbeat interval, at most a minute. */
+static uint32_t max_backoff_ms(uint32_t interval_ms)
+{
+	return interval_ms ? PCSI_MIN(interval_ms, 60000u) : 60000u;
+}
+
 static void on_registered(struct pcsi_client_call *call, void *data)
 {
 	struct pcsi_registration *r = data;
@@ -39,7 +45,9 @@ static void on_registered(struct pcsi_client_call *call, void *data)
 			pcsi_warn("registration with the controller failed; retrying",
 				  "node=%s reason=\"%s\"", r->node_id, reason);
 		r->registered = false;
-		r->backoff_ms = r->backoff_ms ? PCSI_MIN(r->backoff_ms * 2, 60000u) : 1000u;
+		uint32_t cap = max_backoff_ms(r->interval_ms);
+
+		r->backoff_ms = PCSI_MIN(r->backoff_ms ? r->backoff_ms * 2 : 1000u, cap);
 	}
 	pcsi_client_call_done(call);
 	if (r->stopping)
@@ -64,7 +72,12 @@ int pcsi_registration_start(struct pcsi_registration *r, uv_loop_t *loop, const 
 			    struct pcsi_tls_ctx *tls, const char *node_id, const char *endpoint,
 			    uint32_t interval_ms, char *err, size_t errlen)
 {
-	struct pcsi_channel_opts o = { .initial_backoff_ms = 1000, .max_backoff_ms = 60000 };
+	/* Retries never wait longer than a heartbeat: after a controller restart
+	 * every node must be back well inside its registration grace window,
+	 * however often the registration failed before. */
+	uint32_t cap = max_backoff_ms(interval_ms);
+	struct pcsi_channel_opts o = { .initial_backoff_ms = PCSI_MIN(1000u, cap),
+				       .max_backoff_ms = cap };
 
 	memset(r, 0, sizeof(*r));
 	r->loop = loop;

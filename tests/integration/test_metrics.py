@@ -173,7 +173,7 @@ RPORT = pt.free_port()
 
 def _start_controller():
     args = ["-mode=controller", "-endpoint=unix://" + SOCK,
-            "-registryEndpoint=tcp://127.0.0.1:%d" % RPORT, "-insecure",
+            "-registryEndpoint=tcp://127.0.0.1:%d" % RPORT, "-insecure", "-registrationGrace=0",
             "-metricsListen=127.0.0.1:%d" % MPORT, "-logFormat=json", "-v=5"]
     return pt.Daemon(DRIVER, args, name="controller", workdir=WORK).start()
 

@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""Crash campaign for the central controller, on the host: three node
+processes on the test-only backend (each create and delete takes
+PCSI_FAKE_DELAY_MS in a child process, as real tools take time), the
+controller SIGKILLed at a random instant inside a normal create, a cache
+create (cacheSize 2) and the fan-out deletes of both, restarted, and the call
+retried as csi-provisioner does (same request, backoff, UNAVAILABLE and
+ABORTED tolerated; the registration grace window answers UNAVAILABLE until
+the nodes are back). Asked directly, the nodes must then hold exactly the
+copies the answers promised: none extra (leaked), none missing (lost), and
+nothing after the deletes. TAP output.
+
+usage: test_controller_crash.py PATH-TO-pmem-csi-driver
+Environment: PCSI_CRASH_SEED (default: random, printed), PCSI_CRASH_ROUNDS
+(default 20).
+"""
+import concurrent.futures
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+
+DRIVER = pt.driver_path()
+t = pt.TAP()
+SC = grpc.StatusCode
+MiB = 1 << 20
+KEY = "pmem-csi.intel.com/node"
+P = pt.protos()
+csi = P.csi
+C = pt.certs()
+WORK = pt.mkdtemp("pcsi-ctlcrash-")
+REG_PORT = pt.free_port()
+CTL_SOCK = os.path.join(WORK, "controller.sock")
+NODES = ("n1", "n2", "n3")
+PORTS = {n: pt.free_port() for n in NODES}
+SEED = int(os.environ.get("PCSI_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
+ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "20"))
+GRACE = 3
+rng = random.Random(SEED)
+RETRYABLE = (SC.ABORTED, SC.UNAVAILABLE, SC.DEADLINE_EXCEEDED, SC.CANCELLED)
+
+
+class Controller:
+    def __init__(self):
+        self.d, self.ch, self.starts = None, None, 0
+
+    def start(self):
+        if self.ch:
+            self.ch.close()
+        args = ["-mode=controller", "-endpoint=unix://" + CTL_SOCK,
+                "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT, "-registrationGrace=%d" % GRACE,
+                "-v=4"] + C.server_flags(C.registry)
+        self.d = pt.Daemon(DRIVER, args, name="controller-%d" % self.starts).start()
+        self.starts += 1
+        self.ch = pt.unix_channel(CTL_SOCK)
+
+    def kill(self):
+        """SIGKILL; the channel stays open (a call about to start fails with
+        UNAVAILABLE) until start() replaces it."""
+        self.d.kill()
+
+    def call(self, method, req, timeout=30):
+        path, _, resp = pt.rpc(csi, "Controller", method)
+        return pt.call_code(self.ch, path, req, resp, timeout=timeout)
+
+
+def start_node(n):
+    sock = os.path.join(WORK, n + ".sock")
+    args = ["-mode=node", "-nodeid=" + n, "-endpoint=unix://" + sock,
+            "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(WORK, n),
+            "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT,
+            "-controllerEndpoint=tcp://127.0.0.1:%d" % PORTS[n], "-registrationInterval=1",
+            "-v=3"] + C.server_flags(C.node)
+    os.environ["PCSI_FAKE_DELAY_MS"] = "150"
+    try:
+        return pt.Daemon(DRIVER, args, name=n).start()
+    finally:
+        del os.environ["PCSI_FAKE_DELAY_MS"]
+
+
+ctl = Controller()
+ctl.start()
+nodes = {n: start_node(n) for n in NODES}
+node_ch = {n: pt.unix_channel(os.path.join(WORK, n + ".sock")) for n in NODES}
+
+
+def node_ids(n):
+    path, _, resp = pt.rpc(csi, "Controller", "ListVolumes")
+    code, details, r = pt.call_code(node_ch[n], path, csi.ListVolumesRequest(), resp, timeout=30)
+    pt.check(code == SC.OK, "ListVolumes on %s: %s %s" % (n, code, details))
+    return [e.volume.volume_id for e in r.entries]
+
+
+def holders_on_nodes(vid):
+    return sorted(n for n in NODES if vid in node_ids(n))
+
+
+def retry(method, req, budget=60):
+    delay, deadline = 0.05, time.monotonic() + budget
+    while True:
+        code, details, r = ctl.call(method, req)
+        if code == SC.OK:
+            return r
+        if code not in RETRYABLE or time.monotonic() > deadline:
+            raise pt.TestFailure("%s: %s %s" % (method, code, details))
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def create_req(name, cache):
+    return csi.CreateVolumeRequest(
+        name=name, capacity_range=csi.CapacityRange(required_bytes=16 * MiB),
+        parameters={"persistencyModel": "cache", "cacheSize": "2"} if cache else {},
+        volume_capabilities=[csi.VolumeCapability(
+            mount=csi.VolumeCapability.MountVolume(fs_type="ext4"),
+            access_mode=csi.VolumeCapability.AccessMode(
+                mode=csi.VolumeCapability.AccessMode.SINGLE_NODE_WRITER))])
+
+
+stats = {"kills": 0, "mid": 0, "leaked": 0, "lost": 0, "by_op": {}}
+durations = {}
+pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+
+def step(label, method, req, kill):
+    """One call; with |kill|, the controller is killed that many seconds into
+    it and restarted before the call is retried."""
+    t0 = time.monotonic()
+    if kill is not None:
+        fut = pool.submit(ctl.call, method, req)
+        time.sleep(kill)
+        mid = not fut.done()
+        ctl.kill()
+        fut.result()
+        stats["kills"] += 1
+        stats["mid"] += mid
+        if mid:
+            stats["by_op"][label] = stats["by_op"].get(label, 0) + 1
+        ctl.start()
+    r = retry(method, req)
+    durations.setdefault(label, []).append(time.monotonic() - t0)
+    if os.environ.get("PCSI_CRASH_VERBOSE"):
+        t.diag("%s: %.2f s%s" % (label, time.monotonic() - t0, "" if kill is None else " (killed at %.3f)" % kill))
+    return r
+
+
+def run_round(r, kills):
+    for cache, label in ((False, "normal"), (True, "cache")):
+        name = "crash-%s-%d" % (label, r)
+        v = step("create " + label, "CreateVolume", create_req(name, cache),
+                 kills.get("create " + label)).volume
+        promised = sorted(seg.segments[KEY] for seg in v.accessible_topology)
+        held = holders_on_nodes(v.volume_id)
+        want = 2 if cache else 1
+        stats["leaked"] += max(0, len(held) - want) + len(set(held) - set(promised))
+        stats["lost"] += len(set(promised) - set(held))
+        pt.check(held == promised and len(held) == want,
+                 "round %d, %s: answered %r, nodes hold %r" % (r, name, promised, held))
+        step("delete " + label, "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id),
+             kills.get("delete " + label))
+        held = holders_on_nodes(v.volume_id)
+        stats["leaked"] += len(held)
+        pt.check(not held, "round %d, %s: deleted, but nodes still hold it: %r" % (r, name, held))
+
+
+OPS = ["create normal", "delete normal", "create cache", "delete cache"]
+
+
+@t.test("a round without a kill, to time the operations")
+def _():
+    deadline = time.monotonic() + 20
+    while any(not retry("GetCapacity", csi.GetCapacityRequest(
+            accessible_topology=csi.Topology(segments={KEY: n}))).available_capacity for n in NODES):
+        pt.check(time.monotonic() < deadline, "nodes did not register")
+        time.sleep(0.2)
+    run_round(0, {})
+    t.diag(", ".join("%s %.3f s" % (k, v[0]) for k, v in durations.items()))
+
+
+t.diag("controller crash campaign: seed %d (PCSI_CRASH_SEED), %d rounds" % (SEED, ROUNDS))
+for r in range(1, ROUNDS + 1):
+    @t.test("round %d: controller killed inside each of %s, restarted, retried" % (r, ", ".join(OPS)))
+    def _(r=r):
+        run_round(r, {op: rng.uniform(0, durations[op][0]) for op in OPS})
+
+
+@t.test("after the campaign: no copy left on any node")
+def _():
+    left = {n: node_ids(n) for n in NODES}
+    t.diag("controller crash campaign: seed %d, rounds %d, kills %d (mid-operation %d: %s), leaked %d, lost %d"
+           % (SEED, ROUNDS, stats["kills"], stats["mid"],
+              ", ".join("%s %d" % kv for kv in sorted(stats["by_op"].items())) or "-",
+              stats["leaked"], stats["lost"]))
+    pt.check(not any(left.values()), "left: %r" % left)
+    pt.check(stats["leaked"] == 0 and stats["lost"] == 0, "leaked %d, lost %d" % (stats["leaked"], stats["lost"]))
+
+
+def teardown():
+    pool.shutdown(wait=False)
+    for c in node_ch.values():
+        c.close()
+    for d in nodes.values():
+        d.stop()
+    ctl.ch.close()
+    ctl.d.stop()
+
+
+sys.exit(t.main(teardown))

@@ -1,0 +1,318 @@
+#!/usr/bin/python3
+"""Crash campaign for the node role on real PMEM (inside the QEMU guest, as
+root): the driver is SIGKILLed at a random instant inside an operation,
+restarted on the same state directory, and the call is retried the way
+csi-provisioner and kubelet retry it (same request, backoff, ABORTED and
+UNAVAILABLE tolerated). Each round is a whole volume life: CreateVolume,
+NodeStageVolume (mkfs), NodePublishVolume, a write, NodeUnpublishVolume,
+NodeUnstageVolume, DeleteVolume (with erase), with a kill inside each.
+At the end the ground truth (`ndctl list`, `lvs`, /proc/self/mountinfo) must
+show nothing leaked, nothing lost, no mount left and the capacity back where
+it started. Before the campaign (direct only): a namespace seed left half
+made by a killed create, anonymous and named, is reset by the driver.
+
+usage: test_crash.py PATH-TO-pmem-csi-driver direct|lvm
+Environment: PCSI_CRASH_SEED (default: random, printed), PCSI_CRASH_ROUNDS
+(default 20).
+"""
+import concurrent.futures
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+
+DRIVER, BACKEND = sys.argv[1], sys.argv[2]
+t = pt.TAP()
+SC = grpc.StatusCode
+MiB = 1 << 20
+WORK = pt.mkdtemp("pcsi-crash-")
+SOCK = os.path.join(WORK, "csi.sock")
+STATE = os.path.join(WORK, "state")
+P = pt.protos()
+csi = P.csi
+SEED = int(os.environ.get("PCSI_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
+ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "20"))
+rng = random.Random(SEED)
+RETRYABLE = (SC.ABORTED, SC.UNAVAILABLE, SC.DEADLINE_EXCEEDED, SC.CANCELLED)
+LVM_NS = "pmem-csi"
+
+
+class Driver:
+    def __init__(self):
+        self.d = None
+        self.ch = None
+        self.starts = 0
+
+    def start(self):
+        if self.ch:
+            self.ch.close()
+        if self.d:
+            self.d.kill()  # a round that failed half-way may have left one
+        self.d = pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=node-crash",
+                                    "-deviceManager=" + BACKEND, "-statePath=" + STATE, "-v=4"],
+                           name="crash-%s-%d" % (BACKEND, self.starts)).start(timeout=120)
+        self.starts += 1
+        self.ch = pt.unix_channel(SOCK)
+
+    def kill(self):
+        """SIGKILL; the channel stays open (a call about to start fails with
+        UNAVAILABLE) until start() replaces it."""
+        self.d.kill()
+
+    def stop(self):
+        self.ch.close()
+        return self.d.stop()
+
+    def call(self, service, method, req, timeout=120):
+        path, _, resp = pt.rpc(csi, service, method)
+        return pt.call_code(self.ch, path, req, resp, timeout=timeout)
+
+
+drv = Driver()
+
+
+def mount_cap():
+    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type="ext4"),
+                                access_mode=csi.VolumeCapability.AccessMode(
+                                    mode=csi.VolumeCapability.AccessMode.SINGLE_NODE_WRITER))
+
+
+def volume_id(name):
+    return name[:6] + "-" + hashlib.sha224(name.encode()).hexdigest()
+
+
+def retry(service, method, req, budget=120):
+    """Calls until OK, as the sidecars do; returns the reply or raises."""
+    delay, deadline = 0.1, time.monotonic() + budget
+    while True:
+        code, details, r = drv.call(service, method, req)
+        if code == SC.OK:
+            return r
+        if code not in RETRYABLE or time.monotonic() > deadline:
+            raise pt.TestFailure("%s: %s %s" % (method, code, details))
+        time.sleep(delay)
+        delay = min(delay * 2, 5)
+
+
+def namespaces():
+    """Named namespaces on the device (ground truth), the lvm one aside."""
+    r = subprocess.run(["ndctl", "list", "-N"], capture_output=True, text=True)
+    out = json.loads(r.stdout or "[]")
+    if isinstance(out, dict):
+        out = [out]
+    return sorted(n.get("name", "") for n in out if n.get("name") and n.get("name") != LVM_NS)
+
+
+def anonymous_namespaces():
+    r = subprocess.run(["ndctl", "list", "-N", "-i"], capture_output=True, text=True)
+    out = json.loads(r.stdout or "[]")
+    if isinstance(out, dict):
+        out = [out]
+    return [n.get("dev") for n in out if not n.get("name") and n.get("size", 0) > 0]
+
+
+def logical_volumes():
+    r = subprocess.run(["lvs", "--noheadings", "-o", "lv_name,vg_name"], capture_output=True, text=True)
+    return sorted(f[0] for f in (l.split() for l in r.stdout.splitlines()) if len(f) == 2 and
+                  f[1].endswith("fsdax"))
+
+
+def on_device():
+    return logical_volumes() if BACKEND == "lvm" else namespaces()
+
+
+def our_mounts():
+    with open("/proc/self/mountinfo") as f:
+        return [l.split()[4] for l in f if l.split()[4].startswith(WORK)]
+
+
+def listed():
+    ids, token = [], ""
+    while True:
+        r = retry("Controller", "ListVolumes", csi.ListVolumesRequest(max_entries=50, starting_token=token))
+        ids += [e.volume.volume_id for e in r.entries]
+        token = r.next_token
+        if not token:
+            return sorted(ids)
+
+
+def capacity():
+    return retry("Controller", "GetCapacity", csi.GetCapacityRequest()).available_capacity
+
+
+def region_seed():
+    with open("/sys/bus/nd/devices/region0/namespace_seed") as f:
+        return f.read().strip()
+
+
+def half_make(name):
+    """What a create killed after the size (and the name) were set leaves."""
+    dev = "/sys/bus/nd/devices/" + region_seed()
+    with open("/proc/sys/kernel/random/uuid") as f:
+        uuid = f.read().strip()
+    for attr, val in (("uuid", uuid), ("size", str(64 * MiB))) + ((("alt_name", name),) if name else ()):
+        with open(os.path.join(dev, attr), "w") as f:
+            f.write(val)
+
+
+drv.start()
+cap0 = capacity()
+dev0 = on_device()
+
+
+if BACKEND == "direct":
+    @t.test("a namespace seed left half made by a killed create (no name yet) is reset at start-up")
+    def _():
+        drv.stop()
+        half_make(None)
+        pt.check(anonymous_namespaces(), "could not set up the half-made seed")
+        drv.start()
+        pt.check(not anonymous_namespaces(), "still there: %r" % anonymous_namespaces())
+        pt.check("reset a namespace that an interrupted create left half made" in drv.d.stderr_text(),
+                 "not logged")
+        pt.check(capacity() == cap0, "capacity %d, was %d" % (capacity(), cap0))
+        v = retry("Controller", "CreateVolume", csi.CreateVolumeRequest(
+            name="pvc-after-half", capacity_range=csi.CapacityRange(required_bytes=64 * MiB),
+            volume_capabilities=[mount_cap()])).volume
+        retry("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+
+    @t.test("a retried CreateVolume whose first attempt was killed after naming the namespace succeeds")
+    def _():
+        name = "pvc-half-named"
+        drv.stop()
+        half_make(volume_id(name))
+        drv.start()
+        v = retry("Controller", "CreateVolume", csi.CreateVolumeRequest(
+            name=name, capacity_range=csi.CapacityRange(required_bytes=64 * MiB),
+            volume_capabilities=[mount_cap()])).volume
+        pt.check(v.volume_id == volume_id(name), v.volume_id)
+        st = os.path.join(WORK, "half-st")
+        os.makedirs(st, exist_ok=True)
+        retry("Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
+            volume_id=v.volume_id, staging_target_path=st, volume_capability=mount_cap()))
+        retry("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=v.volume_id,
+                                                                         staging_target_path=st))
+        retry("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+        pt.check(namespaces() == dev0 and capacity() == cap0, "left: %r" % namespaces())
+
+
+def lifecycle(name, st, tg):
+    """The calls of one volume's life, in order, as (label, service, method,
+    request, check after OK)."""
+    vid = volume_id(name)
+    data = os.path.join(tg, "data")
+
+    def write(_):
+        with open(data, "w") as f:
+            f.write(name)
+            f.flush()
+            os.fsync(f.fileno())
+        with open(data) as f:
+            pt.check(f.read() == name, "read back")
+
+    return [
+        ("create", "Controller", "CreateVolume", csi.CreateVolumeRequest(
+            name=name, capacity_range=csi.CapacityRange(required_bytes=64 * MiB),
+            volume_capabilities=[mount_cap()]), None),
+        ("stage", "Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
+            volume_id=vid, staging_target_path=st, volume_capability=mount_cap()), None),
+        ("publish", "Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
+            volume_id=vid, staging_target_path=st, target_path=tg, volume_capability=mount_cap()), write),
+        ("unpublish", "Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(
+            volume_id=vid, target_path=tg), None),
+        ("unstage", "Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(
+            volume_id=vid, staging_target_path=st), None),
+        ("delete", "Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid), None),
+    ]
+
+
+stats = {"kills": 0, "mid": 0, "lost": 0, "by_op": {}}
+durations = {}
+pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+
+def run_round(r, kill_at):
+    """One volume life; |kill_at| maps op labels to the delay in s after
+    which the driver is killed inside that op."""
+    name = "crash-%s-%d" % (BACKEND, r)
+    vid = volume_id(name)
+    st = os.path.join(WORK, "st-%d" % r)
+    tg = os.path.join(WORK, "pod-%d" % r, "vol")
+    os.makedirs(st, exist_ok=True)
+    os.makedirs(os.path.dirname(tg), exist_ok=True)
+    if drv.d.proc.poll() is not None:
+        drv.start()  # an earlier round failed between a kill and its restart
+    for label, svc, method, req, after in lifecycle(name, st, tg):
+        if label == "delete" and not (vid in listed() and vid in on_device()):
+            stats["lost"] += 1
+            raise pt.TestFailure("round %d: volume %s lost before its delete" % (r, vid))
+        t0 = time.monotonic()
+        if label in kill_at:
+            fut = pool.submit(drv.call, svc, method, req)
+            time.sleep(kill_at[label])
+            mid = not fut.done()
+            drv.kill()
+            fut.result()
+            stats["kills"] += 1
+            stats["mid"] += mid
+            if mid:
+                stats["by_op"][label] = stats["by_op"].get(label, 0) + 1
+            drv.start()
+        retry(svc, method, req)
+        durations.setdefault(label, []).append(time.monotonic() - t0)
+        if after:
+            after(None)
+    pt.check(vid not in listed() and vid not in on_device(), "round %d: %s still there after delete" % (r, vid))
+
+
+@t.test("a round without a kill, to time the operations")
+def _():
+    run_round(0, {})
+    t.diag("%s: %s" % (BACKEND, ", ".join("%s %.2f s" % (k, v[0]) for k, v in durations.items())))
+
+
+t.diag("crash campaign %s: seed %d (PCSI_CRASH_SEED), %d rounds" % (BACKEND, SEED, ROUNDS))
+OPS = ["create", "stage", "publish", "unpublish", "unstage", "delete"]
+for r in range(1, ROUNDS + 1):
+    @t.test("round %d: killed inside each of %s, restarted, retried" % (r, ", ".join(OPS)))
+    def _(r=r):
+        # A kill at a uniformly random instant of the operation's duration
+        # measured in the round without kills.
+        run_round(r, {op: rng.uniform(0, max(durations[op][0], 0.05)) for op in OPS})
+
+
+@t.test("after the campaign: nothing leaked, nothing lost, no mount left, capacity back")
+def _():
+    known, device, mnt = listed(), on_device(), our_mounts()
+    leaked = sorted(set(device) - set(dev0))
+    stray = sorted(set(known) - set(device))
+    anon = anonymous_namespaces() if BACKEND == "direct" else []
+    cap = capacity()
+    t.diag("crash campaign %s: seed %d, rounds %d, kills %d (mid-operation %d: %s), leaked %d, lost %d, "
+           "orphan mounts %d, capacity %d of %d"
+           % (BACKEND, SEED, ROUNDS, stats["kills"], stats["mid"],
+              ", ".join("%s %d" % kv for kv in sorted(stats["by_op"].items())) or "-",
+              len(leaked) + len(anon), len(stray) + stats["lost"], len(mnt), cap, cap0))
+    pt.check(not leaked and not anon, "leaked on the device: %r %r" % (leaked, anon))
+    pt.check(not stray, "listed but not on the device: %r" % stray)
+    pt.check(not mnt, "mounts left: %r" % mnt)
+    pt.check(cap == cap0, "capacity %d, was %d" % (cap, cap0))
+
+
+def teardown():
+    pool.shutdown(wait=False)
+    try:
+        drv.stop()
+    except Exception:
+        pass
+
+
+sys.exit(t.main(teardown))
