@@ -19,5 +19,5 @@ set -eu
 cd "$(dirname "$0")/.."
 [ -f build/build.ninja ] || meson setup build -Dfake-backend=false >/dev/null
 ninja -C build daemon/pmem-csi-driver >/dev/null
-scripts/go-tools.sh kube csi-provisioner coredns e2e.test agnhost >/dev/null
+scripts/go-tools.sh kube csi-provisioner coredns e2e.test agnhost ginkgo >/dev/null
 exec /usr/bin/python3 tests/k8s/e2e_storage.py build/daemon/pmem-csi-driver "$@"

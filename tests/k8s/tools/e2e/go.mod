@@ -225,4 +225,7 @@ replace k8s.io/sample-controller => k8s.io/sample-controller v0.36.1
 
 replace k8s.io/streaming => k8s.io/streaming v0.36.1
 
-tool k8s.io/kubernetes/test/images/agnhost
+tool (
+	github.com/onsi/ginkgo/v2/ginkgo
+	k8s.io/kubernetes/test/images/agnhost
+)
