@@ -283,7 +283,9 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.registration_grace_s = 90,
 		.registration_interval_s = 30,
 	};
-	optind = 1;
+	/* 0, not 1: glibc then also forgets a place inside an argument where an
+	 * earlier parse stopped ("-:x"), which it would go on reading. */
+	optind = 0;
 	opterr = 0;
 	while ((opt = getopt_long_only(argc, argv, ":", options, NULL)) != -1) {
 		if (optarg && !safe_string(optarg)) {

@@ -5,11 +5,11 @@
 set -eu
 
 PKGS="
-  build-essential meson ninja-build pkg-config clang-format
+  build-essential meson ninja-build pkg-config clang-format clang
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev libssl-dev
   libh2o-dev libndctl-dev libdaxctl-dev libjson-c-dev libmount-dev libblkid-dev
   check valgrind openssl
-  python3 python3-grpcio python3-protobuf python3-h2 protobuf-compiler
+  python3 python3-grpcio python3-protobuf python3-h2 python3-matplotlib protobuf-compiler
   nghttp2-client
   qemu-system-x86 linux-image-amd64 busybox-static kmod cpio udev xz-utils
   ndctl daxctl lvm2 e2fsprogs xfsprogs util-linux uuid-dev

@@ -5,8 +5,13 @@
 #   build-asan/   the same under AddressSanitizer + UndefinedBehaviorSanitizer:
 #                 suites unit, integration, manifests
 #   build/        the shipped configuration (no test-only backend): checked to
-#                 refuse the test-only backend, then suite k8s (a real
-#                 Kubernetes cluster, tests/k8s) with the driver as shipped
+#                 refuse the test-only backend, then suites k8s (a real
+#                 Kubernetes cluster, tests/k8s) and k8s-e2e (Kubernetes'
+#                 External Storage e2e tests, the CI subset) with the driver
+#                 as shipped
+#   build-fuzz/   clang, libFuzzer + ASan + UBSan (tests/fuzz): suite fuzz,
+#                 each target's seeds replayed and 20 s of fuzzing (about
+#                 80 s in all, two targets at a time)
 # Each build directory gets the options it needs set every time, whatever
 # configured it before (the demo, a person, an older checkout). Ends with one
 # line "N passed, N failed, N skipped", counting TAP subtests. In CI (CI=true)
@@ -19,7 +24,7 @@ cd "$(dirname "$0")/.."
 results=()
 status=0
 required=()
-[ "${CI:-}" = true ] && required=(vm conformance k8s)
+[ "${CI:-}" = true ] && required=(vm conformance k8s k8s-e2e)
 
 build() { # dir, meson options...
 	local dir=$1
@@ -79,8 +84,20 @@ else
 		status=1
 	fi
 	if shipped; then
-		run build "k8s (shipped build)" --suite k8s
+		run build "k8s + k8s-e2e (shipped build)" --suite k8s --suite k8s-e2e
 	else
+		status=1
+	fi
+	# The compiler of a build directory is fixed when it is set up.
+	if [ -f build-fuzz/build.ninja ] && ! grep -q '^ command = clang ' build-fuzz/build.ninja; then
+		echo "build-fuzz/ was set up with another compiler than clang: remove it"
+		status=1
+	elif CC=clang build build-fuzz -Dfuzz=true -Dfake-backend=true \
+		-Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link \
+		-Dvm-tests=false; then
+		run build-fuzz "fuzz (libFuzzer, ASan+UBSan)" --suite fuzz
+	else
+		echo "fuzz build failed"
 		status=1
 	fi
 fi

@@ -174,7 +174,9 @@ int pcsi_parse_quantity(const char *s, uint64_t *out)
 	if (*p == '.') {
 		p++;
 		while (*p >= '0' && *p <= '9') {
-			if (den < limit) {
+			/* Digits past 30 or so are dropped (the result may come out a
+			 * byte low): num and den stay far from overflowing. */
+			if (den < limit && num < limit) {
 				num = num * 10 + (unsigned)(*p - '0');
 				den *= 10;
 			}
@@ -198,9 +200,12 @@ int pcsi_parse_quantity(const char *s, uint64_t *out)
 				return -ERANGE;
 		}
 		for (i = 0; i < e; i++) {
-			if (neg)
+			/* Once den is above num the value is below 1 and stays there
+			 * (rounded up: 1, or 0): den need not grow, and must not
+			 * overflow. */
+			if (neg && den <= num)
 				den *= 10;
-			else
+			else if (!neg)
 				mul *= 10;
 		}
 	} else if (*p) {
@@ -218,7 +223,7 @@ int pcsi_parse_quantity(const char *s, uint64_t *out)
 	if (num && mul > ~(unsigned __int128)0 / num)
 		return -ERANGE;
 	num *= mul;
-	num = (num + den - 1) / den;
+	num = num / den + (num % den != 0); /* rounded up; num + den - 1 could overflow */
 	if (num > (unsigned __int128)INT64_MAX)
 		return -ERANGE;
 	*out = (uint64_t)num;

@@ -181,6 +181,12 @@ START_TEST(quantities)
 		ck_assert_msg(pcsi_parse_quantity(bad[i], &v) < 0, "accepted %s", bad[i]);
 	ck_assert_int_eq(pcsi_parse_quantity("99999999999999999999999999999999999", &v), -ERANGE);
 	ck_assert_int_eq(pcsi_parse_quantity("1e30", &v), -ERANGE);
+	/* Found by fuzz-params: 128-bit wraparound made these small sizes. */
+	ck_assert_int_eq(pcsi_parse_quantity("1000000000000000000000000000000."
+					     "0000000000000000000000000000000",
+					     &v),
+			 -ERANGE);
+	ck_assert_int_eq(pcsi_parse_quantity("29.5147905179352825855Ei", &v), -ERANGE);
 }
 END_TEST
 
