@@ -20,6 +20,7 @@ struct tool {
 };
 
 enum op { OP_OPEN, OP_CAPACITY, OP_CREATE, OP_GET, OP_DELETE, OP_LIST };
+static const char *const op_names[] = { "open", "capacity", "create", "get", "delete", "list" };
 
 /* Delete runs in steps: find the device (queued), check it is not busy and
  * erase it (not queued), remove it (queued again). */
@@ -149,6 +150,7 @@ static void deliver(struct pcsi_backend_req *req, int error)
 	struct pcsi_backend *be = req->be;
 
 	req->error = error;
+	req->pending = req->erasing = false;
 	if (error && !req->msg[0])
 		snprintf(req->msg, sizeof(req->msg), "%s", strerror(-error));
 	if (req->proc)
@@ -382,10 +384,12 @@ static void zero_device(struct pcsi_backend_req *req, bool all,
 	const char *whole[] = { "shred", "-n", "0", "-z", req->vol.path, NULL };
 
 	snprintf(of, sizeof(of), "of=%s", req->vol.path);
-	/* Erasing a large device takes as long as it takes: no time limit. */
-	if (all)
+	/* Erasing a large device takes as long as it takes: no time limit
+	 * (but the caller may give up: pcsi_backend_cancel()). */
+	if (all) {
+		req->erasing = req->op == OP_DELETE;
 		run_tool(req, whole, 0, cb);
-	else
+	} else
 		pcsi_backend_run(req, head, cb);
 }
 
@@ -400,11 +404,14 @@ static void on_erased(struct pcsi_backend_req *req)
 {
 	char why[256];
 
+	req->erasing = false;
 	if (!pcsi_proc_ok(req->proc)) {
+		bool cancelled = req->proc->error == -ECANCELED;
+
 		pcsi_proc_describe(req->proc, why, sizeof(why));
 		pcsi_backend_msg(req, "erasing %s: %s", req->vol.path, why);
 		pcsi_proc_done(req->proc);
-		deliver(req, -EIO);
+		deliver(req, cancelled ? -ECANCELED : -EIO);
 		return;
 	}
 	pcsi_proc_done(req->proc);
@@ -465,6 +472,44 @@ static void after_remove(struct pcsi_backend_req *req, int error)
 	deliver(req, error);
 }
 
+/* ---- cancel ------------------------------------------------------------------------ */
+
+void pcsi_backend_cancel(struct pcsi_backend_req *req)
+{
+	struct pcsi_backend *be = req->be;
+	struct pcsi_backend_req **p;
+
+	if (!req->pending)
+		return;
+	if (req->erasing) {
+		pcsi_info(2, "erase cancelled: the caller gave up", "volume=%s", req->vol.id);
+		pcsi_proc_cancel(req->proc); /* on_erased() delivers -ECANCELED */
+		return;
+	}
+	/* The head of the queue is running; an erased volume waiting for its
+	 * removal is removed (else the erase would be done twice). */
+	if ((be->running && be->head == req) || (req->op == OP_DELETE && req->step == DEL_REMOVE))
+		return;
+	for (p = &be->head; *p; p = &(*p)->next) {
+		if (*p != req)
+			continue;
+		*p = req->next;
+		if (be->tail == req) {
+			struct pcsi_backend_req *last = be->head;
+			while (last && last->next)
+				last = last->next;
+			be->tail = last;
+		}
+		req->next = NULL;
+		pcsi_info(2, "request cancelled while waiting: the caller gave up",
+			  "op=%s volume=%s", op_names[req->op], req->vol.id[0] ? req->vol.id : "-");
+		pcsi_backend_msg(req, "cancelled while waiting for the %s device manager",
+				 be->ops->name);
+		deliver(req, -ECANCELED);
+		return;
+	}
+}
+
 /* ---- entry points ----------------------------------------------------------------- */
 
 static void submit(struct pcsi_backend *be, struct pcsi_backend_req *req, int op,
@@ -480,6 +525,8 @@ static void submit(struct pcsi_backend *be, struct pcsi_backend_req *req, int op
 	req->msg[0] = '\0';
 	req->vols = NULL;
 	req->n_vols = 0;
+	req->pending = true;
+	req->erasing = false;
 	memset(&req->vol, 0, sizeof(req->vol));
 	if (op == OP_CREATE || op == OP_GET || op == OP_DELETE) {
 		if (!pcsi_volume_id_valid(req->id)) {

@@ -87,6 +87,7 @@ struct pcsi_backend_req {
 	void *data;
 	struct pcsi_backend *be;
 	int op, step;
+	bool pending, erasing;	       /* submitted, not delivered; in a delete's erase */
 	struct pcsi_backend_req *next; /* in the backend's queue */
 	struct pcsi_proc *proc;	       /* the running tool (backend_internal.h) */
 	uv_work_t work;
@@ -121,6 +122,16 @@ void pcsi_backend_get(struct pcsi_backend *be, struct pcsi_backend_req *req, pcs
 		      void *data);
 void pcsi_backend_list(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
 		       void *data);
+
+/* For a caller that no longer waits (its call was cancelled or its deadline
+ * passed): a request still waiting in the queue ends with -ECANCELED, and a
+ * delete's erase is stopped (its child process group is killed; the volume
+ * stays whole and a later delete erases it from the start), also ending with
+ * -ECANCELED. What would be left half made if interrupted (a namespace or
+ * logical volume being made or removed, zeroing its start) runs to its end.
+ * The callback runs exactly once either way, never inside this call. No
+ * effect on a request that is not pending. */
+void pcsi_backend_cancel(struct pcsi_backend_req *req);
 
 /* Frees what a completed request holds (the list). */
 void pcsi_backend_req_done(struct pcsi_backend_req *req);

@@ -80,7 +80,22 @@ struct create_op {
 	struct pcsi_client_call ccall;
 	size_t n_pre; /* copies that existed before this call: never rolled back */
 	size_t undo;  /* roll back: index into made */
+	bool asking;  /* a node's CreateVolume is in flight (not a roll-back) */
+	bool cancelled;
 };
+
+/* The caller gave up (deadline, cancel): the node's call is cancelled too,
+ * which stops its queued work there, and no further node is asked. Copies
+ * made so far stay: the provisioner's retry finds them and completes the
+ * volume. A roll-back in progress goes on. */
+static void create_cancelled(struct pcsi_call *call, void *data)
+{
+	struct create_op *op = data;
+
+	op->cancelled = true;
+	if (op->asking)
+		pcsi_client_call_cancel(&op->ccall);
+}
 
 static void create_free(struct create_op *op)
 {
@@ -249,6 +264,7 @@ static void on_node_created(struct pcsi_client_call *call, void *data)
 	const char *node = op->targets[op->next - 1];
 	Csi__V1__CreateVolumeResponse *r = (Csi__V1__CreateVolumeResponse *)call->reply;
 
+	op->asking = false;
 	pcsi_cluster_observe(node, call);
 	switch (call->status) {
 	case PCSI_OK:
@@ -283,6 +299,12 @@ static void on_node_created(struct pcsi_client_call *call, void *data)
 		undo_next(op);
 		return;
 	}
+	if (op->cancelled) {
+		op->fatal = PCSI_CANCELLED;
+		snprintf(op->fatal_msg, sizeof(op->fatal_msg), "the call was cancelled");
+		create_fail(op);
+		return;
+	}
 	create_next(op);
 }
 
@@ -305,6 +327,7 @@ static void create_next(struct create_op *op)
 			op->unreachable++;
 			continue;
 		}
+		op->asking = true;
 		pcsi_channel_call(n->chan, &op->ccall, SVC, method("CreateVolume"), &op->in->base,
 				  node_timeout(cl, op->call), on_node_created, op);
 		return;
@@ -371,6 +394,7 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 		return;
 	}
 	pick_targets(op);
+	pcsi_call_on_cancel(call, create_cancelled, op);
 	create_next(op);
 }
 
@@ -383,11 +407,23 @@ struct delete_op {
 	char **nodes; /* to ask */
 	size_t n_nodes, next;
 	bool known;
+	bool asking; /* a node's DeleteVolume is in flight */
+	bool cancelled;
 	int unreachable;
 	enum pcsi_status fatal;
 	char msg[300];
 	struct pcsi_client_call ccall;
 };
+
+/* As create_cancelled(): the retry asks the nodes again. */
+static void delete_cancelled(struct pcsi_call *call, void *data)
+{
+	struct delete_op *op = data;
+
+	op->cancelled = true;
+	if (op->asking)
+		pcsi_client_call_cancel(&op->ccall);
+}
 
 static void delete_free(struct delete_op *op)
 {
@@ -407,6 +443,7 @@ static void on_node_deleted(struct pcsi_client_call *call, void *data)
 	struct delete_op *op = data;
 	const char *node = op->nodes[op->next - 1];
 
+	op->asking = false;
 	pcsi_cluster_observe(node, call);
 	if (call->status == PCSI_OK) {
 		pcsi_cluster_remove(op->c->cluster, op->id, node);
@@ -431,7 +468,7 @@ static void delete_next(struct delete_op *op)
 	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
 	struct pcsi_cluster *cl = op->c->cluster;
 
-	while (op->next < op->n_nodes) {
+	while (op->next < op->n_nodes && !op->cancelled) {
 		const char *node = op->nodes[op->next++];
 		struct pcsi_cnode *n = pcsi_cluster_node(cl, node);
 		if (!n || !n->ready) {
@@ -441,11 +478,15 @@ static void delete_next(struct delete_op *op)
 			continue;
 		}
 		in.volume_id = op->id;
+		op->asking = true;
 		pcsi_channel_call(n->chan, &op->ccall, SVC, method("DeleteVolume"), &in.base,
 				  node_timeout(cl, op->call), on_node_deleted, op);
 		return;
 	}
-	if (op->fatal)
+	if (op->cancelled)
+		pcsi_call_fail(op->call, PCSI_CANCELLED, "volume %s: the call was cancelled",
+			       op->id);
+	else if (op->fatal)
 		pcsi_call_fail(op->call, op->fatal, "%s", op->msg);
 	else if (op->unreachable)
 		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
@@ -519,6 +560,7 @@ static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
 		op->nodes = pcsi_xcalloc(pcsi_cluster_n_nodes(cl) + 1, sizeof(*op->nodes));
 		pcsi_cluster_foreach_node(cl, add_delete_node, op);
 	}
+	pcsi_call_on_cancel(call, delete_cancelled, op);
 	delete_next(op);
 }
 

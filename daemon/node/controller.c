@@ -27,6 +27,23 @@ static void fail_errno(struct pcsi_call *call, int err, const char *what, const 
 
 #define MAX_PARAMS PCSI_MAX_PARAMS
 
+/* A cancelled call (deadline passed, client gone) gives up its backend
+ * request where that is safe (pcsi_backend_cancel() says where). */
+static void on_cancel(struct pcsi_call *call, void *data)
+{
+	pcsi_backend_cancel(data);
+}
+
+/* Ties |req| (just submitted) to |call|, which may have been cancelled while
+ * the operation read or wrote its volume record. */
+static void cancel_with(struct pcsi_call *call, struct pcsi_backend_req *req)
+{
+	if (pcsi_call_is_cancelled(call))
+		pcsi_backend_cancel(req);
+	else
+		pcsi_call_on_cancel(call, on_cancel, req);
+}
+
 /* ---- CreateVolume -------------------------------------------------------------- */
 
 struct create_op {
@@ -125,7 +142,9 @@ static void on_created(struct pcsi_backend_req *req, void *data)
 			create_end(op);
 			return;
 		}
-		/* Never leave a volume behind that the caller cannot know of. */
+		/* Never leave a volume behind that the caller cannot know of,
+		 * whether or not it still waits. */
+		pcsi_call_on_cancel(op->call, NULL, NULL);
 		op->made = size;
 		op->breq.id = op->id;
 		op->breq.erase = false;
@@ -179,6 +198,7 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 	op->breq.id = op->id;
 	op->breq.size = size;
 	pcsi_backend_create(n->be, &op->breq, on_created, op);
+	cancel_with(call, &op->breq);
 }
 
 /* ---- DeleteVolume -------------------------------------------------------------- */
@@ -229,6 +249,7 @@ static void on_rec_loaded(int error, void *data)
 	op->breq.id = op->id;
 	op->breq.erase = op->rec.erase_after;
 	pcsi_backend_delete(op->nc->node->be, &op->breq, on_deleted, op);
+	cancel_with(op->call, &op->breq);
 }
 
 static void nctl_delete_volume(Csi__V1__Controller_Service *svc,

@@ -285,6 +285,38 @@ def call_code(channel, path, request, response_class, timeout=RPC_TIMEOUT, raw=F
         return e.code(), e.details(), None
 
 
+def retry_until_ok(call_fn, what, budget=120, max_delay=5.0):
+    """Calls call_fn() -> (code, details, reply) until OK, with exponential
+    backoff, as csi-provisioner and kubelet retry: ABORTED, UNAVAILABLE,
+    DEADLINE_EXCEEDED and CANCELLED are retried for |budget| seconds, any
+    other answer fails the test. Returns the reply."""
+    import time
+    retryable = (grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE,
+                 grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+    delay, deadline = 0.05, time.monotonic() + budget
+    while True:
+        code, details, r = call_fn()
+        if code == grpc.StatusCode.OK:
+            return r
+        if code not in retryable or time.monotonic() > deadline:
+            raise TestFailure("%s: %s %s" % (what, code, details))
+        time.sleep(delay)
+        delay = min(delay * 2, max_delay)
+
+
+def kill_inside(pool, call_fn, delay, kill):
+    """Crash campaigns: starts call_fn() on |pool|, calls kill() |delay|
+    seconds later and waits for the call to end. Returns True when the kill
+    landed while the call was still in flight."""
+    import time
+    fut = pool.submit(call_fn)
+    time.sleep(delay)
+    mid = not fut.done()
+    kill()
+    fut.result()
+    return mid
+
+
 def probe(channel, timeout=RPC_TIMEOUT):
     p = protos()
     path, req, resp = rpc(p.csi, "Identity", "Probe")

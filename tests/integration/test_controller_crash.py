@@ -42,7 +42,6 @@ SEED = int(os.environ.get("PCSI_CRASH_SEED") or random.SystemRandom().randrange(
 ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "20"))
 GRACE = 3
 rng = random.Random(SEED)
-RETRYABLE = (SC.ABORTED, SC.UNAVAILABLE, SC.DEADLINE_EXCEEDED, SC.CANCELLED)
 
 
 class Controller:
@@ -101,15 +100,7 @@ def holders_on_nodes(vid):
 
 
 def retry(method, req, budget=60):
-    delay, deadline = 0.05, time.monotonic() + budget
-    while True:
-        code, details, r = ctl.call(method, req)
-        if code == SC.OK:
-            return r
-        if code not in RETRYABLE or time.monotonic() > deadline:
-            raise pt.TestFailure("%s: %s %s" % (method, code, details))
-        time.sleep(delay)
-        delay = min(delay * 2, 1.0)
+    return pt.retry_until_ok(lambda: ctl.call(method, req), method, budget, max_delay=1.0)
 
 
 def create_req(name, cache):
@@ -132,11 +123,7 @@ def step(label, method, req, kill):
     it and restarted before the call is retried."""
     t0 = time.monotonic()
     if kill is not None:
-        fut = pool.submit(ctl.call, method, req)
-        time.sleep(kill)
-        mid = not fut.done()
-        ctl.kill()
-        fut.result()
+        mid = pt.kill_inside(pool, lambda: ctl.call(method, req), kill, ctl.kill)
         stats["kills"] += 1
         stats["mid"] += mid
         if mid:

@@ -41,7 +41,6 @@ csi = P.csi
 SEED = int(os.environ.get("PCSI_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
 ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "20"))
 rng = random.Random(SEED)
-RETRYABLE = (SC.ABORTED, SC.UNAVAILABLE, SC.DEADLINE_EXCEEDED, SC.CANCELLED)
 LVM_NS = "pmem-csi"
 
 
@@ -91,15 +90,7 @@ def volume_id(name):
 
 def retry(service, method, req, budget=120):
     """Calls until OK, as the sidecars do; returns the reply or raises."""
-    delay, deadline = 0.1, time.monotonic() + budget
-    while True:
-        code, details, r = drv.call(service, method, req)
-        if code == SC.OK:
-            return r
-        if code not in RETRYABLE or time.monotonic() > deadline:
-            raise pt.TestFailure("%s: %s %s" % (method, code, details))
-        time.sleep(delay)
-        delay = min(delay * 2, 5)
+    return pt.retry_until_ok(lambda: drv.call(service, method, req), method, budget)
 
 
 def namespaces():
@@ -256,11 +247,7 @@ def run_round(r, kill_at):
             raise pt.TestFailure("round %d: volume %s lost before its delete" % (r, vid))
         t0 = time.monotonic()
         if label in kill_at:
-            fut = pool.submit(drv.call, svc, method, req)
-            time.sleep(kill_at[label])
-            mid = not fut.done()
-            drv.kill()
-            fut.result()
+            mid = pt.kill_inside(pool, lambda: drv.call(svc, method, req), kill_at[label], drv.kill)
             stats["kills"] += 1
             stats["mid"] += mid
             if mid:
@@ -287,6 +274,25 @@ for r in range(1, ROUNDS + 1):
         # A kill at a uniformly random instant of the operation's duration
         # measured in the round without kills.
         run_round(r, {op: rng.uniform(0, max(durations[op][0], 0.05)) for op in OPS})
+
+
+@t.test("a DeleteVolume whose deadline passes during the erase stops shred; the volume stays; the retry deletes")
+def _():
+    v = retry("Controller", "CreateVolume", csi.CreateVolumeRequest(
+        name="pvc-erase-cancel", capacity_range=csi.CapacityRange(required_bytes=512 * MiB),
+        volume_capabilities=[mount_cap()])).volume
+    code, details, _ = drv.call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id),
+                                timeout=1.0)
+    pt.check(code == SC.DEADLINE_EXCEEDED, "the erase of 512 MiB took less than a second? %s %s"
+             % (code, details))
+    deadline = time.monotonic() + 15
+    while subprocess.run(["pgrep", "-x", "shred"], capture_output=True).returncode == 0:
+        pt.check(time.monotonic() < deadline, "shred still runs after the call was given up")
+        time.sleep(0.2)
+    pt.check(v.volume_id in listed() and v.volume_id in on_device(), "the volume went away")
+    pt.check("erase cancelled" in drv.d.stderr_text(), "not logged")
+    retry("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), budget=300)
+    pt.check(v.volume_id not in listed() and v.volume_id not in on_device(), "not deleted")
 
 
 @t.test("after the campaign: nothing leaked, nothing lost, no mount left, capacity back")
