@@ -42,6 +42,9 @@ SEED = int(os.environ.get("PCSI_CRASH_SEED") or random.SystemRandom().randrange(
 ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "20"))
 rng = random.Random(SEED)
 LVM_NS = "pmem-csi"
+# Small, so that a round (mkfs, the erase with shred) is short; the backends
+# round it up to their alignment.
+VOL_SIZE = 16 * MiB
 
 
 class Driver:
@@ -211,7 +214,7 @@ def lifecycle(name, st, tg):
 
     return [
         ("create", "Controller", "CreateVolume", csi.CreateVolumeRequest(
-            name=name, capacity_range=csi.CapacityRange(required_bytes=64 * MiB),
+            name=name, capacity_range=csi.CapacityRange(required_bytes=VOL_SIZE),
             volume_capabilities=[mount_cap()]), None),
         ("stage", "Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
             volume_id=vid, staging_target_path=st, volume_capability=mount_cap()), None),
