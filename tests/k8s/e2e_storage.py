@@ -253,7 +253,8 @@ class Run:
 
 def summarize(mode, report, rc):
     """A TAP line per spec that ran or was skipped at run time, from
-    ginkgo/report.json (JUnit has the same), and the counts. Specs the focus
+    report.json (JUnit has the same), and the counts, in all and per test
+    pattern. Specs the focus
     leaves out are not counted; those -ginkgo.skip leaves out are, as "left
     out". Returns 0 when nothing failed."""
     path = os.path.join(report, "report.json")
@@ -261,6 +262,7 @@ def summarize(mode, report, rc):
         tap(False, "%s: e2e.test wrote no %s (exit status %d)" % (mode, path, rc))
         return 1
     counts = collections.Counter()
+    per_pattern = collections.defaultdict(collections.Counter)
     reasons = collections.Counter()
     failed = []
     focus, skip = re.compile(FOCUS), re.compile(skip_for(mode))
@@ -274,11 +276,19 @@ def summarize(mode, report, rc):
             failure = s.get("Failure") or {}
             msg = (failure.get("Message") or "").strip()
             first = re.sub(r"\s+", " ", msg.splitlines()[0]) if msg else ""
+            m = re.search(r"\[Testpattern: ([^\]]*)\]", name)
+            pattern = (m.group(1).strip() if m else "") or "(no pattern name)"
+            text = name + " " + " ".join(labels)
+            if state == "skipped" and not msg:
+                if focus.search(text) and skip.search(text):
+                    per_pattern[pattern]["left out"] += 1  # else outside the focus: not counted
+            else:
+                per_pattern[pattern][state if state in ("passed", "skipped") else "failed"] += 1
             if state == "passed":
                 counts["passed"] += 1
                 tap(True, "%s: %s" % (mode, name))
             elif state == "skipped" and not msg:
-                if focus.search(name + " " + " ".join(labels)) and skip.search(name + " " + " ".join(labels)):
+                if focus.search(text) and skip.search(text):
                     counts["left out"] += 1
             elif state == "skipped":
                 counts["skipped"] += 1
@@ -293,6 +303,9 @@ def summarize(mode, report, rc):
                 print("#   %s at %s: %s" % (state, where, first[:300]), flush=True)
     print("# e2e %s: %d passed, %d failed, %d skipped, %d left out (-ginkgo.skip)"
           % (mode, counts["passed"], counts["failed"], counts["skipped"], counts["left out"]), flush=True)
+    print("#   %-58s %6s %6s %7s %8s" % ("test pattern", "passed", "failed", "skipped", "left out"))
+    for p_name, c in sorted(per_pattern.items()):
+        print("#   %-58s %6d %6d %7d %8d" % (p_name, c["passed"], c["failed"], c["skipped"], c["left out"]))
     for r, n in reasons.most_common():
         print("#   skipped %3d: %s" % (n, r))
     for name, state, msg, where in failed:
