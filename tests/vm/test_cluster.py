@@ -40,6 +40,9 @@ REG = pt.free_port()
 state = {"guests": {}}
 
 
+GRACE = 10  # -registrationGrace of the controller here
+
+
 def say(msg):
     if DEMO:
         print(msg, flush=True)
@@ -111,6 +114,9 @@ def _():
     sock = os.path.join(SHARED, "controller.sock")
     state["ctl"] = pt.Daemon(DRIVER, [
         "-mode=controller", "-endpoint=unix://" + sock, "-registryEndpoint=tcp://127.0.0.1:%d" % REG,
+        # A short registration grace window (the default is 90 s): the
+        # first CreateVolume below meets it and is retried.
+        "-registrationGrace=%d" % GRACE,
         "-caFile=" + os.path.join(CERTS, "ca.crt"), "-certFile=" + os.path.join(CERTS, "pmem-registry.crt"),
         "-keyFile=" + os.path.join(CERTS, "pmem-registry.key"), "-v=3"], name="controller").start()
     state["ch"] = pt.unix_channel(sock)
@@ -155,7 +161,14 @@ def _():
     req = csi.CreateVolumeRequest(name="pvc-cache-demo", capacity_range=csi.CapacityRange(required_bytes=64 * MiB),
                                   volume_capabilities=[cap()],
                                   parameters={"persistencyModel": "cache", "cacheSize": "2"})
-    v = call(state["ch"], "Controller", "CreateVolume", req).volume
+    path, _, resp = pt.rpc(csi, "Controller", "CreateVolume")
+
+    def attempt():
+        code, details, r = pt.call_code(state["ch"], path, req, resp, timeout=300)
+        if code == SC.UNAVAILABLE:
+            say("    UNAVAILABLE (%s): retrying, as csi-provisioner does" % details)
+        return code, details, r
+    v = pt.retry_until_ok(attempt, "CreateVolume", budget=120, max_delay=2.0).volume
     holders = sorted(s.segments[KEY] for s in v.accessible_topology)
     say("    volume %s, %d MiB, accessible from %s" % (v.volume_id, v.capacity_bytes // MiB, ", ".join(holders)))
     pt.check(holders == sorted(NODES), str(holders))
