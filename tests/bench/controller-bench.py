@@ -75,7 +75,7 @@ def main():
     srv.start()
     sock = os.path.join(work, "c.sock")
     ctl = pt.Daemon(DRIVER, ["-mode=controller", "-endpoint=unix://" + sock, "-insecure",
-                             "-registryEndpoint=tcp://127.0.0.1:%d" % reg_port, "-v=1",
+                             "-registryEndpoint=tcp://127.0.0.1:%d" % reg_port, "-v=1", "-registrationGrace=0",
                              "-maxConnections=4096"], name="controller").start()
     pid = ctl.proc.pid
     base = rss_kib(pid)
