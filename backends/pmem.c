@@ -360,15 +360,20 @@ static int find_ns(struct pcsi_pmem *p, const char *name, struct ndctl_namespace
 
 /* ---- queries --------------------------------------------------------------------- */
 
+/* sorted_regions() of a context that reads sysfs afresh. */
+static int fresh_regions(struct pcsi_pmem *p, struct ndctl_region ***out)
+{
+	int rc = refresh(p);
+
+	return rc < 0 ? rc : sorted_regions(p, out);
+}
+
 int pcsi_pmem_regions(struct pcsi_pmem *p, struct pcsi_pmem_region *out, size_t n)
 {
 	struct ndctl_region **regs;
-	int rc, i, nr;
+	int i, nr;
 
-	rc = refresh(p);
-	if (rc < 0)
-		return rc;
-	nr = sorted_regions(p, &regs);
+	nr = fresh_regions(p, &regs);
 	if (nr < 0)
 		return nr;
 	for (i = 0; i < nr && (size_t)i < n; i++) {
@@ -487,10 +492,7 @@ int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len)
 
 	if (what && len)
 		what[0] = '\0';
-	rc = refresh(p);
-	if (rc < 0)
-		return rc;
-	nr = sorted_regions(p, &regs);
+	nr = fresh_regions(p, &regs);
 	if (nr < 0)
 		return nr;
 	for (i = 0; i < nr; i++) {
