@@ -477,7 +477,7 @@ static void after_remove(struct pcsi_backend_req *req, int error)
 void pcsi_backend_cancel(struct pcsi_backend_req *req)
 {
 	struct pcsi_backend *be = req->be;
-	struct pcsi_backend_req **p;
+	struct pcsi_backend_req *r, *prev = NULL;
 
 	if (!req->pending)
 		return;
@@ -490,24 +490,21 @@ void pcsi_backend_cancel(struct pcsi_backend_req *req)
 	 * removal is removed (else the erase would be done twice). */
 	if ((be->running && be->head == req) || (req->op == OP_DELETE && req->step == DEL_REMOVE))
 		return;
-	for (p = &be->head; *p; p = &(*p)->next) {
-		if (*p != req)
-			continue;
-		*p = req->next;
-		if (be->tail == req) {
-			struct pcsi_backend_req *last = be->head;
-			while (last && last->next)
-				last = last->next;
-			be->tail = last;
-		}
-		req->next = NULL;
-		pcsi_info(2, "request cancelled while waiting: the caller gave up",
-			  "op=%s volume=%s", op_names[req->op], req->vol.id[0] ? req->vol.id : "-");
-		pcsi_backend_msg(req, "cancelled while waiting for the %s device manager",
-				 be->ops->name);
-		deliver(req, -ECANCELED);
-		return;
-	}
+	for (r = be->head; r && r != req; r = r->next)
+		prev = r;
+	if (!r)
+		return; /* between two steps (a delete's busy check): nothing queued */
+	if (prev)
+		prev->next = req->next;
+	else
+		be->head = req->next;
+	if (be->tail == req)
+		be->tail = prev;
+	req->next = NULL;
+	pcsi_info(2, "request cancelled while waiting: the caller gave up", "op=%s volume=%s",
+		  op_names[req->op], req->vol.id[0] ? req->vol.id : "-");
+	pcsi_backend_msg(req, "cancelled while waiting for the %s device manager", be->ops->name);
+	deliver(req, -ECANCELED);
 }
 
 /* ---- entry points ----------------------------------------------------------------- */
