@@ -36,6 +36,7 @@ struct sconn {
 	struct listener *l;
 	struct pcsi_call *calls; /* calls whose stream is open */
 	uint64_t last_active;	 /* loop time of the last stream opened or closed */
+	bool greeted;		 /* the peer's first SETTINGS arrived */
 	struct sconn *prev, *next;
 };
 
@@ -409,6 +410,10 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, voi
 	call->sc = sc;
 	call->stream_id = frame->hd.stream_id;
 	call->start_ns = pcsi_now_ns();
+	/* The request must arrive whole within the handshake timeout (see
+	 * sconn_timer): make the connection's timer fire by then. */
+	if (uv_timer_get_due_in(&sc->c.timer) > sc->srv->opts.handshake_timeout_ms)
+		pcsi_conn_set_timer(&sc->c, sc->srv->opts.handshake_timeout_ms);
 	pcsi_msgdec_init(&call->dec, sc->srv->opts.max_recv_msg);
 	call->next = sc->calls;
 	if (sc->calls)
@@ -582,8 +587,17 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id, 
 
 static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *user_data)
 {
+	struct sconn *sc = user_data;
 	struct pcsi_call *call;
 
+	if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK) &&
+	    !sc->greeted) {
+		/* The handshake is over (TLS, preface, SETTINGS): idle rules from now. */
+		sc->greeted = true;
+		sc->last_active = uv_now(sc->srv->loop);
+		pcsi_conn_set_timer(&sc->c, sc->srv->opts.idle_timeout_ms);
+		return 0;
+	}
 	if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
 		return 0;
 	call = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
@@ -620,8 +634,7 @@ static int sconn_ready(struct pcsi_conn *c)
 		{ NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1u << 20 },
 	};
 
-	sc->last_active = uv_now(sc->srv->loop);
-	pcsi_conn_set_timer(c, sc->srv->opts.idle_timeout_ms);
+	/* The handshake timer runs on until the peer's SETTINGS (on_frame_recv). */
 	if (nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, PCSI_ARRAY_SIZE(iv)) != 0)
 		return -EPROTO;
 	/* Grow the connection window too, so large messages need no round trip. */
@@ -629,20 +642,46 @@ static int sconn_ready(struct pcsi_conn *c)
 	return 0;
 }
 
+/* A call still receiving its request (no handler, no answer yet). */
+static bool call_receiving(const struct pcsi_call *call)
+{
+	return !call->dispatched && !call->responded;
+}
+
+/* Slow peers: the handshake (TLS, the HTTP/2 preface and SETTINGS) and then
+ * every request (its headers and message) must arrive within the handshake
+ * timeout, else the connection is closed: a peer that sends a byte a second
+ * holds a slot for seconds, not forever. A connection without calls is closed
+ * (GOAWAY) after the idle timeout counted from its last stream. */
 static void sconn_timer(struct pcsi_conn *c)
 {
 	struct sconn *sc = pcsi_container_of(c, struct sconn, c);
-	uint64_t idle;
+	const struct pcsi_server_opts *o = &sc->srv->opts;
+	uint64_t now_ns = pcsi_now_ns(), hs_ns = (uint64_t)o->handshake_timeout_ms * 1000000;
+	uint64_t idle, next = o->idle_timeout_ms;
+	struct pcsi_call *call;
 
-	if (!c->ready) {
+	if (!c->ready || !sc->greeted) {
 		pcsi_info(2, "connection closed: handshake timeout", "peer=%s", c->peer);
 		pcsi_conn_close(c, "handshake timeout");
 		return;
 	}
+	for (call = sc->calls; call; call = call->next) {
+		uint64_t age = now_ns - call->start_ns;
+
+		if (!call_receiving(call))
+			continue;
+		if (age >= hs_ns) {
+			pcsi_info(2, "connection closed: request not received in time",
+				  "peer=%s timeout_ms=%u", c->peer, o->handshake_timeout_ms);
+			pcsi_conn_close(c, "request timeout");
+			return;
+		}
+		next = PCSI_MIN(next, (hs_ns - age + 999999) / 1000000);
+	}
 	idle = uv_now(sc->srv->loop) - sc->last_active;
-	if (sc->calls || idle < sc->srv->opts.idle_timeout_ms) {
-		pcsi_conn_set_timer(c, sc->calls ? sc->srv->opts.idle_timeout_ms
-						 : sc->srv->opts.idle_timeout_ms - idle);
+	if (sc->calls || idle < o->idle_timeout_ms) {
+		pcsi_conn_set_timer(c, sc->calls ? next : o->idle_timeout_ms - idle);
 		return;
 	}
 	nghttp2_submit_goaway(c->ng, NGHTTP2_FLAG_NONE,

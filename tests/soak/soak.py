@@ -15,7 +15,7 @@ usage: soak.py controller|node DRIVER SECONDS INTERVAL OUTDIR
               write, unpublish, unstage, delete) and stats, capacity, list
 Every client also runs Probe; a separate prober measures its latency.
 "Steady": idle (clients stopped, calls done) after the first quarter of the
-run and idle at its end, RSS differs by at most PCSI_SOAK_RSS_SLACK_KIB
+run and idle at its end, RSS differs by at most PCSI_RSS_SLACK_KIB
 (default 512 KiB; negative: not checked, for sanitizer builds) and the
 descriptor count has not grown.
 """
@@ -43,7 +43,7 @@ MiB = 1 << 20
 KEY = "pmem-csi.intel.com/node"
 P = pt.protos()
 csi = P.csi
-SLACK_KIB = int(os.environ.get("PCSI_SOAK_RSS_SLACK_KIB", "512"))
+SLACK_KIB = int(os.environ.get("PCSI_RSS_SLACK_KIB", "512"))
 PAUSE = float(os.environ.get("PCSI_SOAK_PAUSE", "0"))  # seconds between a client's rounds
 # Answers that a busy driver gives by design and clients retry.
 EXPECTED = {SC.ABORTED, SC.RESOURCE_EXHAUSTED}
@@ -335,7 +335,7 @@ def _():
     pt.check(not stats.unexpected, "%d unexpected answers, e.g. %s" % (len(stats.unexpected),
                                                                        stats.unexpected[:3]))
     if SLACK_KIB < 0:
-        t.diag("RSS not held to a bound (PCSI_SOAK_RSS_SLACK_KIB < 0: a sanitizer build, whose "
+        t.diag("RSS not held to a bound (PCSI_RSS_SLACK_KIB < 0: a sanitizer build, whose "
                "quarantine keeps freed memory)")
     else:
         pt.check(rss1 <= rss0 + SLACK_KIB, "idle RSS grew from %d to %d KiB" % (rss0, rss1))

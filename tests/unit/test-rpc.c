@@ -1243,6 +1243,119 @@ START_TEST(test_tls_handshake_timeout)
 }
 END_TEST
 
+/* Slow peers: a unix-socket peer that sends |len| bytes of |buf| one at a
+ * time, 50 ms apart (a byte a second, sped up). */
+struct dribble {
+	uv_timer_t t;
+	int fd;
+	const uint8_t *buf;
+	size_t len, off;
+};
+
+static void dribble_tick(uv_timer_t *t)
+{
+	struct dribble *d = container_of(t, struct dribble, t);
+
+	if (d->off < d->len && send(d->fd, d->buf + d->off, 1, MSG_NOSIGNAL) == 1)
+		d->off++;
+}
+
+static void dribble_start(struct dribble *d, const void *buf, size_t len)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	ck_assert_uint_lt(strlen(fx->sock), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, fx->sock, strlen(fx->sock));
+	d->fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_eq(connect(d->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	d->buf = buf;
+	d->len = len;
+	uv_timer_init(&fx->loop, &d->t);
+	uv_timer_start(&d->t, dribble_tick, 0, 50);
+}
+
+static void dribble_stop(struct dribble *d)
+{
+	uv_close((uv_handle_t *)&d->t, NULL);
+	uv_run(&fx->loop, UV_RUN_NOWAIT);
+	close(d->fd);
+}
+
+/* True once the server hung up (what it sent before is read and dropped). */
+static bool hung_up(int fd)
+{
+	char b[512];
+	ssize_t n;
+
+	while ((n = recv(fd, b, sizeof(b), MSG_DONTWAIT)) > 0)
+		;
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+START_TEST(test_slow_preface_dropped_at_handshake_timeout)
+{
+	/* The preface and an empty SETTINGS frame, a byte every 50 ms: 1.6 s
+	 * in all, the handshake timeout is 300 ms. */
+	static uint8_t msg[24 + 9] = { [24 + 3] = NGHTTP2_SETTINGS };
+	struct dribble d = { .fd = -1 };
+	uint64_t t0 = uv_now(&fx->loop);
+
+	memcpy(msg, preface, 24);
+	fx->sopts.handshake_timeout_ms = 300;
+	start_server();
+	dribble_start(&d, msg, sizeof(msg));
+	ck_assert_msg(RUN_UNTIL(hung_up(d.fd), 3000), "the slow peer was not dropped");
+	ck_assert_uint_lt(d.off, sizeof(msg));
+	ck_assert_uint_ge(uv_now(&fx->loop) - t0, 250);
+	dribble_stop(&d);
+}
+END_TEST
+
+START_TEST(test_slow_request_dropped_at_handshake_timeout)
+{
+	/* A prompt handshake, then a request whose HEADERS frame (100 bytes
+	 * announced) arrives a byte every 50 ms: the connection is closed when
+	 * the request is 300 ms old, though the idle timeout is long. */
+	static uint8_t msg[24 + 9 + 9 + 100] = {
+		[24 + 3] = NGHTTP2_SETTINGS,	     [33 + 2] = 100, [33 + 3] = NGHTTP2_HEADERS,
+		[33 + 4] = NGHTTP2_FLAG_END_HEADERS, [33 + 8] = 1,
+	};
+	struct dribble d = { .fd = -1 };
+
+	memcpy(msg, preface, 24);
+	memset(msg + 42, 'x', 100);
+	fx->sopts.handshake_timeout_ms = 300;
+	fx->sopts.idle_timeout_ms = 60000;
+	start_server();
+	dribble_start(&d, msg, 0);
+	ck_assert_int_eq(send(d.fd, msg, 42 + 1, MSG_NOSIGNAL), 43);
+	d.buf = msg + 43;
+	d.len = sizeof(msg) - 43;
+	ck_assert_msg(RUN_UNTIL(hung_up(d.fd), 3000), "the slow request was not dropped");
+	ck_assert_uint_lt(d.off, d.len);
+	dribble_stop(&d);
+}
+END_TEST
+
+START_TEST(test_prompt_peer_is_not_dropped_at_handshake_timeout)
+{
+	struct result r;
+
+	/* A call that is answered after 2 x the handshake timeout: only the
+	 * arrival of the request is timed, not the handler. */
+	fx->sopts.handshake_timeout_ms = 100;
+	start_server();
+	open_channel(NULL);
+	run_for(300);
+	start_call(&r, "GetPluginInfo", 5000);
+	WAIT_DONE(&r, 5000);
+	ASSERT_STATUS(&r, PCSI_OK);
+	ck_assert(pcsi_channel_is_connected(fx->chan));
+}
+END_TEST
+
 START_TEST(test_raw_headers_too_large)
 {
 	static char big[2001];
@@ -1767,6 +1880,9 @@ static Suite *rpc_suite(void)
 	tcase_add_test(tc, test_max_connections);
 	tcase_add_test(tc, test_client_connect_timeout);
 	tcase_add_test(tc, test_tls_handshake_timeout);
+	tcase_add_test(tc, test_slow_preface_dropped_at_handshake_timeout);
+	tcase_add_test(tc, test_slow_request_dropped_at_handshake_timeout);
+	tcase_add_test(tc, test_prompt_peer_is_not_dropped_at_handshake_timeout);
 	tcase_add_test(tc, test_raw_headers_too_large);
 
 	TC("shutdown");

@@ -13,7 +13,7 @@ made by a killed create, anonymous and named, is reset by the driver.
 
 usage: test_crash.py PATH-TO-pmem-csi-driver direct|lvm
 Environment: PCSI_CRASH_SEED (default: random, printed), PCSI_CRASH_ROUNDS
-(default 10).
+(default 20).
 """
 import concurrent.futures
 import hashlib
@@ -39,7 +39,7 @@ STATE = os.path.join(WORK, "state")
 P = pt.protos()
 csi = P.csi
 SEED = int(os.environ.get("PCSI_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
-ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "10"))
+ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "20"))
 rng = random.Random(SEED)
 LVM_NS = "pmem-csi"
 # Small, so that a round (mkfs, the erase with shred) is short; the backends

@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""Slow and greedy peers against the controller (mutual TLS on the registry
+port, the CSI unix socket, /metrics): -maxConnections bounds the gRPC
+connections of the process, and peers that send a byte a second (during the
+TLS handshake, the HTTP/2 preface, a request, or an HTTP/1 request to
+/metrics) are dropped at the 10 s handshake/request timeout, leaving the
+daemon's memory and descriptors where they were. TAP output.
+
+usage: test_slow_clients.py PATH-TO-pmem-csi-driver   (or $PCSI_DRIVER)
+"""
+import os
+import socket
+import ssl
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+
+DRIVER = pt.driver_path()
+t = pt.TAP()
+SC = grpc.StatusCode
+MAX_CONNS = 40
+HANDSHAKE_S = 10  # the daemon's handshake/request timeout, and h2o's request timeout
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+# A HEADERS frame on stream 1 announcing a 100-byte header block.
+HEADERS_100 = bytes([0, 0, 100, 1, 4, 0, 0, 0, 1]) + b"x" * 100
+# How much RSS may grow over a wave of slow peers (malloc keeps some pages);
+# negative: not bounded (sanitizer builds).
+SLACK_KIB = int(os.environ.get("PCSI_RSS_SLACK_KIB", "1024"))
+
+
+def _start():
+    c = pt.certs()
+    work = pt.mkdtemp()
+    args = ["-mode=controller", "-endpoint=unix://" + os.path.join(work, "csi.sock"),
+            "-registryEndpoint=tcp://127.0.0.1:%d" % pt.free_port(),
+            "-metricsListen=127.0.0.1:%d" % pt.free_port(),
+            "-maxConnections=%d" % MAX_CONNS, "-v=2"] + c.server_flags(c.registry)
+    return pt.Daemon(DRIVER, args, name="controller").start()
+
+
+ctl = pt.Lazy(_start)
+
+
+def usage():
+    """(RSS KiB, open descriptors) of the daemon."""
+    pid = ctl.get().proc.pid
+    with open("/proc/%d/status" % pid) as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return rss, len(os.listdir("/proc/%d/fd" % pid))
+
+
+def client_hello():
+    """The bytes of a real TLS ClientHello (ALPN h2, the node's certificate)."""
+    c = pt.certs()
+    ctx = pt.tls_client_context(ca=c.ca[0], cert=c.node[0], key=c.node[1])
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname=pt.REGISTRY_NAME)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+class Dribbler(threading.Thread):
+    """Connects and sends |head| at once, then |tail| a byte a second; records
+    when (and whether) the server hung up."""
+
+    def __init__(self, addr, head, tail):
+        super().__init__(daemon=True)
+        self.addr, self.head, self.tail = addr, head, tail
+        self.sent = 0
+        self.closed_after = None
+        self.stop = False
+        self.s = pt._connect(addr, 5.0)
+
+    def run(self):
+        t0 = time.monotonic()
+        s = self.s
+        try:
+            s.sendall(self.head)
+            for b in self.tail:
+                if self.stop:
+                    return
+                s.sendall(bytes([b]))
+                self.sent += 1
+                s.settimeout(1.0)
+                try:
+                    while True:
+                        d = s.recv(4096)
+                        if not d:
+                            self.closed_after = time.monotonic() - t0
+                            return
+                except socket.timeout:
+                    pass
+        except OSError:
+            self.closed_after = time.monotonic() - t0
+        finally:
+            s.close()
+
+
+def dribble_all(ds, what):
+    for d in ds:
+        d.start()
+    wait_dropped(ds, what)
+
+
+def wait_dropped(ds, what):
+    for d in ds:
+        d.join(HANDSHAKE_S + 10)
+        d.stop = True
+    open_ = [d for d in ds if d.closed_after is None]
+    pt.check(not open_, "%d of %d %s still open after %d s" % (len(open_), len(ds), what, HANDSHAKE_S + 10))
+    late = max(d.closed_after for d in ds)
+    early = min(d.closed_after for d in ds)
+    pt.check(early >= HANDSHAKE_S - 1.5, "%s dropped after %.1f s, before the %d s timeout"
+             % (what, early, HANDSHAKE_S))
+    pt.check(late <= HANDSHAKE_S + 3, "%s dropped only after %.1f s" % (what, late))
+    t.diag("%d %s dropped after %.1f..%.1f s" % (len(ds), what, early, late))
+
+
+def probe_unix():
+    ch = pt.unix_channel(ctl.get().socket_path)
+    try:
+        return pt.call_code(ch, "/csi.v1.Identity/Probe", b"", None, raw=True, timeout=5)[0]
+    finally:
+        ch.close()
+
+
+def settle(before, what):
+    """Memory and descriptors back where they were (RSS may keep a little)."""
+    deadline = time.monotonic() + 5
+    while True:
+        rss, fds = usage()
+        if fds <= before[1] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    t.diag("after %s: RSS %d KiB (was %d), descriptors %d (was %d)" % (what, rss, before[0], fds, before[1]))
+    pt.check(fds <= before[1], "descriptors %d, were %d" % (fds, before[1]))
+    pt.check(SLACK_KIB < 0 or rss <= before[0] + SLACK_KIB, "RSS %d KiB, was %d KiB" % (rss, before[0]))
+
+
+@t.test("-maxConnections=%d: %d connections held open, the next one is refused; "
+        "a byte-a-second HTTP/2 peer is dropped at the handshake timeout" % (MAX_CONNS, MAX_CONNS))
+def _():
+    ctl.get()
+    pt.check(probe_unix() == SC.OK, "Probe failed before the test")
+    before = usage()
+    sock = ctl.get().socket_path
+    # Half of them dribble the preface, half a request after a prompt preface.
+    ds = [Dribbler(sock, b"", PREFACE + SETTINGS) for _ in range(MAX_CONNS // 2)]
+    ds += [Dribbler(sock, PREFACE + SETTINGS + HEADERS_100[:10], HEADERS_100[10:])
+           for _ in range(MAX_CONNS - len(ds))]
+    for d in ds:
+        d.start()
+    time.sleep(1.0)
+    code = probe_unix()
+    pt.check(code == SC.UNAVAILABLE, "connection %d: Probe answered %s, want UNAVAILABLE" % (MAX_CONNS + 1, code))
+    pt.check("too many connections" in ctl.get().stderr_text(), "the refusal was not logged")
+    wait_dropped(ds, "slow HTTP/2 peers")
+    pt.check(probe_unix() == SC.OK, "Probe refused after the slow peers were dropped")
+    settle(before, "the slow HTTP/2 peers")
+
+
+@t.test("a TLS ClientHello sent a byte a second to the registry port is dropped at the handshake timeout")
+def _():
+    before = usage()
+    hello = client_hello()
+    pt.check(len(hello) > HANDSHAKE_S + 5, "ClientHello of %d bytes" % len(hello))
+    port = ctl.get().registry_port
+    dribble_all([Dribbler(("127.0.0.1", port), b"", hello) for _ in range(10)], "slow TLS peers")
+    settle(before, "the slow TLS peers")
+
+
+@t.test("/metrics: an HTTP request sent a byte a second is dropped at the request timeout")
+def _():
+    before = usage()
+    port = int(pt._flag_value(ctl.get().args, "metricsListen").rsplit(":", 1)[1])
+    req = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40 + b"\r\n\r\n"
+    dribble_all([Dribbler(("127.0.0.1", port), b"", req) for _ in range(10)], "slow /metrics peers")
+    s = pt._connect(("127.0.0.1", port), 5.0)
+    s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+    got = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    s.close()
+    pt.check(got.startswith(b"HTTP/1.") and b" 200 " in got.split(b"\r\n")[0],
+             "/metrics after the slow peers: %r" % got[:80])
+    settle(before, "the slow /metrics peers")
+
+
+@t.test("the controller exits 0 on SIGTERM after all of the above")
+def _():
+    rc = ctl.get().stop()
+    pt.check(rc == 0, "exit %r" % rc)
+
+
+if __name__ == "__main__":
+    sys.exit(t.main())
