@@ -36,6 +36,7 @@ enum {
 	OPT_GRACE,
 	OPT_REG_GRACE,
 	OPT_REG_INTERVAL,
+	OPT_SA_DIR,
 	OPT_KUBELET_DIR,
 	OPT_KUBELET_PATH,
 	OPT_HELP,
@@ -67,6 +68,7 @@ static const struct option options[] = {
 	{ "shutdownGrace", required_argument, NULL, OPT_GRACE },
 	{ "registrationGrace", required_argument, NULL, OPT_REG_GRACE },
 	{ "registrationInterval", required_argument, NULL, OPT_REG_INTERVAL },
+	{ "serviceAccountDir", required_argument, NULL, OPT_SA_DIR },
 	{ "kubeletRegistrationDir", required_argument, NULL, OPT_KUBELET_DIR },
 	{ "kubeletRegistrationPath", required_argument, NULL, OPT_KUBELET_PATH },
 	{ "help", no_argument, NULL, OPT_HELP },
@@ -105,6 +107,10 @@ static const char usage[] =
 	"  -registrationGrace=SECONDS controller: after a start, unknown volume ids are\n"
 	"                             UNAVAILABLE this long, until nodes re-registered (default "
 	"90)\n"
+	"  -serviceAccountDir=DIR     controller: Kubernetes service account (token, ca.crt)\n"
+	"                             to end the grace period once every node Kubernetes lists\n"
+	"                             for the driver registered (default\n"
+	"                             /var/run/secrets/kubernetes.io/serviceaccount; \"\": never)\n"
 	"  -registrationInterval=SECONDS  node: re-register (heartbeat) this often (default 30)\n"
 	"  -kubeletRegistrationDir=DIR    node: register with kubelet through a socket in DIR\n"
 	"                             (kubelet's plugins_registry; no node-driver-registrar "
@@ -281,6 +287,7 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.max_conns = 1024,
 		.shutdown_grace_s = 10,
 		.registration_grace_s = 90,
+		.service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount",
 		.registration_interval_s = 30,
 	};
 	/* 0, not 1: glibc then also forgets a place inside an argument where an
@@ -407,6 +414,9 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			if (parse_num("registrationInterval", optarg, 1, 3600, &n, err) < 0)
 				return -EINVAL;
 			cfg->registration_interval_s = (uint32_t)n;
+			break;
+		case OPT_SA_DIR:
+			cfg->service_account_dir = optarg;
 			break;
 		case OPT_KUBELET_DIR:
 			cfg->kubelet_reg_dir = *optarg ? optarg : NULL;

@@ -1,9 +1,101 @@
 /* role.c: the controller role's start-up and shutdown. See role.h. */
 #include "daemon/controller/role.h"
 
+#include <errno.h>
+
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
 #include "daemon/metrics/metrics.h"
+
+#define KUBE_POLL_MS 2000
+
+/* ---- ending the registration grace period early ----------------------------------- */
+
+static void on_kube_timer_closed(uv_handle_t *h)
+{
+	(void)h;
+}
+
+static void kube_stop(struct pcsi_controller_role *r)
+{
+	pcsi_kube_close(r->kube);
+	r->kube = NULL;
+	if (r->kube_timer_open) {
+		r->kube_timer_open = false;
+		uv_close((uv_handle_t *)&r->kube_timer, on_kube_timer_closed);
+	}
+}
+
+/* The ids of the nodes Kubernetes knows the driver on: the grace period ends
+ * when each of them has registered (and its volumes are imported). */
+static void on_node_labels(void *data, int err, const char *msg, char **ids, size_t n)
+{
+	struct pcsi_controller_role *r = data;
+	const char *first = NULL;
+	size_t i, missing = 0;
+	char why[256];
+
+	if (err) {
+		pcsi_warn_rl(NULL, 60000,
+			     "Kubernetes API: cannot list the nodes; the registration "
+			     "grace period runs its full length unless a later try works",
+			     "error=\"%s\"", msg);
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		const struct pcsi_cnode *node = pcsi_cluster_node(&r->cluster, ids[i]);
+
+		if (!node || !node->ready) {
+			missing++;
+			first = first ? first : ids[i];
+		}
+	}
+	if (missing) {
+		pcsi_info(3, "registration grace: waiting for nodes",
+			  "missing=%zu nodes=%zu first=%s", missing, n, first);
+		return;
+	}
+	snprintf(why, sizeof(why), "all %zu nodes that Kubernetes labels %s have registered", n,
+		 r->controller.topology_key);
+	pcsi_controller_end_grace(&r->controller, why);
+	kube_stop(r);
+}
+
+static void on_kube_timer(uv_timer_t *t)
+{
+	struct pcsi_controller_role *r =
+		pcsi_container_of(t, struct pcsi_controller_role, kube_timer);
+
+	if (!pcsi_controller_in_grace(&r->controller)) {
+		kube_stop(r);
+		return;
+	}
+	/* -EBUSY: the last request has not ended yet; ask again next time. */
+	pcsi_kube_node_labels(r->kube, r->controller.topology_key, on_node_labels, r);
+}
+
+static void kube_start(struct pcsi_controller_role *r)
+{
+	const struct pcsi_config *cfg = r->env->cfg;
+	int rc;
+
+	if (!pcsi_controller_in_grace(&r->controller))
+		return;
+	rc = pcsi_kube_open(&r->kube, r->env->loop, cfg->service_account_dir);
+	if (rc == -ENOENT) {
+		pcsi_info(2,
+			  "not in a Kubernetes pod: the registration grace period runs its length",
+			  "seconds=%u", cfg->registration_grace_s);
+		return;
+	}
+	if (rc < 0)
+		return;
+	uv_timer_init(r->env->loop, &r->kube_timer);
+	r->kube_timer_open = true;
+	uv_timer_start(&r->kube_timer, on_kube_timer, 0, KUBE_POLL_MS);
+}
+
+/* ---- start and close ---------------------------------------------------------------- */
 
 int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi_role_env *env)
 {
@@ -26,6 +118,7 @@ int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi
 	else if (pcsi_role_listen(env, "registry", cfg->registry_endpoint, r->reg, 2) < 0)
 		return -1;
 	pcsi_identity_set_ready(env->identity, true);
+	kube_start(r);
 	return 0;
 }
 
@@ -34,6 +127,7 @@ void pcsi_controller_role_close(struct pcsi_controller_role *r)
 	if (!r->started)
 		return;
 	r->started = false;
+	kube_stop(r);
 	pcsi_controller_done(&r->controller);
 	pcsi_cluster_done(&r->cluster);
 }

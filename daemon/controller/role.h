@@ -8,6 +8,7 @@
 #define PCSI_CONTROLLER_ROLE_H
 
 #include "daemon/controller/cluster.h"
+#include "daemon/controller/kube.h"
 #include "daemon/controller/registry.h"
 #include "daemon/controller/service.h"
 #include "daemon/csi/role.h"
@@ -18,6 +19,12 @@ struct pcsi_controller_role {
 	struct pcsi_registry registry;
 	struct pcsi_controller controller;
 	ProtobufCService *csi[2], *reg[2];
+	/* While the registration grace period lasts, the Kubernetes API is
+	 * asked which nodes may hold volumes; the period ends as soon as all of
+	 * them have registered. */
+	struct pcsi_kube *kube;
+	uv_timer_t kube_timer;
+	bool kube_timer_open;
 	bool started;
 };
 

@@ -758,6 +758,22 @@ void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluste
 	snprintf(c->topology_key, sizeof(c->topology_key), "%s/node", driver_name);
 }
 
+bool pcsi_controller_in_grace(const struct pcsi_controller *c)
+{
+	return grace_left_s(c) > 0;
+}
+
+void pcsi_controller_end_grace(struct pcsi_controller *c, const char *why)
+{
+	uint64_t left = grace_left_s(c);
+
+	if (!left)
+		return;
+	c->grace_ms = 0;
+	pcsi_info(1, "registration grace period ended early", "reason=\"%s\" seconds_left=%llu",
+		  why, (unsigned long long)left);
+}
+
 void pcsi_controller_done(struct pcsi_controller *c)
 {
 	pcsi_inflight_done(&c->busy);

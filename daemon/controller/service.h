@@ -36,6 +36,14 @@ void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluste
 			  const char *driver_name, uint64_t grace_ms);
 void pcsi_controller_done(struct pcsi_controller *c);
 
+/* True while the registration grace period lasts (see grace_left_s() in
+ * service.c). */
+bool pcsi_controller_in_grace(const struct pcsi_controller *c);
+
+/* Ends the grace period now: every node that may hold a volume has
+ * registered (|why| is logged). */
+void pcsi_controller_end_grace(struct pcsi_controller *c, const char *why);
+
 static inline ProtobufCService *pcsi_controller_service(struct pcsi_controller *c)
 {
 	return &c->svc.base;

@@ -576,7 +576,8 @@ def make_ca(dir, name, cn):
 
 
 def make_leaf(dir, name, ca_crt, ca_key, cn, sans=None):
-    """Leaf cert NAME.crt/NAME.key signed by ca: CN=cn, SAN DNS:sans (list; [] = no SAN)."""
+    """Leaf cert NAME.crt/NAME.key signed by ca: CN=cn, SAN DNS:sans (list; [] = no SAN;
+    an entry with a colon is taken as it is, e.g. "IP:127.0.0.1")."""
     if sans is None:
         sans = [cn]
     key = os.path.join(dir, name + ".key")
@@ -590,7 +591,7 @@ def make_leaf(dir, name, ca_crt, ca_key, cn, sans=None):
         f.write("basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature\n"
                 "extendedKeyUsage = serverAuth, clientAuth\n")
         if sans:
-            f.write("subjectAltName = %s\n" % ", ".join("DNS:" + s for s in sans))
+            f.write("subjectAltName = %s\n" % ", ".join(s if ":" in s else "DNS:" + s for s in sans))
     _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key)
     _openssl("req", "-new", "-sha256", "-config", cnf, "-key", key, "-out", csr)
     _openssl("x509", "-req", "-sha256", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,

@@ -7,9 +7,13 @@ PMEM; the real backends are proven in tests/vm. TAP output.
 usage: test_controller.py PATH-TO-pmem-csi-driver
 """
 import concurrent.futures
+import http.server
+import json
 import os
 import signal
+import ssl
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,11 +37,69 @@ CAPS = {"n1": 1024 * MiB, "n2": 2048 * MiB, "n3": 512 * MiB}
 PORTS = {n: pt.free_port() for n in CAPS}
 
 
-def start_controller(grace=0):
+class FakeAPIServer:
+    """Stands in for kube-apiserver's GET /api/v1/nodes?labelSelector=KEY
+    (HTTPS, a certificate for IP 127.0.0.1 from the test CA, bearer token):
+    answers with the Node metadata of self.nodes, or self.status if not 200.
+    The real API server is met in the k8s suite."""
+
+    def __init__(self):
+        self.dir = pt.mkdtemp("pcsi-sa-")
+        self.token = "tok-" + os.urandom(12).hex()
+        with open(os.path.join(self.dir, "token"), "w") as f:
+            f.write(self.token + "\n")
+        with open(C.ca[0]) as src, open(os.path.join(self.dir, "ca.crt"), "w") as dst:
+            dst.write(src.read())
+        crt, key = pt.make_leaf(self.dir, "apiserver", *C.ca, cn="kubernetes", sans=["IP:127.0.0.1"])
+        self.nodes, self.status, self.requests = [], 200, []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                api.requests.append((self.path, self.headers.get("Authorization"), self.headers.get("Accept")))
+                if self.headers.get("Authorization") != "Bearer " + api.token:
+                    code, body = 401, {"kind": "Status", "code": 401}
+                elif self.path != "/api/v1/nodes?labelSelector=pmem-csi.intel.com%2Fnode":
+                    code, body = 404, {"kind": "Status", "code": 404}
+                elif api.status != 200:
+                    code, body = api.status, {"kind": "Status", "code": api.status}
+                else:
+                    code, body = 200, {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                                       "items": [{"metadata": {"name": "k8s-" + n, "labels": {
+                                           KEY: n, "kubernetes.io/hostname": "k8s-" + n}}} for n in api.nodes]}
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(crt, key)
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+api = pt.Lazy(FakeAPIServer)
+
+
+def start_controller(grace=0, kube=False):
     args = ["-mode=controller", "-endpoint=unix://" + CTL_SOCK,
             "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT, "-registrationGrace=%d" % grace,
             "-metricsListen=127.0.0.1:%d" % METRICS_PORT, "-v=4"] + C.server_flags(C.registry)
-    return pt.Daemon(DRIVER, args, name="controller").start()
+    if kube:
+        args.append("-serviceAccountDir=" + api.get().dir)
+        os.environ.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(api.get().port))
+    try:
+        return pt.Daemon(DRIVER, args, name="controller").start()
+    finally:
+        os.environ.pop("KUBERNETES_SERVICE_HOST", None)
+        os.environ.pop("KUBERNETES_SERVICE_PORT", None)
 
 
 def start_node(n, leaf=None):
@@ -244,7 +306,7 @@ def _():
     pt.check(code == SC.OK, "unknown id after the grace period: %s %s" % (code, details))
 
 
-def restart_without(absent, grace):
+def restart_without(absent, grace, kube=False):
     """Restarts the controller while the nodes in |absent| are stopped
     (SIGSTOP: their in-memory volumes stay), waits for the others."""
     global ctl, ch
@@ -252,7 +314,7 @@ def restart_without(absent, grace):
         nodes[n].proc.send_signal(signal.SIGSTOP)
     ch.close()
     ctl.kill()
-    ctl = start_controller(grace=grace)
+    ctl = start_controller(grace=grace, kube=kube)
     ch = pt.unix_channel(CTL_SOCK)
     wait_registered([n for n in CAPS if n not in absent])
 
@@ -314,12 +376,10 @@ def _():
 
 @t.test("a node with a certificate from a foreign CA cannot register")
 def _():
-    PORTS["n4"] = pt.free_port()
-    CAPS["n4"] = 256 * MiB
     sock = os.path.join(WORK, "n4.sock")
     args = ["-mode=node", "-nodeid=n4", "-endpoint=unix://" + sock, "-deviceManager=fake-for-testing-only",
             "-statePath=" + os.path.join(WORK, "n4"), "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT,
-            "-controllerEndpoint=tcp://127.0.0.1:%d" % PORTS["n4"], "-registrationInterval=1",
+            "-controllerEndpoint=tcp://127.0.0.1:%d" % pt.free_port(), "-registrationInterval=1",
             "-caFile=" + C.foreign_ca[0], "-certFile=" + C.foreign_node[0], "-keyFile=" + C.foreign_node[1]]
     d = pt.Daemon(DRIVER, args, name="n4").start()
     try:
@@ -348,6 +408,55 @@ def _():
                    if 'method_name="%s"' % method in l and 'grpc_status_code="OK"' in l)
     pt.check(count("ListVolumes") >= 3 and count("DeleteVolume") >= 2,
              "node calls not counted:\n" + "\n".join(calls))
+
+
+def grace_ends_after(name, budget):
+    """Seconds until a create of a new |name| (which, inside the grace
+    period, no node can be known to lack) is answered OK."""
+    t0 = time.monotonic()
+    r = retry_ok("CreateVolume", create(name, 16 * MiB), t0 + budget)
+    return time.monotonic() - t0, r.volume
+
+
+@t.test("grace period with the Kubernetes API: it ends as soon as every node labelled for the driver registered")
+def _():
+    api.get().nodes, api.get().status = list(CAPS), 200
+    restart_without(["n2"], grace=60, kube=True)
+    try:
+        time.sleep(2.5)  # two polls of the API with n2 away
+        code, details, _ = rpc("CreateVolume", create("pvc-kube-early", 16 * MiB))
+        pt.check(code == SC.UNAVAILABLE and "registrationGrace" in details,
+                 "create while n2 (labelled) is away: %s %s" % (code, details))
+    finally:
+        resume(["n2"])
+    took, v = grace_ends_after("pvc-kube-early", 20)
+    t.diag("grace period (60 s) ended %.1f s after the last labelled node came back" % took)
+    log = ctl.stderr_text()
+    pt.check("registration grace period ended early" in log, "not logged")
+    pt.check(api.get().token not in log, "the service account token was logged")
+    path, auth, accept = api.get().requests[-1]
+    pt.check(auth == "Bearer " + api.get().token and "PartialObjectMetadataList" in (accept or ""),
+             "request: %r" % (api.get().requests[-1],))
+    retry_ok("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), time.monotonic() + 15)
+
+
+@t.test("grace period with the Kubernetes API: a labelled node that has not registered, or an API error, "
+        "keeps it to -registrationGrace")
+def _():
+    for nodes_, status, what in ((list(CAPS) + ["n9"], 200, "n9 labelled, never registers"),
+                                 (list(CAPS), 403, "the API answers 403")):
+        api.get().nodes, api.get().status = nodes_, status
+        n_req = len(api.get().requests)
+        restart_without([], grace=6, kube=True)
+        took, v = grace_ends_after("pvc-kube-full", 20)
+        pt.check(len(api.get().requests) > n_req, "%s: the API was not asked" % what)
+        pt.check(took >= 3.5, "%s: the grace period ended after %.1f s" % (what, took))
+        pt.check("ended early" not in ctl.stderr_text(), "%s: ended early" % what)
+        if status != 200:
+            pt.check("cannot list the nodes" in ctl.stderr_text() and "403" in ctl.stderr_text(),
+                     "%s: not logged" % what)
+        t.diag("%s: the grace period ran out (%.1f s after the nodes registered)" % (what, took))
+        retry_ok("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), time.monotonic() + 15)
 
 
 @t.test("unregister on a clean node shutdown")
