@@ -19,8 +19,9 @@ struct tool {
 	struct pcsi_backend_req *req;
 };
 
-enum op { OP_OPEN, OP_CAPACITY, OP_CREATE, OP_GET, OP_DELETE, OP_LIST };
-static const char *const op_names[] = { "open", "capacity", "create", "get", "delete", "list" };
+enum op { OP_OPEN, OP_CAPACITY, OP_CREATE, OP_GET, OP_DELETE, OP_LIST, OP_EXPAND };
+static const char *const op_names[] = { "open",	  "capacity", "create", "get",
+					"delete", "list",     "expand" };
 
 /* Delete runs in steps: find the device (queued), check it is not busy and
  * erase it (not queued), remove it (queued again). */
@@ -190,6 +191,15 @@ static void start(struct pcsi_backend_req *req)
 		break;
 	case OP_LIST:
 		be->ops->list(be, req);
+		break;
+	case OP_EXPAND:
+		if (be->ops->expand) {
+			be->ops->expand(be, req);
+		} else {
+			pcsi_backend_msg(req, "the %s device manager cannot grow volumes",
+					 be->ops->name);
+			pcsi_backend_op_done(req, -EOPNOTSUPP);
+		}
 		break;
 	}
 }
@@ -525,7 +535,7 @@ static void submit(struct pcsi_backend *be, struct pcsi_backend_req *req, int op
 	req->pending = true;
 	req->erasing = false;
 	memset(&req->vol, 0, sizeof(req->vol));
-	if (op == OP_CREATE || op == OP_GET || op == OP_DELETE) {
+	if (op == OP_CREATE || op == OP_GET || op == OP_DELETE || op == OP_EXPAND) {
 		if (!pcsi_volume_id_valid(req->id)) {
 			pcsi_backend_msg(req, "invalid volume id");
 			deliver(req, -EINVAL);
@@ -570,4 +580,15 @@ void pcsi_backend_list(struct pcsi_backend *be, struct pcsi_backend_req *req, pc
 		       void *data)
 {
 	submit(be, req, OP_LIST, cb, data);
+}
+
+void pcsi_backend_expand(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+			 void *data)
+{
+	submit(be, req, OP_EXPAND, cb, data);
+}
+
+bool pcsi_backend_can_expand(const struct pcsi_backend *be)
+{
+	return be->ops->expand != NULL;
 }

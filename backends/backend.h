@@ -27,6 +27,10 @@
  *   delete:   -EINVAL, -EBUSY (the device is open or mounted), -EIO;
  *             an unknown id is not an error (req->existed = false)
  *   get:      -EINVAL, -ENOENT
+ *   expand:   -EINVAL, -ENOENT (no such volume), -ENOSPC (not enough free
+ *             space where the volume lives), -EOPNOTSUPP (the backend cannot
+ *             grow volumes: direct), -EIO; a volume that already has the
+ *             aligned size or more is left as it is (req->existed = true)
  *   list, capacity: -EIO
  * Where a tool failed, req->msg carries a one-line reason for people.
  */
@@ -71,13 +75,13 @@ struct pcsi_backend_config {
 
 struct pcsi_backend_req {
 	/* inputs */
-	const char *id; /* create, delete, get; borrowed until the callback */
-	uint64_t size;	/* create: requested bytes; 0 = the smallest volume */
+	const char *id; /* create, delete, get, expand; borrowed until the callback */
+	uint64_t size;	/* create: requested bytes (0 = the smallest volume); expand: new minimum */
 	bool erase;	/* delete: overwrite the whole device (else the first 4 KiB) */
 	/* results */
 	int error;
 	bool existed;		  /* create: the volume was already there; delete: it was found */
-	struct pcsi_volume vol;	  /* create, get */
+	struct pcsi_volume vol;	  /* create, get, expand */
 	struct pcsi_volume *vols; /* list: owned, freed by pcsi_backend_req_done() */
 	size_t n_vols;
 	struct pcsi_capacity cap; /* capacity */
@@ -122,6 +126,12 @@ void pcsi_backend_get(struct pcsi_backend *be, struct pcsi_backend_req *req, pcs
 		      void *data);
 void pcsi_backend_list(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
 		       void *data);
+/* Grows volume req->id to at least req->size bytes (aligned as for create),
+ * in place, with its contents; a filesystem on it is not touched. */
+void pcsi_backend_expand(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+			 void *data);
+/* True when the backend can grow volumes (expand never answers -EOPNOTSUPP). */
+bool pcsi_backend_can_expand(const struct pcsi_backend *be);
 
 /* For a caller that no longer waits (its call was cancelled or its deadline
  * passed): a request still waiting in the queue ends with -ECANCELED, and a

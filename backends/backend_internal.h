@@ -15,6 +15,8 @@
  *   get:      fill req->vol, or -ENOENT
  *   remove:   delete the device of req->vol (found by get); erasing is done
  *   list:     fill req->vols / req->n_vols (malloc'd array)
+ *   expand:   grow req->id to at least req->size bytes, keeping its data;
+ *             fill req->vol; NULL in a backend that cannot (-EOPNOTSUPP)
  */
 #ifndef PCSI_BACKEND_INTERNAL_H
 #define PCSI_BACKEND_INTERNAL_H
@@ -32,6 +34,7 @@ struct pcsi_backend_ops {
 	void (*get)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*remove)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*list)(struct pcsi_backend *be, struct pcsi_backend_req *req);
+	void (*expand)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*fini)(struct pcsi_backend *be); /* free be->impl */
 };
 

@@ -158,6 +158,36 @@ static void fake_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	pcsi_backend_op_done(req, 0);
 }
 
+static void expand_now(struct pcsi_backend_req *req)
+{
+	struct fake *f = impl(req->be);
+	uint64_t size = pcsi_align_up(req->size, PCSI_LVM_ALIGN);
+	struct pcsi_volume *v = find(f, req->id);
+
+	if (!v) {
+		pcsi_backend_op_done(req, -ENOENT);
+		return;
+	}
+	if (v->size < size && size - v->size > f->total - f->used) {
+		pcsi_backend_msg(req, "not enough space: %llu bytes free",
+				 (unsigned long long)(f->total - f->used));
+		pcsi_backend_op_done(req, -ENOSPC);
+		return;
+	}
+	req->existed = v->size >= size;
+	if (!req->existed) {
+		f->used += size - v->size;
+		v->size = size;
+	}
+	req->vol = *v;
+	pcsi_backend_op_done(req, 0);
+}
+
+static void fake_expand(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	delayed(req, expand_now);
+}
+
 const struct pcsi_backend_ops pcsi_fake_ops = {
 	.name = "fake-for-testing-only",
 	.init = fake_init,
@@ -167,5 +197,6 @@ const struct pcsi_backend_ops pcsi_fake_ops = {
 	.get = fake_get,
 	.remove = fake_remove,
 	.list = fake_list,
+	.expand = fake_expand,
 	.fini = fake_fini,
 };

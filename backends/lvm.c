@@ -141,6 +141,14 @@ static struct vg *find_vg(struct lvm *l, const char *name)
 	return NULL;
 }
 
+/* The VG of a volume: its path is /dev/<vg>/<lv>. */
+static struct vg *vg_of(struct lvm *l, const struct pcsi_volume *v)
+{
+	char name[128];
+
+	return sscanf(v->path, "/dev/%127[^/]/", name) == 1 ? find_vg(l, name) : NULL;
+}
+
 static struct pcsi_volume *find_vol(struct lvm *l, const char *id)
 {
 	size_t i;
@@ -633,10 +641,9 @@ static void remove_done(struct pcsi_backend_req *req)
 
 	pcsi_proc_done(req->proc);
 	if (rc == 0 && (v = find_vol(l, req->id))) {
-		struct vg *vg;
-		char vgname[128];
-		/* lv_path is /dev/<vg>/<lv>: credit the space back to its VG. */
-		if (sscanf(v->path, "/dev/%127[^/]/", vgname) == 1 && (vg = find_vg(l, vgname)))
+		struct vg *vg = vg_of(l, v);
+
+		if (vg) /* credit the space back */
 			vg->free += v->size;
 		*v = l->vols[--l->nvols];
 	}
@@ -653,6 +660,64 @@ static void lvm_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	pcsi_backend_run(req, c.argv, remove_done);
 }
 
+/* ---- expand ---------------------------------------------------------------------- */
+
+static void expand_done(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct pcsi_volume *v;
+	int rc = tool_result(req);
+
+	pcsi_proc_done(req->proc);
+	if (rc == 0 && (v = find_vol(l, req->id))) {
+		struct vg *vg = vg_of(l, v);
+
+		if (vg)
+			vg->free -= PCSI_MIN(vg->free, l->want_vg - v->size);
+		v->size = l->want_vg;
+		req->vol = *v;
+	}
+	pcsi_backend_op_done(req, rc);
+}
+
+/* lvextend works while the LV is open and mounted: the new extents are
+ * appended, the data stays where it is. */
+static void lvm_expand(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(be);
+	struct pcsi_volume *v = find_vol(l, req->id);
+	struct cmd c = { .n = 0 };
+	struct vg *vg;
+	char size[32];
+
+	if (!v || !(vg = vg_of(l, v))) {
+		pcsi_backend_op_done(req, -ENOENT);
+		return;
+	}
+	req->vol = *v;
+	l->want = pcsi_align_up(req->size, PCSI_LVM_ALIGN);
+	l->want_vg = vg->extent ? pcsi_align_up(l->want, vg->extent) : l->want;
+	if (v->size >= l->want_vg) {
+		req->existed = true;
+		pcsi_backend_op_done(req, 0);
+		return;
+	}
+	if (vg->free < l->want_vg - v->size) {
+		pcsi_backend_msg(req, "volume group %s has %llu bytes free, %llu more are needed",
+				 vg->name, (unsigned long long)vg->free,
+				 (unsigned long long)(l->want_vg - v->size));
+		pcsi_backend_op_done(req, -ENOSPC);
+		return;
+	}
+	snprintf(size, sizeof(size), "%lluB", (unsigned long long)l->want_vg);
+	cmd_add(&c, "lvextend");
+	cmd_add(&c, "--yes");
+	cmd_add(&c, "-L");
+	cmd_add(&c, size);
+	cmd_add(&c, v->path);
+	pcsi_backend_run(req, c.argv, expand_done);
+}
+
 const struct pcsi_backend_ops pcsi_lvm_ops = {
 	.name = "lvm",
 	.init = lvm_init,
@@ -662,5 +727,6 @@ const struct pcsi_backend_ops pcsi_lvm_ops = {
 	.get = lvm_get,
 	.remove = lvm_remove,
 	.list = lvm_list,
+	.expand = lvm_expand,
 	.fini = lvm_fini,
 };

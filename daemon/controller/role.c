@@ -117,6 +117,7 @@ int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi
 		pcsi_warn("no -registryEndpoint: nodes cannot register", "%s", "");
 	else if (pcsi_role_listen(env, "registry", cfg->registry_endpoint, r->reg, 2) < 0)
 		return -1;
+	pcsi_identity_set_expansion(env->identity, true);
 	pcsi_identity_set_ready(env->identity, true);
 	kube_start(r);
 	return 0;

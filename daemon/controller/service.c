@@ -398,118 +398,186 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 	create_next(op);
 }
 
-/* ---- DeleteVolume -------------------------------------------------------------- */
+/* ---- one call to every node that holds a volume ------------------------------ */
 
-struct delete_op {
+/* DeleteVolume and ControllerExpandVolume go to the volume's nodes one after
+ * the other: a node that is not registered or does not answer counts as
+ * unreachable (the call ends UNAVAILABLE and the sidecar retries: both calls
+ * are idempotent on the nodes), the first other error is the call's. */
+struct fanout {
 	struct pcsi_controller *c;
 	struct pcsi_call *call;
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	char **nodes; /* to ask */
 	size_t n_nodes, next;
 	bool known;
-	bool asking; /* a node's DeleteVolume is in flight */
+	bool asking; /* a node's call is in flight */
 	bool cancelled;
 	int unreachable;
 	enum pcsi_status fatal;
 	char msg[300];
+	const char *method, *done; /* "DeleteVolume", "deleted" */
+	const ProtobufCMessage *req;
+	/* A node answered OK. */
+	void (*on_ok)(struct fanout *f, const char *node, const ProtobufCMessage *reply);
+	/* Every node answered OK: reply to the call. */
+	void (*reply)(struct fanout *f);
+	const Csi__V1__ControllerExpandVolumeRequest *expand;
+	int64_t size; /* expand: the smallest size a node reported */
+	Csi__V1__DeleteVolumeRequest del;
 	struct pcsi_client_call ccall;
 };
 
 /* As create_cancelled(): the retry asks the nodes again. */
-static void delete_cancelled(struct pcsi_call *call, void *data)
+static void fanout_cancelled(struct pcsi_call *call, void *data)
 {
-	struct delete_op *op = data;
+	struct fanout *f = data;
 
-	op->cancelled = true;
-	if (op->asking)
-		pcsi_client_call_cancel(&op->ccall);
+	f->cancelled = true;
+	if (f->asking)
+		pcsi_client_call_cancel(&f->ccall);
 }
 
-static void delete_free(struct delete_op *op)
+static void fanout_free(struct fanout *f)
 {
 	size_t i;
 
-	for (i = 0; i < op->n_nodes; i++)
-		free(op->nodes[i]);
-	free(op->nodes);
-	pcsi_inflight_drop(&op->c->busy, op->id);
-	free(op);
+	for (i = 0; i < f->n_nodes; i++)
+		free(f->nodes[i]);
+	free(f->nodes);
+	pcsi_inflight_drop(&f->c->busy, f->id);
+	free(f);
 }
 
-static void delete_next(struct delete_op *op);
+static void fanout_next(struct fanout *f);
 
-static void on_node_deleted(struct pcsi_client_call *call, void *data)
+static void on_fanout_reply(struct pcsi_client_call *call, void *data)
 {
-	struct delete_op *op = data;
-	const char *node = op->nodes[op->next - 1];
+	struct fanout *f = data;
+	const char *node = f->nodes[f->next - 1];
 
-	op->asking = false;
+	f->asking = false;
 	pcsi_cluster_observe(node, call);
 	if (call->status == PCSI_OK) {
-		pcsi_cluster_remove(op->c->cluster, op->id, node);
-		pcsi_cluster_refresh_capacity(op->c->cluster, node);
+		f->on_ok(f, node, call->reply);
+		pcsi_cluster_refresh_capacity(f->c->cluster, node);
 	} else if (call->status == PCSI_UNAVAILABLE || call->status == PCSI_DEADLINE_EXCEEDED ||
 		   call->status == PCSI_CANCELLED) {
-		op->unreachable++;
-		snprintf(op->msg, sizeof(op->msg), "node %s is unreachable: %s", node,
+		f->unreachable++;
+		snprintf(f->msg, sizeof(f->msg), "node %s is unreachable: %s", node,
 			 call->message ? call->message : "");
-	} else if (!op->fatal) {
-		op->fatal = call->status;
-		snprintf(op->msg, sizeof(op->msg), "node %s: %s", node,
+	} else if (!f->fatal) {
+		f->fatal = call->status;
+		snprintf(f->msg, sizeof(f->msg), "node %s: %s", node,
 			 call->message ? call->message : pcsi_status_name((int)call->status));
 	}
 	pcsi_client_call_done(call);
-	delete_next(op);
+	fanout_next(f);
 }
 
-static void delete_next(struct delete_op *op)
+static void fanout_next(struct fanout *f)
 {
-	Csi__V1__DeleteVolumeRequest in = CSI__V1__DELETE_VOLUME_REQUEST__INIT;
-	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
-	struct pcsi_cluster *cl = op->c->cluster;
+	struct pcsi_cluster *cl = f->c->cluster;
 
-	while (op->next < op->n_nodes && !op->cancelled) {
-		const char *node = op->nodes[op->next++];
+	while (f->next < f->n_nodes && !f->cancelled) {
+		const char *node = f->nodes[f->next++];
 		struct pcsi_cnode *n = pcsi_cluster_node(cl, node);
 		if (!n || !n->ready) {
-			op->unreachable++;
-			snprintf(op->msg, sizeof(op->msg),
+			f->unreachable++;
+			snprintf(f->msg, sizeof(f->msg),
 				 "node %s, which holds the volume, is not registered", node);
 			continue;
 		}
-		in.volume_id = op->id;
-		op->asking = true;
-		pcsi_channel_call(n->chan, &op->ccall, SVC, method("DeleteVolume"), &in.base,
-				  node_timeout(cl, op->call), on_node_deleted, op);
+		f->asking = true;
+		pcsi_channel_call(n->chan, &f->ccall, SVC, method(f->method), f->req,
+				  node_timeout(cl, f->call), on_fanout_reply, f);
 		return;
 	}
-	if (op->cancelled)
-		pcsi_call_fail(op->call, PCSI_CANCELLED, "volume %s: the call was cancelled",
-			       op->id);
-	else if (op->fatal)
-		pcsi_call_fail(op->call, op->fatal, "%s", op->msg);
-	else if (op->unreachable)
-		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
-			       "volume %s not deleted everywhere yet: %s", op->id, op->msg);
-	else if (grace_left_s(op->c))
-		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
-			       "volume %s deleted on %zu node(s); nodes that have not "
+	if (f->cancelled)
+		pcsi_call_fail(f->call, PCSI_CANCELLED, "volume %s: the call was cancelled", f->id);
+	else if (f->fatal)
+		pcsi_call_fail(f->call, f->fatal, "%s", f->msg);
+	else if (f->unreachable)
+		pcsi_call_fail(f->call, PCSI_UNAVAILABLE, "volume %s not %s everywhere yet: %s",
+			       f->id, f->done, f->msg);
+	else if (grace_left_s(f->c))
+		pcsi_call_fail(f->call, PCSI_UNAVAILABLE,
+			       "volume %s %s on %zu node(s); nodes that have not "
 			       "re-registered with the restarted controller may hold a copy "
 			       "(%llu s of -registrationGrace left)",
-			       op->id, op->n_nodes, (unsigned long long)grace_left_s(op->c));
-	else {
-		if (op->known)
-			pcsi_info(2, "volume deleted", "volume=%s nodes=%zu", op->id, op->n_nodes);
-		pcsi_call_reply(op->call, &out.base);
-	}
-	delete_free(op);
+			       f->id, f->done, f->n_nodes, (unsigned long long)grace_left_s(f->c));
+	else
+		f->reply(f);
+	fanout_free(f);
+}
+
+/* Starts |f| for volume |id| (its entry in c->busy taken) on the nodes that
+ * hold it; an unknown volume is not started: false. */
+static bool fanout_known(struct fanout *f)
+{
+	struct pcsi_cvol *v = pcsi_cluster_volume(f->c->cluster, f->id);
+	size_t i;
+
+	if (!v)
+		return false;
+	f->known = true;
+	f->nodes = pcsi_xcalloc(v->n_nodes + 1, sizeof(*f->nodes));
+	for (i = 0; i < v->n_nodes; i++)
+		f->nodes[f->n_nodes++] = pcsi_xstrdup(v->nodes[i]);
+	return true;
+}
+
+static struct fanout *fanout_new(struct pcsi_controller *c, struct pcsi_call *call, const char *id,
+				 const char *method, const char *done)
+{
+	struct fanout *f = pcsi_xcalloc(1, sizeof(*f));
+
+	f->c = c;
+	f->call = call;
+	f->method = method;
+	f->done = done;
+	snprintf(f->id, sizeof(f->id), "%s", id);
+	return f;
+}
+
+/* An unknown volume within the grace period: a node that has not
+ * re-registered may hold it. Ends the call and frees |f|. */
+static void fail_unknown_in_grace(struct fanout *f)
+{
+	pcsi_call_fail(f->call, PCSI_UNAVAILABLE,
+		       "volume %s is unknown and the controller started recently; nodes may not "
+		       "have re-registered yet (%llu s left)",
+		       f->id, (unsigned long long)grace_left_s(f->c));
+	fanout_free(f);
+}
+
+static void fanout_start(struct fanout *f)
+{
+	pcsi_call_on_cancel(f->call, fanout_cancelled, f);
+	fanout_next(f);
+}
+
+/* ---- DeleteVolume -------------------------------------------------------------- */
+
+static void delete_on_ok(struct fanout *f, const char *node, const ProtobufCMessage *reply)
+{
+	pcsi_cluster_remove(f->c->cluster, f->id, node);
+}
+
+static void delete_reply(struct fanout *f)
+{
+	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+
+	if (f->known)
+		pcsi_info(2, "volume deleted", "volume=%s nodes=%zu", f->id, f->n_nodes);
+	pcsi_call_reply(f->call, &out.base);
 }
 
 static void add_delete_node(const struct pcsi_cnode *n, void *data)
 {
-	struct delete_op *op = data;
+	struct fanout *f = data;
 
-	op->nodes[op->n_nodes++] = pcsi_xstrdup(n->id);
+	f->nodes[f->n_nodes++] = pcsi_xstrdup(n->id);
 }
 
 static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
@@ -519,9 +587,7 @@ static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
 	struct pcsi_controller *c = from_svc(svc);
 	struct pcsi_cluster *cl = c->cluster;
 	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
-	struct delete_op *op;
-	struct pcsi_cvol *v;
-	size_t i;
+	struct fanout *f;
 
 	if (!in->volume_id || !*in->volume_id) {
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
@@ -537,31 +603,70 @@ static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
 			       in->volume_id);
 		return;
 	}
-	op = pcsi_xcalloc(1, sizeof(*op));
-	op->c = c;
-	op->call = call;
-	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
-	v = pcsi_cluster_volume(cl, op->id);
-	if (v) {
-		op->known = true;
-		op->nodes = pcsi_xcalloc(v->n_nodes + 1, sizeof(*op->nodes));
-		for (i = 0; i < v->n_nodes; i++)
-			op->nodes[op->n_nodes++] = pcsi_xstrdup(v->nodes[i]);
-	} else {
+	f = fanout_new(c, call, in->volume_id, "DeleteVolume", "deleted");
+	f->on_ok = delete_on_ok;
+	f->reply = delete_reply;
+	csi__v1__delete_volume_request__init(&f->del);
+	f->del.volume_id = f->id;
+	f->req = &f->del.base;
+	if (!fanout_known(f)) {
 		if (grace_left_s(c)) {
-			pcsi_call_fail(call, PCSI_UNAVAILABLE,
-				       "volume %s is unknown and the controller started recently; "
-				       "nodes may not have re-registered yet (%llu s left)",
-				       op->id, (unsigned long long)grace_left_s(c));
-			delete_free(op);
+			fail_unknown_in_grace(f);
 			return;
 		}
 		/* Unknown: whoever has it deletes it; nodes answer OK otherwise. */
-		op->nodes = pcsi_xcalloc(pcsi_cluster_n_nodes(cl) + 1, sizeof(*op->nodes));
-		pcsi_cluster_foreach_node(cl, add_delete_node, op);
+		f->nodes = pcsi_xcalloc(pcsi_cluster_n_nodes(cl) + 1, sizeof(*f->nodes));
+		pcsi_cluster_foreach_node(cl, add_delete_node, f);
 	}
-	pcsi_call_on_cancel(call, delete_cancelled, op);
-	delete_next(op);
+	fanout_start(f);
+}
+
+/* ---- ControllerExpandVolume ---------------------------------------------------- */
+
+/* Every copy grows (a cache volume's too): the call is OK only when each
+ * holder has the new size; a retry grows the copies still missing. */
+static void expand_on_ok(struct fanout *f, const char *node, const ProtobufCMessage *reply)
+{
+	const Csi__V1__ControllerExpandVolumeResponse *r = (const void *)reply;
+
+	pcsi_cluster_add(f->c->cluster, f->id, r->capacity_bytes, node);
+	if (!f->size || r->capacity_bytes < f->size)
+		f->size = r->capacity_bytes;
+}
+
+static void expand_reply(struct fanout *f)
+{
+	pcsi_info(2, "volume expanded", "volume=%s size=%lld nodes=%zu", f->id, (long long)f->size,
+		  f->n_nodes);
+	pcsi_reply_expanded(f->call, f->expand, (uint64_t)f->size);
+}
+
+static void ctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
+					 const Csi__V1__ControllerExpandVolumeRequest *in,
+					 Csi__V1__ControllerExpandVolumeResponse_Closure closure,
+					 void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	uint64_t size, limit;
+	struct fanout *f;
+
+	if (!pcsi_expand_begin(call, in, &c->busy, &size, &limit))
+		return;
+	f = fanout_new(c, call, in->volume_id, "ControllerExpandVolume", "expanded");
+	f->on_ok = expand_on_ok;
+	f->reply = expand_reply;
+	f->expand = in;
+	f->req = &in->base;
+	if (!fanout_known(f)) {
+		if (grace_left_s(c)) {
+			fail_unknown_in_grace(f);
+			return;
+		}
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %s does not exist", f->id);
+		fanout_free(f);
+		return;
+	}
+	fanout_start(f);
 }
 
 /* ---- ListVolumes -------------------------------------------------------------- */
@@ -740,7 +845,7 @@ static void ctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call);
+	pcsi_reply_controller_capabilities(call, true);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)

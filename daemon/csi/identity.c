@@ -33,9 +33,11 @@ static void identity_get_plugin_capabilities(Csi__V1__Identity_Service *svc,
 	};
 	Csi__V1__GetPluginCapabilitiesResponse out =
 		CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__PluginCapability caps[PCSI_ARRAY_SIZE(types)];
-	Csi__V1__PluginCapability *capp[PCSI_ARRAY_SIZE(types)];
+	Csi__V1__PluginCapability caps[PCSI_ARRAY_SIZE(types) + 1];
+	Csi__V1__PluginCapability *capp[PCSI_ARRAY_SIZE(types) + 1];
 	Csi__V1__PluginCapability__Service services[PCSI_ARRAY_SIZE(types)];
+	Csi__V1__PluginCapability__VolumeExpansion exp =
+		CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__INIT;
 	size_t i;
 
 	for (i = 0; i < PCSI_ARRAY_SIZE(types); i++) {
@@ -46,7 +48,15 @@ static void identity_get_plugin_capabilities(Csi__V1__Identity_Service *svc,
 		caps[i].service = &services[i];
 		capp[i] = &caps[i];
 	}
-	out.n_capabilities = PCSI_ARRAY_SIZE(types);
+	if (from_svc(svc)->expansion) {
+		exp.type = CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__ONLINE;
+		csi__v1__plugin_capability__init(&caps[i]);
+		caps[i].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_VOLUME_EXPANSION;
+		caps[i].volume_expansion = &exp;
+		capp[i] = &caps[i];
+		i++;
+	}
+	out.n_capabilities = i;
 	out.capabilities = capp;
 	pcsi_call_reply(call, &out.base);
 }
@@ -69,6 +79,11 @@ void pcsi_identity_init(struct pcsi_identity *id, const char *driver_name)
 	id->svc = svc;
 	id->driver_name = driver_name;
 	id->ready = false;
+}
+
+void pcsi_identity_set_expansion(struct pcsi_identity *id, bool online)
+{
+	id->expansion = online;
 }
 
 void pcsi_identity_set_ready(struct pcsi_identity *id, bool ready)

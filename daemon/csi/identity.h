@@ -2,7 +2,9 @@
  *
  * GetPluginInfo answers the driver name and version; GetPluginCapabilities
  * announces CONTROLLER_SERVICE and VOLUME_ACCESSIBILITY_CONSTRAINTS (both roles
- * serve a Controller service: the central one, or a node's own); Probe answers
+ * serve a Controller service: the central one, or a node's own), and
+ * VolumeExpansion ONLINE once pcsi_identity_set_expansion() says volumes can
+ * grow (the lvm backend, or the central controller); Probe answers
  * ready=false until pcsi_identity_set_ready(), i.e. until the role's start-up
  * is complete. The service is stateless apart from that flag and may be
  * registered on every listener. */
@@ -17,10 +19,12 @@ struct pcsi_identity {
 	Csi__V1__Identity_Service svc;
 	const char *driver_name; /* borrowed */
 	bool ready;
+	bool expansion;
 };
 
 void pcsi_identity_init(struct pcsi_identity *id, const char *driver_name);
 void pcsi_identity_set_ready(struct pcsi_identity *id, bool ready);
+void pcsi_identity_set_expansion(struct pcsi_identity *id, bool online);
 
 static inline ProtobufCService *pcsi_identity_service(struct pcsi_identity *id)
 {

@@ -105,6 +105,27 @@ bool pcsi_topology_is_node(const Csi__V1__Topology *t, const char *key, const ch
 	return false;
 }
 
+/* required_bytes and limit_bytes of |r| (0 = none): 0, or -EINVAL with |err|. */
+static int capacity_range(const Csi__V1__CapacityRange *r, uint64_t *required, uint64_t *limit,
+			  char *err, size_t errlen)
+{
+	*required = *limit = 0;
+	if (!r)
+		return 0;
+	if (r->required_bytes < 0 || r->limit_bytes < 0) {
+		snprintf(err, errlen, "negative capacity_range");
+		return -EINVAL;
+	}
+	*required = (uint64_t)r->required_bytes;
+	*limit = (uint64_t)r->limit_bytes;
+	if (*limit && *required > *limit) {
+		snprintf(err, errlen, "capacity_range: required_bytes %llu above limit_bytes %llu",
+			 (unsigned long long)*required, (unsigned long long)*limit);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 				      struct pcsi_params *params, uint64_t *size, uint64_t *limit,
 				      char *err, size_t errlen)
@@ -142,21 +163,8 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 		    !strcmp(pcsi_volume_fstype(cap, params), "xfs"))
 			xfs = true;
 	}
-	*limit = 0;
-	if (in->capacity_range) {
-		if (in->capacity_range->required_bytes < 0 || in->capacity_range->limit_bytes < 0) {
-			snprintf(err, errlen, "negative capacity_range");
-			return PCSI_INVALID_ARGUMENT;
-		}
-		required = (uint64_t)in->capacity_range->required_bytes;
-		*limit = (uint64_t)in->capacity_range->limit_bytes;
-		if (*limit && required > *limit) {
-			snprintf(err, errlen,
-				 "capacity_range: required_bytes %llu above limit_bytes %llu",
-				 (unsigned long long)required, (unsigned long long)*limit);
-			return PCSI_INVALID_ARGUMENT;
-		}
-	}
+	if (capacity_range(in->capacity_range, &required, limit, err, errlen) < 0)
+		return PCSI_INVALID_ARGUMENT;
 	*size = required;
 	if (xfs && *size < PCSI_XFS_MIN_SIZE) {
 		if (*limit && *limit < PCSI_XFS_MIN_SIZE) {
@@ -221,7 +229,7 @@ size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_m
 	return k;
 }
 
-void pcsi_reply_controller_capabilities(struct pcsi_call *call)
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand)
 {
 	static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
@@ -230,6 +238,7 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call)
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME, /* last */
 	};
 	Csi__V1__ControllerGetCapabilitiesResponse out =
 		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
@@ -246,8 +255,61 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call)
 		caps[i].rpc = &rpcs[i];
 		capp[i] = &caps[i];
 	}
-	out.n_capabilities = PCSI_ARRAY_SIZE(types);
+	out.n_capabilities = PCSI_ARRAY_SIZE(types) - (expand ? 0 : 1);
 	out.capabilities = capp;
+	pcsi_call_reply(call, &out.base);
+}
+
+bool pcsi_expand_begin(struct pcsi_call *call, const Csi__V1__ControllerExpandVolumeRequest *in,
+		       struct pcsi_inflight *busy, uint64_t *size, uint64_t *limit)
+{
+	char err[256];
+
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return false;
+	}
+	if (!in->capacity_range) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "capacity_range is required");
+		return false;
+	}
+	if (capacity_range(in->capacity_range, size, limit, err, sizeof(err)) < 0 ||
+	    (in->volume_capability &&
+	     pcsi_cap_check(in->volume_capability, true, err, sizeof(err)) < 0)) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		return false;
+	}
+	/* Volumes grow in steps of 4 MiB, as they are made. */
+	if (*limit && *size % PCSI_SIZE_STEP && *size / PCSI_SIZE_STEP == *limit / PCSI_SIZE_STEP) {
+		pcsi_call_fail(
+			call, PCSI_OUT_OF_RANGE,
+			"volumes grow in steps of 4 MiB: no size between %llu and %llu bytes",
+			(unsigned long long)*size, (unsigned long long)*limit);
+		return false;
+	}
+	if (!pcsi_volume_id_valid(in->volume_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return false;
+	}
+	if (pcsi_inflight_take(busy, in->volume_id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on volume %s is in progress",
+			       in->volume_id);
+		return false;
+	}
+	return true;
+}
+
+void pcsi_reply_expanded(struct pcsi_call *call, const Csi__V1__ControllerExpandVolumeRequest *in,
+			 uint64_t size)
+{
+	Csi__V1__ControllerExpandVolumeResponse out =
+		CSI__V1__CONTROLLER_EXPAND_VOLUME_RESPONSE__INIT;
+
+	out.capacity_bytes = (int64_t)size;
+	/* A filesystem grows on the node; a raw block volume needs nothing. */
+	out.node_expansion_required =
+		!in->volume_capability || in->volume_capability->access_type_case !=
+						  CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
 	pcsi_call_reply(call, &out.base);
 }
 

@@ -18,7 +18,9 @@
 /* mkfs.xfs (xfsprogs >= 5.19) refuses filesystems under 300 MB: volumes with
  * an xfs capability are made at least this large. */
 #define PCSI_XFS_MIN_SIZE (320ull << 20)
-#define PCSI_MAX_PARAMS	  64
+/* Volume sizes are multiples of this on every backend (backends/ rounds up). */
+#define PCSI_SIZE_STEP	(4ull << 20)
+#define PCSI_MAX_PARAMS 64
 
 /* Filesystem of a mount capability: "ext4" when unset. */
 const char *pcsi_cap_fstype(const Csi__V1__VolumeCapability *cap);
@@ -80,8 +82,21 @@ struct pcsi_call;
 
 /* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
  * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER (both
- * roles offer the same). */
-void pcsi_reply_controller_capabilities(struct pcsi_call *call);
+ * roles offer the same), and EXPAND_VOLUME if |expand|. */
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand);
+
+/* The start of every ControllerExpandVolume: a volume id, a capacity_range
+ * with a size in it that volumes can have, a valid capability if any, an id
+ * of this driver's shape (else NOT_FOUND), and the volume's entry in |busy|
+ * (else ABORTED). Returns true with |size| (required_bytes) and |limit|
+ * (0 = none), or false after ending the call. */
+bool pcsi_expand_begin(struct pcsi_call *call, const Csi__V1__ControllerExpandVolumeRequest *in,
+		       struct pcsi_inflight *busy, uint64_t *size, uint64_t *limit);
+
+/* Replies to ControllerExpandVolume: the volume has |size| bytes now; the
+ * node grows its filesystem unless the capability says raw block. */
+void pcsi_reply_expanded(struct pcsi_call *call, const Csi__V1__ControllerExpandVolumeRequest *in,
+			 uint64_t size);
 
 /* The fields every ValidateVolumeCapabilities needs (a volume id, at least one
  * capability): true, or false after ending the call with INVALID_ARGUMENT. */
@@ -117,9 +132,6 @@ void pcsi_reply_validated(struct pcsi_call *call,
 					  Csi__V1__ListSnapshotsResponse_Closure)             \
 	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##get_snapshot, Csi__V1__GetSnapshotRequest,       \
 					  Csi__V1__GetSnapshotResponse_Closure)               \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_expand_volume,                        \
-					  Csi__V1__ControllerExpandVolumeRequest,             \
-					  Csi__V1__ControllerExpandVolumeResponse_Closure)    \
 	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_modify_volume,                        \
 					  Csi__V1__ControllerModifyVolumeRequest,             \
 					  Csi__V1__ControllerModifyVolumeResponse_Closure)

@@ -448,13 +448,67 @@ static void nctl_controller_get_volume(Csi__V1__Controller_Service *svc,
 	look_up(svc, call, in, in->volume_id, on_get_volume);
 }
 
+/* ---- ControllerExpandVolume ------------------------------------------------------- */
+
+struct expand_op {
+	struct pcsi_node_controller *nc;
+	struct pcsi_call *call;
+	const Csi__V1__ControllerExpandVolumeRequest *in;
+	uint64_t limit;
+	struct pcsi_backend_req breq;
+};
+
+static void on_expanded(struct pcsi_backend_req *req, void *data)
+{
+	struct expand_op *op = data;
+
+	if (req->error == -ENOENT)
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", req->id);
+	else if (req->error)
+		fail_errno(op->call, req->error, "ControllerExpandVolume", req->msg);
+	else if (op->limit && req->vol.size > op->limit)
+		/* Already larger (volumes never shrink) or grown past the limit
+		 * by the volume group's extent size. */
+		pcsi_call_fail(op->call, PCSI_OUT_OF_RANGE,
+			       "volume %s has %llu bytes, above limit_bytes %llu", req->id,
+			       (unsigned long long)req->vol.size, (unsigned long long)op->limit);
+	else {
+		if (!req->existed)
+			pcsi_info(2, "volume expanded", "volume=%s size=%llu", req->id,
+				  (unsigned long long)req->vol.size);
+		pcsi_reply_expanded(op->call, op->in, req->vol.size);
+	}
+	pcsi_inflight_drop(&op->nc->node->busy, req->id);
+	free(op);
+}
+
+static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
+					  const Csi__V1__ControllerExpandVolumeRequest *in,
+					  Csi__V1__ControllerExpandVolumeResponse_Closure closure,
+					  void *call)
+{
+	struct pcsi_node_controller *nc = from_svc(svc);
+	struct expand_op *op = pcsi_xcalloc(1, sizeof(*op));
+
+	if (!pcsi_expand_begin(call, in, &nc->node->busy, &op->breq.size, &op->limit)) {
+		free(op);
+		return;
+	}
+	op->nc = nc;
+	op->call = call;
+	op->in = in;
+	op->breq.id = in->volume_id;
+	pcsi_backend_expand(nc->node->be, &op->breq, on_expanded, op);
+	cancel_with(call, &op->breq);
+}
+
 /* ---- capabilities and the rest -------------------------------------------------------- */
 
 static void nctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call);
+	pcsi_reply_controller_capabilities(call, pcsi_backend_can_expand(from_svc(svc)->node->be));
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(nctl_)

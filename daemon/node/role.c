@@ -49,6 +49,7 @@ static void on_backend_open(struct pcsi_backend_req *req, void *data)
 		return;
 	}
 	pcsi_info(1, "device manager ready", "deviceManager=%s", pcsi_backend_name(r->backend));
+	pcsi_identity_set_expansion(r->env->identity, pcsi_backend_can_expand(r->backend));
 	pcsi_identity_set_ready(r->env->identity, true);
 	if (!cfg->registry_endpoint)
 		return;

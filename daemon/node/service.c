@@ -32,7 +32,7 @@ struct nop {
 	const char *what; /* RPC name for messages */
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	char dev[128];
-	char fstype[16];
+	char fstype[32];
 	char flags[512]; /* extra mount options from the capability */
 	char target[4096];
 	char staging[4096];
@@ -916,13 +916,16 @@ static void node_node_get_capabilities(Csi__V1__Node_Service *svc,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
+		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME, /* last */
 	};
 	Csi__V1__NodeGetCapabilitiesResponse out = CSI__V1__NODE_GET_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__NodeServiceCapability caps[4], *capp[4];
-	Csi__V1__NodeServiceCapability__RPC rpcs[4];
-	size_t i;
+	Csi__V1__NodeServiceCapability caps[PCSI_ARRAY_SIZE(types)], *capp[PCSI_ARRAY_SIZE(types)];
+	Csi__V1__NodeServiceCapability__RPC rpcs[PCSI_ARRAY_SIZE(types)];
+	size_t i, n = PCSI_ARRAY_SIZE(types);
 
-	for (i = 0; i < 4; i++) {
+	if (!pcsi_backend_can_expand(from_svc(svc)->node->be))
+		n--;
+	for (i = 0; i < n; i++) {
 		csi__v1__node_service_capability__rpc__init(&rpcs[i]);
 		rpcs[i].type = types[i];
 		csi__v1__node_service_capability__init(&caps[i]);
@@ -930,16 +933,120 @@ static void node_node_get_capabilities(Csi__V1__Node_Service *svc,
 		caps[i].rpc = &rpcs[i];
 		capp[i] = &caps[i];
 	}
-	out.n_capabilities = 4;
+	out.n_capabilities = n;
 	out.capabilities = capp;
 	pcsi_call_reply(call, &out.base);
+}
+
+/* ---- NodeExpandVolume -------------------------------------------------------------------- */
+
+/* The device grew (ControllerExpandVolume); the filesystem on it grows here,
+ * online, on its mount: resize2fs for ext4 (it finds the mount itself),
+ * xfs_growfs for xfs (on the staging mount, which is read-write). A raw block
+ * volume needs nothing. */
+static void expand_reply(struct nop *op)
+{
+	Csi__V1__NodeExpandVolumeResponse out = CSI__V1__NODE_EXPAND_VOLUME_RESPONSE__INIT;
+
+	out.capacity_bytes = (int64_t)op->size;
+	nop_ok(op, &out.base);
+}
+
+static void expand_grown(struct nop *op)
+{
+	if (!tool_ok(op))
+		return;
+	pcsi_info(2, "filesystem expanded", "volume=%s fs=%s size=%llu", op->id, op->fstype,
+		  (unsigned long long)op->size);
+	expand_reply(op);
+}
+
+static void expand_found(struct pcsi_backend_req *req, void *data)
+{
+	struct nop *op = data;
+	struct pcsi_mount_info mi;
+	unsigned long rdev;
+	struct stat st;
+
+	if (req->error == -ENOENT) {
+		nop_fail(op, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
+		return;
+	}
+	if (req->error) {
+		nop_fail(op, pcsi_status_from_errno(req->error), "%s",
+			 req->msg[0] ? req->msg : strerror(-req->error));
+		return;
+	}
+	op->size = req->vol.size;
+	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
+	rdev = rdev_of(op->dev);
+	if (stat(op->target, &st) < 0) {
+		nop_fail(op, PCSI_NOT_FOUND, "volume_path %.200s does not exist", op->target);
+		return;
+	}
+	if (S_ISBLK(st.st_mode) || op->block) {
+		if (!S_ISBLK(st.st_mode) || st.st_rdev != rdev) {
+			nop_fail(op, PCSI_NOT_FOUND, "%.200s is not the device of volume %s",
+				 op->target, op->id);
+			return;
+		}
+		expand_reply(op);
+		return;
+	}
+	if (pcsi_mount_lookup(op->target, &mi) != 1 || mi.dev != rdev) {
+		nop_fail(op, PCSI_NOT_FOUND, "volume %s is not mounted at %.200s", op->id,
+			 op->target);
+		return;
+	}
+	snprintf(op->fstype, sizeof(op->fstype), "%s", mi.fstype);
+	if (!strcmp(mi.fstype, "xfs")) {
+		const char *path = op->staging[0] ? op->staging : op->target;
+		const char *argv[] = { "xfs_growfs", "-d", "--", path, NULL };
+
+		run_tool(op, argv, MKFS_TIMEOUT_MS, expand_grown);
+	} else if (!strncmp(mi.fstype, "ext", 3)) {
+		const char *argv[] = { "resize2fs", op->dev, NULL };
+
+		run_tool(op, argv, MKFS_TIMEOUT_MS, expand_grown);
+	} else {
+		nop_fail(op, PCSI_FAILED_PRECONDITION, "cannot grow a %s filesystem", mi.fstype);
+	}
 }
 
 static void node_node_expand_volume(Csi__V1__Node_Service *svc,
 				    const Csi__V1__NodeExpandVolumeRequest *in,
 				    Csi__V1__NodeExpandVolumeResponse_Closure closure, void *call)
 {
-	pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "volume expansion is not supported");
+	struct nop *op;
+
+	if (!in->volume_id || !*in->volume_id || !in->volume_path || !*in->volume_path) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+			       "volume_id and volume_path are required");
+		return;
+	}
+	if (!pcsi_volume_id_valid(in->volume_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return;
+	}
+	/* A path where no volume can be published holds no volume. */
+	if (!pcsi_path_valid(in->volume_path) ||
+	    (in->staging_target_path && *in->staging_target_path &&
+	     !pcsi_path_valid(in->staging_target_path))) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %s is not published at %.200s",
+			       in->volume_id, in->volume_path);
+		return;
+	}
+	op = nop_new(from_svc(svc), call, "NodeExpandVolume");
+	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	snprintf(op->target, sizeof(op->target), "%s", in->volume_path);
+	if (in->staging_target_path)
+		snprintf(op->staging, sizeof(op->staging), "%s", in->staging_target_path);
+	op->block = in->volume_capability && in->volume_capability->access_type_case ==
+						     CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
+	if (!nop_lock(op))
+		return;
+	op->breq.id = op->id;
+	pcsi_backend_get(op->ns->node->be, &op->breq, expand_found, op);
 }
 
 void pcsi_node_service_init(struct pcsi_node_service *ns, struct pcsi_node *node)

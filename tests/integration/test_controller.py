@@ -279,6 +279,80 @@ def _():
     pt.check(v.volume_id not in node_ids("n1"), "still on n1")
 
 
+def node_sizes(vid):
+    """node -> size of |vid| as each node reports it over its own socket."""
+    out = {}
+    for n in CAPS:
+        nch = pt.unix_channel(os.path.join(WORK, n + ".sock"))
+        try:
+            for e in ok_call("ListVolumes", csi.ListVolumesRequest(), nch).entries:
+                if e.volume.volume_id == vid:
+                    out[n] = e.volume.capacity_bytes
+        finally:
+            nch.close()
+    return out
+
+
+def expand(vid, required, limit=0, block=False):
+    req = csi.ControllerExpandVolumeRequest(volume_id=vid, capacity_range=csi.CapacityRange(
+        required_bytes=required, limit_bytes=limit))
+    if block:
+        req.volume_capability.CopyFrom(csi.VolumeCapability(
+            block=csi.VolumeCapability.BlockVolume(),
+            access_mode=csi.VolumeCapability.AccessMode(mode=csi.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)))
+    return rpc("ControllerExpandVolume", req)
+
+
+@t.test("ControllerExpandVolume: every copy of a cache volume grows, sizes rounded up to 4 MiB; capacity follows")
+def _():
+    caps = ok_call("ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest()).capabilities
+    pt.check(csi.ControllerServiceCapability.RPC.EXPAND_VOLUME in [c.rpc.type for c in caps],
+             "EXPAND_VOLUME not announced")
+    v = ok_call("CreateVolume", create("pvc-grow", 16 * MiB, {"persistencyModel": "cache", "cacheSize": "2"},
+                                       requisite=["n1", "n2"])).volume
+    free0 = {n: ok_call("GetCapacity", csi.GetCapacityRequest(
+        accessible_topology=csi.Topology(segments={KEY: n}))).available_capacity for n in ("n1", "n2")}
+    code, details, r = expand(v.volume_id, 37 * MiB)
+    pt.check(code == SC.OK, "expand: %s %s" % (code, details))
+    pt.check(r.capacity_bytes == 40 * MiB and r.node_expansion_required, "reply %r" % r)
+    pt.check(node_sizes(v.volume_id) == {"n1": 40 * MiB, "n2": 40 * MiB}, "on the nodes: %r" % node_sizes(v.volume_id))
+    lv = [e.volume for e in ok_call("ListVolumes", csi.ListVolumesRequest()).entries if e.volume.volume_id == v.volume_id]
+    pt.check(lv and lv[0].capacity_bytes == 40 * MiB, "ListVolumes: %r" % lv)
+    for n in ("n1", "n2"):
+        free = ok_call("GetCapacity", csi.GetCapacityRequest(
+            accessible_topology=csi.Topology(segments={KEY: n}))).available_capacity
+        pt.check(free == free0[n] - 24 * MiB, "%s: free %d, was %d" % (n, free, free0[n]))
+    # Idempotent, never shrinks, raw block needs no node step.
+    code, details, r = expand(v.volume_id, 8 * MiB, block=True)
+    pt.check(code == SC.OK and r.capacity_bytes == 40 * MiB and not r.node_expansion_required,
+             "smaller request: %s %s %r" % (code, details, r))
+    # Errors: the spec's table.
+    for args, want in (((v.volume_id, 48 * MiB, 44 * MiB), SC.INVALID_ARGUMENT),
+                       ((v.volume_id, 41 * MiB, 43 * MiB), SC.OUT_OF_RANGE),
+                       ((v.volume_id, 8 * MiB, 20 * MiB), SC.OUT_OF_RANGE),
+                       (("pvc-xx-" + "0" * 56, 8 * MiB), SC.NOT_FOUND),
+                       (("", 8 * MiB), SC.INVALID_ARGUMENT),
+                       ((v.volume_id, 64 << 30), SC.RESOURCE_EXHAUSTED)):
+        code, details, _ = expand(*args)
+        pt.check(code == want, "expand%r: %s %s, want %s" % (args, code, details, want))
+    code, details, _ = rpc("ControllerExpandVolume", csi.ControllerExpandVolumeRequest(volume_id=v.volume_id))
+    pt.check(code == SC.INVALID_ARGUMENT, "no capacity_range: %s %s" % (code, details))
+    pt.check(node_sizes(v.volume_id) == {"n1": 40 * MiB, "n2": 40 * MiB}, "after the errors: %r" % node_sizes(v.volume_id))
+    # A holder away: UNAVAILABLE, the retry grows the copy that is missing.
+    nodes["n2"].proc.send_signal(signal.SIGSTOP)
+    try:
+        code, details, _ = rpc("ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+            volume_id=v.volume_id, capacity_range=csi.CapacityRange(required_bytes=48 * MiB)), timeout=5)
+        pt.check(code in (SC.UNAVAILABLE, SC.DEADLINE_EXCEEDED), "n2 stopped: %s %s" % (code, details))
+    finally:
+        nodes["n2"].proc.send_signal(signal.SIGCONT)
+    r = retry_ok("ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+        volume_id=v.volume_id, capacity_range=csi.CapacityRange(required_bytes=48 * MiB)), time.monotonic() + 20)
+    pt.check(r.capacity_bytes == 48 * MiB, "retry: %r" % r)
+    pt.check(node_sizes(v.volume_id) == {"n1": 48 * MiB, "n2": 48 * MiB}, "after the retry: %r" % node_sizes(v.volume_id))
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+
+
 @t.test("controller restart between create and delete: volumes re-imported from the nodes")
 def _():
     global ctl, ch

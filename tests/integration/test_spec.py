@@ -97,6 +97,28 @@ def _():
            SC.INVALID_ARGUMENT, "empty path")
 
 
+@t.test("expansion: VolumeExpansion ONLINE and the node's EXPAND_VOLUME announced; NodeExpandVolume's errors")
+def _():
+    r = expect(on_node("Identity", "GetPluginCapabilities", csi.GetPluginCapabilitiesRequest()), SC.OK, "caps")
+    pt.check([c.volume_expansion.type for c in r.capabilities if c.HasField("volume_expansion")] ==
+             [csi.PluginCapability.VolumeExpansion.ONLINE], "plugin capabilities %r" % r)
+    r = expect(on_node("Node", "NodeGetCapabilities", csi.NodeGetCapabilitiesRequest()), SC.OK, "node caps")
+    pt.check(csi.NodeServiceCapability.RPC.EXPAND_VOLUME in [c.rpc.type for c in r.capabilities],
+             "node capabilities %r" % r)
+    v = expect(on_node("Controller", "CreateVolume", create("grow-vol")), SC.OK, "CreateVolume").volume
+    for req, code, what in (
+            (csi.NodeExpandVolumeRequest(volume_path=WORK), SC.INVALID_ARGUMENT, "no volume_id"),
+            (csi.NodeExpandVolumeRequest(volume_id=v.volume_id), SC.INVALID_ARGUMENT, "no volume_path"),
+            (csi.NodeExpandVolumeRequest(volume_id="pvc-xx-" + "0" * 56, volume_path=WORK), SC.NOT_FOUND,
+             "unknown volume"),
+            (csi.NodeExpandVolumeRequest(volume_id="../etc", volume_path=WORK), SC.NOT_FOUND, "not our id"),
+            (csi.NodeExpandVolumeRequest(volume_id=v.volume_id, volume_path="some/path"), SC.NOT_FOUND,
+             "relative path"),
+            (csi.NodeExpandVolumeRequest(volume_id=v.volume_id, volume_path=WORK), SC.NOT_FOUND,
+             "a directory where the volume is not mounted")):
+        expect(on_node("Node", "NodeExpandVolume", req), code, what)
+
+
 @t.test("central, within the grace window: DeleteVolume of an id that is not ours is OK at once")
 def _():
     for vid in ("fake-vol-id", "x" * 63, "abc-" + "g" * 56):
@@ -149,11 +171,12 @@ def _():
            SC.INVALID_ARGUMENT, "no id")
 
 
-@t.test("ControllerGetCapabilities claims GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER (both roles)")
+@t.test("ControllerGetCapabilities claims GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER, "
+        "EXPAND_VOLUME (both roles; the test-only backend grows volumes)")
 def _():
     T = csi.ControllerServiceCapability.RPC
     want = {T.CREATE_DELETE_VOLUME, T.LIST_VOLUMES, T.GET_CAPACITY, T.GET_VOLUME, T.VOLUME_CONDITION,
-            T.SINGLE_NODE_MULTI_WRITER}
+            T.SINGLE_NODE_MULTI_WRITER, T.EXPAND_VOLUME}
     for name, got in (("node", on_node("Controller", "ControllerGetCapabilities",
                                        csi.ControllerGetCapabilitiesRequest())),
                       ("controller", on_ctl("ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest()))):
