@@ -22,7 +22,8 @@
 # A binary is built with `go install PACKAGE@VERSION` (static, -trimpath) into a
 # temporary directory and renamed into place, so a concurrent reader sees either
 # nothing or the complete file. When `go install` refuses a module (replace or
-# exclude directives in its go.mod), or when PCSI_GO_TOOLS_MODULE is set, the
+# exclude directives in its go.mod, or a module whose version list the proxy
+# refuses, so its deprecation cannot be read), or when PCSI_GO_TOOLS_MODULE is set, the
 # tool is built from a tiny module in the cache that requires MODULE@VERSION.
 set -eu
 
@@ -41,6 +42,7 @@ set -eu
 TOOLS='
 csi-sanity       github.com/kubernetes-csi/csi-test/v5@v5.6.0                github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
 csi-provisioner  github.com/kubernetes-csi/external-provisioner/v6@v6.3.0    github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
+csi-resizer      github.com/kubernetes-csi/external-resizer@v1.14.0          github.com/kubernetes-csi/external-resizer/cmd/csi-resizer
 kube             local:tests/k8s/tools/kube@v1.36.1                           .
 coredns          local:tests/k8s/tools/coredns@v1.14.7                        .
 grpc-goref       local:tests/bench/goref@v1.85.0                              .
@@ -151,7 +153,7 @@ build() {
 		fi
 		pkg=$1
 	elif [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || ! GOBIN=$tmp "$gobin" install -trimpath $flags "$pkg@$ver" >"$log" 2>&1; then
-		if [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || grep -q -e 'replace directive' -e 'exclude directive' "$log"; then
+		if [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || grep -q -e 'replace directive' -e 'exclude directive' -e 'loading deprecation' "$log"; then
 			echo "$prog: ${PCSI_GO_TOOLS_MODULE:+PCSI_GO_TOOLS_MODULE is set: }building $1 from a throw-away module" >&2
 			if ! from_module "$1" >>"$log" 2>&1; then
 				cat "$log" >&2

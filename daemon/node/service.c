@@ -37,6 +37,7 @@ struct nop {
 	char target[4096];
 	char staging[4096];
 	bool block, ro, dax, ephemeral, locked;
+	bool grow;	    /* stage: an existing filesystem, grown to its device after mounting */
 	bool single_writer; /* SINGLE_NODE_SINGLE_WRITER: one target at a time */
 	uint64_t size;
 	struct pcsi_params params;
@@ -180,6 +181,18 @@ static void run_mkfs(struct nop *op, void (*after)(struct nop *op))
 	run_tool(op, strcmp(op->fstype, "xfs") ? ext4 : xfs, MKFS_TIMEOUT_MS, after);
 }
 
+/* Grows the op->fstype filesystem on op->dev, mounted at |path|, to the size
+ * of the device, online: resize2fs finds the mount itself, xfs_growfs needs
+ * a read-write mount point. A filesystem that has that size already is left
+ * as it is (both tools exit 0). */
+static void run_grow(struct nop *op, const char *path, void (*after)(struct nop *op))
+{
+	const char *xfs[] = { "xfs_growfs", "-d", "--", path, NULL };
+	const char *ext[] = { "resize2fs", op->dev, NULL };
+
+	run_tool(op, strcmp(op->fstype, "xfs") ? ext : xfs, MKFS_TIMEOUT_MS, after);
+}
+
 /* ---- shared checks ---------------------------------------------------------------------- */
 
 /* Mount options from a capability: each flag must be a plain option word. */
@@ -321,6 +334,13 @@ static void stage_done(struct nop *op)
 
 	if (!tool_ok(op))
 		return;
+	if (op->grow) {
+		/* The volume may have grown while it was not staged (or on a
+		 * node where the copy of a cache volume was not staged). */
+		op->grow = false;
+		run_grow(op, op->staging, stage_done);
+		return;
+	}
 	pcsi_info(2, "staged", "volume=%s path=%s fs=%s", op->id, op->staging, op->fstype);
 	nop_ok(op, &out.base);
 }
@@ -387,6 +407,7 @@ static void stage_found(struct pcsi_backend_req *req, void *data)
 		nop_fail(op, PCSI_ALREADY_EXISTS, "the volume holds a %s filesystem", type);
 		return;
 	}
+	op->grow = true;
 	stage_mount(op);
 }
 
@@ -999,18 +1020,11 @@ static void expand_found(struct pcsi_backend_req *req, void *data)
 		return;
 	}
 	snprintf(op->fstype, sizeof(op->fstype), "%s", mi.fstype);
-	if (!strcmp(mi.fstype, "xfs")) {
-		const char *path = op->staging[0] ? op->staging : op->target;
-		const char *argv[] = { "xfs_growfs", "-d", "--", path, NULL };
-
-		run_tool(op, argv, MKFS_TIMEOUT_MS, expand_grown);
-	} else if (!strncmp(mi.fstype, "ext", 3)) {
-		const char *argv[] = { "resize2fs", op->dev, NULL };
-
-		run_tool(op, argv, MKFS_TIMEOUT_MS, expand_grown);
-	} else {
+	if (strcmp(mi.fstype, "xfs") && strncmp(mi.fstype, "ext", 3)) {
 		nop_fail(op, PCSI_FAILED_PRECONDITION, "cannot grow a %s filesystem", mi.fstype);
+		return;
 	}
+	run_grow(op, op->staging[0] ? op->staging : op->target, expand_grown);
 }
 
 static void node_node_expand_volume(Csi__V1__Node_Service *svc,

@@ -282,7 +282,7 @@ class Cluster:
     def up(self, image_dir):
         t0 = time.monotonic()
         os.makedirs(self.work, exist_ok=True)
-        tools = {t: go_tool(t) for t in ("csi-provisioner", "coredns") + (("agnhost",) if self.e2e_images else ())}
+        tools = {t: go_tool(t) for t in ("csi-provisioner", "csi-resizer", "coredns") + (("agnhost",) if self.e2e_images else ())}
         tars = images.build_all(image_dir, self.driver, tools, e2e=self.e2e_images)
         log("images built (%.0f s)" % (time.monotonic() - t0))
         self.make_pki()

@@ -67,6 +67,11 @@ CI_SPECS = [
     r"volume from pods on the same node",
     r"\[Testpattern: Dynamic PV \(filesystem volmode\)\] multiVolume \[Slow\] should access to two volumes "
     r"with the same volume mode and retain data across pod recreation on the same node",
+    # Expansion: central mode only (the distributed driver claims none).
+    r"\[Testpattern: Dynamic PV \(default fs\)\(allowExpansion\)\] volume-expand should resize volume when "
+    r"PVC is edited while pod is using it",
+    r"\[Testpattern: Dynamic PV \(block volmode\)\(allowExpansion\)\] volume-expand Verify if offline PVC "
+    r"expansion works",
 ]
 if os.environ.get("PCSI_E2E_SUBSET") == "ci":
     os.environ.setdefault("PCSI_E2E_FOCUS", "|".join(CI_SPECS))

@@ -299,6 +299,8 @@ def build_all(outdir, driver, tools, e2e=False):
             (busybox_rootfs(), [], ["sh"]),
         "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0":
             (static_rootfs(tools["csi-provisioner"], "/csi-provisioner"), ["/csi-provisioner"], None),
+        "registry.k8s.io/sig-storage/csi-resizer:v1.14.0":
+            (static_rootfs(tools["csi-resizer"], "/csi-resizer"), ["/csi-resizer"], None),
         "registry.k8s.io/coredns/coredns:pcsi":
             (static_rootfs(tools["coredns"], "/coredns"), ["/coredns"], None),
     }

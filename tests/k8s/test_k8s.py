@@ -222,6 +222,25 @@ def _():
     pt.check(mnt and re.search(r"\bdax\b|dax=always", mnt[0]), "mount line %r" % mnt)
 
 
+@t.test("central: the cache PVC grows from 64Mi to 128Mi while the pod uses it: csi-resizer, "
+        "ControllerExpandVolume on both copies, kubelet's NodeExpandVolume online; the pod sees the space")
+@timed("central expansion")
+def _():
+    k("patch", "pvc", "cache-pvc", "--type=merge", "-p", json.dumps(
+        {"spec": {"resources": {"requests": {"storage": "128Mi"}}}}))
+    wait(lambda: kj("get", "pvc", "cache-pvc")["status"].get("capacity", {}).get("storage") == "128Mi", 300,
+         "cache-pvc status capacity 128Mi")
+    pv = kj("get", "pv", kj("get", "pvc", "cache-pvc")["spec"]["volumeName"])
+    pt.check(pv["spec"]["capacity"]["storage"] == "128Mi", "PV capacity %r" % pv["spec"]["capacity"])
+    for n in ("node-x", "node-y"):
+        sizes = node_exec(n, "lvs", "--noheadings", "--units", "b", "--nosuffix", "-o", "lv_size").split()
+        pt.check(sizes == [str(128 << 20)], "%s: LV sizes %r" % (n, sizes))
+    df = k("exec", "cache-app", "--", "df", "-k", "/data").stdout.splitlines()[-1].split()
+    pt.check(int(df[1]) > 100 * 1024, "the filesystem in the pod has %s KiB" % df[1])
+    out = k("exec", "cache-app", "--", "cat", "/data/f").stdout
+    pt.check(out.strip() == "written-by-k8s", "the file reads %r" % out)
+
+
 @t.test("central: pod and PVC deleted: the PV goes away and neither node keeps a logical volume")
 @timed("central delete")
 def _():

@@ -10,9 +10,9 @@
 //    handles flags in order and exits 0 at --version, so a bad flag before it
 //    still exits 2) and is spelled as in --help (no getopt abbreviations);
 //    the node DaemonSets must pass -kubeletRegistrationDir/-Path;
-//  - the only sidecar is csi-provisioner (no node-driver-registrar, no
-//    livenessprobe: the driver does both jobs), with known flags of the
-//    pinned version;
+//  - the only sidecars are csi-provisioner and, in the controller Deployment,
+//    csi-resizer (no node-driver-registrar, no livenessprobe: the driver does
+//    both jobs), with known flags of the pinned versions;
 //  - socket paths: driver endpoint and csi-provisioner's --csi-address name
 //    the same file through the volume mounts; in the node DaemonSets the
 //    registration socket <-kubeletRegistrationDir>/<drivername>-reg.sock lies
@@ -79,12 +79,13 @@ function run(cmd, args, opts = {}) {
 const t = new TAP();
 const DRIVER_IMAGE = "pmem-csi-driver";
 const DRIVER_BIN = "/usr/local/bin/pmem-csi-driver";
-// The only sidecar. node-driver-registrar and livenessprobe are not used: the
+// The only sidecars. node-driver-registrar and livenessprobe are not used: the
 // driver registers with kubelet itself (-kubeletRegistrationDir) and serves
 // /healthz and /metrics/simple on its metrics port; any other image fails the
 // sidecar test as unknown.
 const SIDECARS = {
   "csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
+  "csi-resizer": "registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
 };
 // kubelet's root directory, as the manifests assume it (../README.md says how
 // to change it for other distributions: all occurrences together).
@@ -104,6 +105,11 @@ const SIDECAR_FLAGS = {
     "volume-name-uuid-length", "leader-election", "leader-election-namespace", "leader-election-lease-duration",
     "leader-election-renew-deadline", "leader-election-retry-period", "default-fstype",
     "prevent-volume-mode-conversion", "controller-publish-readonly", "enable-pprof"],
+  "csi-resizer": [...KLOG, "master", "resync-period", "workers", "extra-modify-metadata", "csi-address",
+    "timeout", "retry-interval-start", "retry-interval-max", "leader-election", "leader-election-namespace",
+    "leader-election-lease-duration", "leader-election-renew-deadline", "leader-election-retry-period",
+    "metrics-address", "http-endpoint", "metrics-path", "kube-api-qps", "kube-api-burst",
+    "handle-volume-inuse-error", "feature-gates"],
 };
 // Dummy values for the downward API, to expand $(VAR) in args.
 const FIELD_VALUES = {
@@ -341,6 +347,14 @@ for (const [mode, list] of Object.entries(modePods)) {
           }
           if (!has("strict-topology")) p.push("--strict-topology expected (one node per topology segment)");
         }
+        if (kind === "csi-resizer") {
+          const args = c.args || [];
+          const has = (n) => args.some((a) => (parseFlag(a) || {}).name === n);
+          // One resizer for the cluster: it has no per-node mode, so a
+          // DaemonSet would send every volume to every node.
+          if (d.doc.kind !== "Deployment") p.push("csi-resizer belongs in the controller Deployment only");
+          if (!has("leader-election")) p.push("csi-resizer should use --leader-election");
+        }
         return p;
       });
     }
@@ -396,7 +410,7 @@ for (const [mode, list] of Object.entries(modePods)) {
         else if (r.volume !== at.volume || r.sub !== at.sub) p.push(`${c.name}: --csi-address ${addr} is ${r.volume}:${r.sub}, the driver listens on ${at.volume}:${at.sub}`);
       }
       if (d.doc.kind === "Deployment") {
-        // Only csi-provisioner talks to the controller's socket.
+        // The sidecars (csi-provisioner, csi-resizer) talk to the controller's socket.
         if (!vol.emptyDir) p.push("the controller's socket should be on an emptyDir");
         if (!users) p.push("no sidecar uses the controller's socket");
       } else if (!vol.hostPath) {
@@ -629,10 +643,12 @@ function servedPorts(c) {
   } else {
     const kind = sidecarKind(c);
     const he = flagValue(args, "http-endpoint");
-    if (kind === "csi-provisioner" && he) {
+    // Both sidecars serve metrics and, with leader election, its health
+    // check on --http-endpoint (csi-lib-utils).
+    if (kind && he) {
       const paths = ["/metrics"];
       if ((args || []).some((a) => (parseFlag(a) || {}).name === "leader-election")) paths.push("/healthz/leader-election");
-      out.push({ port: portOf(he), what: "provisioner --http-endpoint", metrics: true, paths });
+      out.push({ port: portOf(he), what: `${kind} --http-endpoint`, metrics: true, paths });
     }
   }
   return out;

@@ -1,0 +1,284 @@
+#!/usr/bin/python3
+"""Volume expansion on real PMEM, inside the QEMU guest as root: the node
+role grows ext4, xfs and raw block volumes while they are published and a
+file is being written through DAX (ControllerExpandVolume: lvextend;
+NodeExpandVolume: resize2fs / xfs_growfs on the mount), and the data is
+checked afterwards. The direct backend cannot grow an fsdax namespace: it
+announces no expansion and refuses with UNIMPLEMENTED, the volume intact.
+Ends with a benchmark next to the raw tools. TAP output.
+
+usage: test_expand.py PATH-TO-pmem-csi-driver direct|lvm
+"""
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+
+DRIVER, BACKEND = sys.argv[1], sys.argv[2]
+t = pt.TAP()
+SC = grpc.StatusCode
+MiB = 1 << 20
+NODE = "node-%s" % BACKEND
+WORK = pt.mkdtemp("pcsi-expand-")
+SOCK = os.path.join(WORK, "csi.sock")
+P = pt.protos()
+csi = P.csi
+AM = csi.VolumeCapability.AccessMode
+LVM = BACKEND == "lvm"
+
+daemon = pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=" + NODE,
+                            "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(WORK, "state"), "-v=5"],
+                   name="node-" + BACKEND).start(timeout=120)
+ch = pt.unix_channel(SOCK)
+
+
+def rpc(service, method, req, timeout=300):
+    path, _, resp = pt.rpc(csi, service, method)
+    return pt.call_code(ch, path, req, resp, timeout=timeout)
+
+
+def ok_call(service, method, req):
+    code, details, r = rpc(service, method, req)
+    pt.check(code == SC.OK, "%s: %s %s" % (method, code, details))
+    return r
+
+
+def cap(fs="ext4", block=False):
+    if block:
+        return csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(),
+                                    access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
+    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type=fs),
+                                access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
+
+
+class Published:
+    """A volume created, staged and published (a file for a block volume)."""
+
+    def __init__(self, name, size, fs="ext4", block=False):
+        self.cap = cap(fs, block)
+        self.block = block
+        self.vol = ok_call("Controller", "CreateVolume", csi.CreateVolumeRequest(
+            name=name, capacity_range=csi.CapacityRange(required_bytes=size),
+            volume_capabilities=[self.cap])).volume
+        self.id = self.vol.volume_id
+        self.staging = os.path.join(WORK, name + "-staging")
+        self.target = os.path.join(WORK, name + "-target")
+        os.makedirs(self.staging)
+        ok_call("Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
+            volume_id=self.id, staging_target_path=self.staging, volume_capability=self.cap))
+        ok_call("Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
+            volume_id=self.id, staging_target_path=self.staging, target_path=self.target,
+            volume_capability=self.cap))
+
+    def expand(self, size):
+        r = ok_call("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+            volume_id=self.id, capacity_range=csi.CapacityRange(required_bytes=size), volume_capability=self.cap))
+        n = ok_call("Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
+            volume_id=self.id, volume_path=self.target, staging_target_path=self.staging,
+            capacity_range=csi.CapacityRange(required_bytes=size), volume_capability=self.cap))
+        return r, n
+
+    def fs_bytes(self):
+        st = os.statvfs(self.target)
+        return st.f_blocks * st.f_frsize
+
+    def done(self):
+        ok_call("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=self.id,
+                                                                              target_path=self.target))
+        ok_call("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=self.id,
+                                                                          staging_target_path=self.staging))
+        ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=self.id))
+
+
+def chunk(i):
+    """1 MiB of content that depends on its index."""
+    return hashlib.sha256(b"%d" % i).digest() * (MiB // 32)
+
+
+class Writer(threading.Thread):
+    """Writes 1 MiB chunks to |path| (on the DAX mount) with fsync until
+    stopped or |limit| chunks are written."""
+
+    def __init__(self, path, limit):
+        super().__init__(daemon=True)
+        self.path, self.limit, self.n, self.stop, self.error = path, limit, 0, False, None
+
+    def run(self):
+        try:
+            with open(self.path, "wb") as f:
+                while not self.stop and self.n < self.limit:
+                    f.write(chunk(self.n))
+                    f.flush()
+                    os.fsync(f.fileno())
+                    self.n += 1
+        except OSError as e:
+            self.error = e
+
+    def verify(self):
+        with open(self.path, "rb") as f:
+            for i in range(self.n):
+                if f.read(MiB) != chunk(i):
+                    return "chunk %d differs" % i
+        return None
+
+
+def grow_while_writing(name, fs, size, new_size):
+    v = Published(name, size, fs)
+    before = v.fs_bytes()
+    w = Writer(os.path.join(v.target, "data"), limit=(size // MiB) // 2)
+    w.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    r, n = v.expand(new_size)
+    took = time.monotonic() - t0
+    w.join(120)
+    pt.check(w.error is None, "writer: %s" % w.error)
+    pt.check(r.capacity_bytes == new_size and r.node_expansion_required, "ControllerExpandVolume: %r" % r)
+    pt.check(n.capacity_bytes == new_size, "NodeExpandVolume: %r" % n)
+    after = v.fs_bytes()
+    pt.check(after > before + (new_size - size) * 9 // 10, "%s: %d bytes before, %d after" % (fs, before, after))
+    bad = w.verify()
+    pt.check(not bad, "data written during the expansion: %s" % bad)
+    # The new space is usable: a file larger than the old filesystem.
+    big = Writer(os.path.join(v.target, "big"), limit=size // MiB + 8)
+    big.run()
+    pt.check(big.error is None and big.n == size // MiB + 8, "writing %d MiB: %s" % (size // MiB + 8, big.error))
+    pt.check(not big.verify(), "the large file reads back wrong")
+    line = [l for l in open("/proc/self/mountinfo") if l.split()[4] == v.staging]
+    pt.check(line and "dax" in line[0], "staging mount lost dax: %r" % line)
+    t.diag("%s %d -> %d MiB while %d MiB were written: %.2f s (controller + node)"
+           % (fs, size // MiB, new_size // MiB, w.n, took))
+    v.done()
+
+
+if LVM:
+    @t.test("capabilities: EXPAND_VOLUME (controller and node), VolumeExpansion ONLINE")
+    def _():
+        c = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest())
+        pt.check(csi.ControllerServiceCapability.RPC.EXPAND_VOLUME in [x.rpc.type for x in c.capabilities], str(c))
+        n = ok_call("Node", "NodeGetCapabilities", csi.NodeGetCapabilitiesRequest())
+        pt.check(csi.NodeServiceCapability.RPC.EXPAND_VOLUME in [x.rpc.type for x in n.capabilities], str(n))
+        p = ok_call("Identity", "GetPluginCapabilities", csi.GetPluginCapabilitiesRequest())
+        pt.check([x.volume_expansion.type for x in p.capabilities if x.HasField("volume_expansion")] ==
+                 [csi.PluginCapability.VolumeExpansion.ONLINE], str(p))
+
+    @t.test("ext4 grows online from 64 to 200 MiB while a file is written through DAX; data intact")
+    def _():
+        grow_while_writing("grow-ext4", "ext4", 64 * MiB, 200 * MiB)
+
+    @t.test("xfs grows online from 320 to 640 MiB while a file is written through DAX; data intact")
+    def _():
+        grow_while_writing("grow-xfs", "xfs", 320 * MiB, 640 * MiB)
+
+    @t.test("raw block grows from 64 to 128 MiB: no node step needed; the published device has the new size")
+    def _():
+        v = Published("grow-block", 64 * MiB, block=True)
+        with open(v.target, "r+b") as f:
+            f.write(b"head-of-block")
+        r, n = v.expand(128 * MiB)
+        pt.check(r.capacity_bytes == 128 * MiB and not r.node_expansion_required, "reply %r" % r)
+        size = int(subprocess.run(["blockdev", "--getsize64", v.target], capture_output=True, text=True,
+                                  check=True).stdout)
+        pt.check(size == 128 * MiB and n.capacity_bytes == 128 * MiB, "device %d, reply %r" % (size, n))
+        with open(v.target, "rb") as f:
+            pt.check(f.read(13) == b"head-of-block", "data lost")
+        v.done()
+
+    @t.test("a request above the free space is RESOURCE_EXHAUSTED and changes nothing; the capacity follows")
+    def _():
+        v = Published("grow-full", 32 * MiB)
+        cap0 = ok_call("Controller", "GetCapacity", csi.GetCapacityRequest()).available_capacity
+        code, details, _ = rpc("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+            volume_id=v.id, capacity_range=csi.CapacityRange(required_bytes=cap0 + 64 * MiB)))
+        pt.check(code == SC.RESOURCE_EXHAUSTED, "%s %s" % (code, details))
+        v.expand(96 * MiB)
+        cap1 = ok_call("Controller", "GetCapacity", csi.GetCapacityRequest()).available_capacity
+        pt.check(cap1 == cap0 - 64 * MiB, "capacity %d, was %d" % (cap1, cap0))
+        listed = [e.volume.capacity_bytes for e in ok_call("Controller", "ListVolumes",
+                                                           csi.ListVolumesRequest()).entries
+                  if e.volume.volume_id == v.id]
+        pt.check(listed == [96 * MiB], "ListVolumes: %r" % listed)
+        v.done()
+
+    @t.test("a node restart after ControllerExpandVolume: the new size is found again, NodeExpandVolume completes")
+    def _():
+        global daemon, ch
+        v = Published("grow-restart", 64 * MiB)
+        ok_call("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+            volume_id=v.id, capacity_range=csi.CapacityRange(required_bytes=128 * MiB)))
+        ch.close()
+        daemon.kill()
+        daemon = pt.Daemon(DRIVER, daemon.args, name="node-" + BACKEND, workdir=daemon.workdir).start(timeout=120)
+        ch = pt.unix_channel(SOCK)
+        n = ok_call("Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
+            volume_id=v.id, volume_path=v.target, staging_target_path=v.staging))
+        pt.check(n.capacity_bytes == 128 * MiB and v.fs_bytes() > 110 * MiB, "%r, %d" % (n, v.fs_bytes()))
+        v.done()
+
+    @t.test("benchmark: ControllerExpandVolume + NodeExpandVolume next to raw lvextend + resize2fs")
+    def _():
+        vg = subprocess.run(["vgs", "--noheadings", "-o", "vg_name"], capture_output=True, text=True,
+                            check=True).stdout.split()[0]
+        ours, raw = [], []
+        for i in range(5):
+            v = Published("bench-%d" % i, 64 * MiB)
+            t0 = time.monotonic()
+            v.expand(128 * MiB)
+            ours.append(time.monotonic() - t0)
+            v.done()
+            lv, mnt = "raw-bench-%d" % i, os.path.join(WORK, "raw-%d" % i)
+            dev = "/dev/%s/%s" % (vg, lv)
+            os.makedirs(mnt)
+            subprocess.run(["lvcreate", "-Zn", "-Wy", "--yes", "-L", "64M", "-n", lv, vg], check=True,
+                           capture_output=True)
+            subprocess.run(["mkfs.ext4", "-q", "-b", "4096", "-F", dev], check=True, capture_output=True)
+            subprocess.run(["mount", "-o", "dax", dev, mnt], check=True)
+            t0 = time.monotonic()
+            subprocess.run(["lvextend", "--yes", "-L", "128M", dev], check=True, capture_output=True)
+            subprocess.run(["resize2fs", dev], check=True, capture_output=True)
+            raw.append(time.monotonic() - t0)
+            subprocess.run(["umount", mnt], check=True)
+            subprocess.run(["lvremove", "-fy", dev], check=True, capture_output=True)
+        ours.sort()
+        raw.sort()
+        t.diag("benchmark (%s, ext4 64 -> 128 MiB, median of 5): pmem-csi %.3f s, raw lvextend + resize2fs "
+               "%.3f s, ratio %.2f" % (BACKEND, ours[2], raw[2], ours[2] / raw[2]))
+else:
+    @t.test("direct: no expansion announced; ControllerExpandVolume is UNIMPLEMENTED and the volume is intact")
+    def _():
+        c = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest())
+        pt.check(csi.ControllerServiceCapability.RPC.EXPAND_VOLUME not in [x.rpc.type for x in c.capabilities],
+                 str(c))
+        n = ok_call("Node", "NodeGetCapabilities", csi.NodeGetCapabilitiesRequest())
+        pt.check(csi.NodeServiceCapability.RPC.EXPAND_VOLUME not in [x.rpc.type for x in n.capabilities], str(n))
+        p = ok_call("Identity", "GetPluginCapabilities", csi.GetPluginCapabilitiesRequest())
+        pt.check(not any(x.HasField("volume_expansion") for x in p.capabilities), str(p))
+        v = Published("grow-direct", 64 * MiB)
+        with open(os.path.join(v.target, "f"), "w") as f:
+            f.write("kept")
+        code, details, _ = rpc("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+            volume_id=v.id, capacity_range=csi.CapacityRange(required_bytes=128 * MiB)))
+        pt.check(code == SC.UNIMPLEMENTED and "cannot grow" in details, "%s %s" % (code, details))
+        with open(os.path.join(v.target, "f")) as f:
+            pt.check(f.read() == "kept", "data changed")
+        listed = [e.volume.capacity_bytes for e in ok_call("Controller", "ListVolumes",
+                                                           csi.ListVolumesRequest()).entries
+                  if e.volume.volume_id == v.id]
+        pt.check(listed == [v.vol.capacity_bytes], "ListVolumes: %r, created with %d" % (listed, v.vol.capacity_bytes))
+        v.done()
+
+
+def teardown():
+    ch.close()
+    daemon.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(t.main(teardown))
