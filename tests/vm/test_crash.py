@@ -4,8 +4,9 @@ root): the driver is SIGKILLed at a random instant inside an operation,
 restarted on the same state directory, and the call is retried the way
 csi-provisioner and kubelet retry it (same request, backoff, ABORTED and
 UNAVAILABLE tolerated). Each round is a whole volume life: CreateVolume,
-NodeStageVolume (mkfs), NodePublishVolume, a write, NodeUnpublishVolume,
-NodeUnstageVolume, DeleteVolume (with erase), with a kill inside each.
+NodeStageVolume (mkfs), NodePublishVolume, a write, (lvm:) ControllerExpandVolume
+and NodeExpandVolume, NodeUnpublishVolume, NodeUnstageVolume, DeleteVolume
+(with erase), with a kill inside each.
 At the end the ground truth (`ndctl list`, `lvs`, /proc/self/mountinfo) must
 show nothing leaked, nothing lost, no mount left and the capacity back where
 it started. Before the campaign (direct only): a namespace seed left half
@@ -212,6 +213,22 @@ def lifecycle(name, st, tg):
         with open(data) as f:
             pt.check(f.read() == name, "read back")
 
+    def grown(_):
+        st_ = os.statvfs(tg)
+        pt.check(st_.f_blocks * st_.f_frsize > VOL_SIZE * 3 // 2, "the filesystem did not grow: %d bytes"
+                 % (st_.f_blocks * st_.f_frsize))
+        with open(data) as f:
+            pt.check(f.read() == name, "data after the expansion")
+
+    # Expansion (lvm only: the direct backend cannot grow a namespace).
+    expand = [
+        ("expand", "Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+            volume_id=vid, capacity_range=csi.CapacityRange(required_bytes=2 * VOL_SIZE),
+            volume_capability=mount_cap()), None),
+        ("node-expand", "Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
+            volume_id=vid, volume_path=tg, staging_target_path=st,
+            capacity_range=csi.CapacityRange(required_bytes=2 * VOL_SIZE)), grown),
+    ] if BACKEND == "lvm" else []
     return [
         ("create", "Controller", "CreateVolume", csi.CreateVolumeRequest(
             name=name, capacity_range=csi.CapacityRange(required_bytes=VOL_SIZE),
@@ -220,6 +237,7 @@ def lifecycle(name, st, tg):
             volume_id=vid, staging_target_path=st, volume_capability=mount_cap()), None),
         ("publish", "Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
             volume_id=vid, staging_target_path=st, target_path=tg, volume_capability=mount_cap()), write),
+    ] + expand + [
         ("unpublish", "Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(
             volume_id=vid, target_path=tg), None),
         ("unstage", "Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(
@@ -270,7 +288,7 @@ def _():
 
 
 t.diag("crash campaign %s: seed %d (PCSI_CRASH_SEED), %d rounds" % (BACKEND, SEED, ROUNDS))
-OPS = ["create", "stage", "publish", "unpublish", "unstage", "delete"]
+OPS = [op[0] for op in lifecycle("-", "-", "-")]
 for r in range(1, ROUNDS + 1):
     @t.test("round %d: killed inside each of %s, restarted, retried" % (r, ", ".join(OPS)))
     def _(r=r):
