@@ -2,8 +2,12 @@
  *
  * One fsdax namespace (map=dev, 2 MiB page alignment) per volume, named by the
  * volume id, in the first active pmem region with a large enough free extent.
- * The namespaces are the only state: nothing is cached, every operation asks
- * libndctl afresh (pmem.c), so namespaces made or removed by others are seen.
+ * The namespaces are the only state: every operation asks libndctl afresh
+ * (pmem.c), so namespaces made or removed by others are seen; except a look-up
+ * (get: NodeStage, NodePublish, the start of a delete) of a namespace this
+ * process found or made before, which checks in sysfs that the namespace
+ * still has that name and block device (pcsi_pmem_ns_current()) and then
+ * needs no libndctl scan.
  * The namespace called "pmem-csi" belongs to the lvm backend and is never a
  * volume here.
  *
@@ -30,6 +34,10 @@ struct direct {
 	int nregions, nactive, nvols; /* open: for the log */
 	char err[256];
 	char repaired[512]; /* what pcsi_pmem_repair() reset, for the log */
+	struct pcsi_pmem_ns job_ns; /* create, get: the namespace made or found */
+	/* Namespaces found or made so far (loop thread only). */
+	struct pcsi_pmem_ns *known;
+	size_t nknown;
 };
 
 static struct direct *impl(struct pcsi_backend *be)
@@ -48,6 +56,7 @@ static void direct_fini(struct pcsi_backend *be)
 	struct direct *d = impl(be);
 
 	pcsi_pmem_close(d->pmem);
+	free(d->known);
 	free(d);
 	be->impl = NULL;
 }
@@ -160,6 +169,51 @@ static void to_volume(const struct pcsi_pmem_ns *ns, struct pcsi_volume *v)
 	if (ns->blockdev[0])
 		snprintf(v->path, sizeof(v->path), "/dev/%s", ns->blockdev);
 	v->size = ns->size;
+}
+
+/* ---- namespaces known to this process ---------------------------------------------- */
+
+static struct pcsi_pmem_ns *known(struct direct *d, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < d->nknown; i++)
+		if (!strcmp(d->known[i].name, name))
+			return &d->known[i];
+	return NULL;
+}
+
+static void forget(struct direct *d, const char *name)
+{
+	struct pcsi_pmem_ns *ns = known(d, name);
+
+	if (ns)
+		*ns = d->known[--d->nknown];
+}
+
+static void remember(struct direct *d, const struct pcsi_pmem_ns *ns)
+{
+	struct pcsi_pmem_ns *k = known(d, ns->name);
+
+	if (!ns->blockdev[0]) {
+		forget(d, ns->name);
+		return;
+	}
+	if (!k) {
+		d->known = pcsi_xrealloc(d->known, (d->nknown + 1) * sizeof(*d->known));
+		k = &d->known[d->nknown++];
+	}
+	*k = *ns;
+}
+
+/* After a create or get job: the namespace it made or found is known. */
+static void found_after(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+
+	if (d->rc == 0)
+		remember(d, &d->job_ns);
+	direct_after(req);
 }
 
 /* ---- open ----------------------------------------------------------------------- */
@@ -290,6 +344,7 @@ static void create_fn(struct pcsi_backend_req *req)
 	rc = pcsi_pmem_create(d->pmem, NULL, req->vol.id, req->size, &ns, d->err, sizeof(d->err));
 	if (rc == 0) {
 		to_volume(&ns, &req->vol);
+		d->job_ns = ns;
 		job_end(d, 0);
 		return;
 	}
@@ -314,6 +369,7 @@ static void create_fn(struct pcsi_backend_req *req)
 		return;
 	}
 	to_volume(&ns, &req->vol);
+	d->job_ns = ns;
 	req->existed = true;
 	job_end(d, 0);
 }
@@ -343,6 +399,7 @@ static void get_fn(struct pcsi_backend_req *req)
 	}
 	/* A namespace that is not enabled has no block device: path "". */
 	to_volume(&ns, &req->vol);
+	d->job_ns = ns;
 	job_end(d, 0);
 }
 
@@ -403,17 +460,32 @@ static void direct_capacity(struct pcsi_backend *be, struct pcsi_backend_req *re
 
 static void direct_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
-	run(req, "create", create_fn, NULL);
+	run(req, "create", create_fn, found_after);
 }
 
 static void direct_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
-	run(req, "get", get_fn, NULL);
+	struct direct *d = impl(be);
+	struct pcsi_pmem_ns *ns = known(d, req->vol.id);
+
+	if (ns && pcsi_pmem_ns_current(ns)) {
+		to_volume(ns, &req->vol);
+		pcsi_backend_op_done(req, 0);
+		return;
+	}
+	forget(d, req->vol.id);
+	run(req, "get", get_fn, found_after);
+}
+
+static void remove_after(struct pcsi_backend_req *req)
+{
+	forget(impl(req->be), req->vol.id);
+	direct_after(req);
 }
 
 static void direct_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
-	run(req, "remove", remove_fn, NULL);
+	run(req, "remove", remove_fn, remove_after);
 }
 
 static void direct_list(struct pcsi_backend *be, struct pcsi_backend_req *req)

@@ -445,6 +445,18 @@ static int read_attr(const char *dev, const char *attr, char *buf, size_t len)
 	return 0;
 }
 
+bool pcsi_pmem_ns_current(const struct pcsi_pmem_ns *ns)
+{
+	char buf[80], path[160];
+
+	if (!ns->blockdev[0] || read_attr(ns->dev, "alt_name", buf, sizeof(buf)) < 0 ||
+	    strcmp(buf, ns->name) || read_attr(ns->dev, "holder", buf, sizeof(buf)) < 0 ||
+	    strncmp(buf, "pfn", 3))
+		return false;
+	snprintf(path, sizeof(path), "/sys/bus/nd/devices/%s/block/%s", buf, ns->blockdev);
+	return access(path, F_OK) == 0;
+}
+
 static bool pfn_supports(struct ndctl_pfn *pfn, unsigned long align)
 {
 	int i, n = ndctl_pfn_get_num_alignments(pfn);

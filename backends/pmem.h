@@ -65,6 +65,11 @@ int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, 
  * or -errno. Call it before creating, and at start-up. */
 int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len);
 
+/* True when namespace |ns->dev| still carries the name |ns->name| and is
+ * enabled as block device |ns->blockdev| (fsdax, through its pfn device): a
+ * few sysfs reads, no libndctl context, so it may run on any thread. */
+bool pcsi_pmem_ns_current(const struct pcsi_pmem_ns *ns);
+
 /* Disables and deletes the namespace called |name|: -ENOENT when there is
  * none, -EBUSY when the kernel refuses to disable it (in use). */
 int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen);
