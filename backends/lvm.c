@@ -633,16 +633,28 @@ static void lvm_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	pcsi_backend_op_done(req, 0);
 }
 
-static void remove_done(struct pcsi_backend_req *req)
+/* The end of a tool's run on volume req->id: its result in |rc| and, when
+ * it succeeded, the volume in our picture and its VG (either may be NULL). */
+static struct pcsi_volume *tool_done_on(struct pcsi_backend_req *req, int *rc, struct vg **vg)
 {
 	struct lvm *l = impl(req->be);
 	struct pcsi_volume *v;
-	int rc = tool_result(req);
 
+	*rc = tool_result(req);
 	pcsi_proc_done(req->proc);
-	if (rc == 0 && (v = find_vol(l, req->id))) {
-		struct vg *vg = vg_of(l, v);
+	v = *rc == 0 ? find_vol(l, req->id) : NULL;
+	*vg = v ? vg_of(l, v) : NULL;
+	return v;
+}
 
+static void remove_done(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct vg *vg;
+	int rc;
+	struct pcsi_volume *v = tool_done_on(req, &rc, &vg);
+
+	if (v) {
 		if (vg) /* credit the space back */
 			vg->free += v->size;
 		*v = l->vols[--l->nvols];
@@ -665,13 +677,11 @@ static void lvm_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
 static void expand_done(struct pcsi_backend_req *req)
 {
 	struct lvm *l = impl(req->be);
-	struct pcsi_volume *v;
-	int rc = tool_result(req);
+	struct vg *vg;
+	int rc;
+	struct pcsi_volume *v = tool_done_on(req, &rc, &vg);
 
-	pcsi_proc_done(req->proc);
-	if (rc == 0 && (v = find_vol(l, req->id))) {
-		struct vg *vg = vg_of(l, v);
-
+	if (v) {
 		if (vg)
 			vg->free -= PCSI_MIN(vg->free, l->want_vg - v->size);
 		v->size = l->want_vg;

@@ -33,7 +33,7 @@ struct direct {
 	int rc;
 	int nregions, nactive, nvols; /* open: for the log */
 	char err[256];
-	char repaired[512]; /* what pcsi_pmem_repair() reset, for the log */
+	char repaired[512];	    /* what pcsi_pmem_repair() reset, for the log */
 	struct pcsi_pmem_ns job_ns; /* create, get: the namespace made or found */
 	/* Namespaces found or made so far (loop thread only). */
 	struct pcsi_pmem_ns *known;

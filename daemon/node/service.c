@@ -832,6 +832,29 @@ static void node_node_unpublish_volume(Csi__V1__Node_Service *svc,
 
 /* ---- NodeGetVolumeStats ------------------------------------------------------------------ */
 
+/* The checks of the calls about a volume at a path (NodeGetVolumeStats,
+ * NodeExpandVolume): both are required; a path where no volume can be
+ * published (relative, not normalised) and an id this driver never makes
+ * hold no volume: the spec's NOT_FOUND. Ends the call and returns false when
+ * one fails. */
+static bool check_volume_path(struct pcsi_call *call, const char *id, const char *path)
+{
+	if (!id || !*id || !path || !*path) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+			       "volume_id and volume_path are required");
+		return false;
+	}
+	if (!pcsi_path_valid(path)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "no volume is published at %.200s", path);
+		return false;
+	}
+	if (!pcsi_volume_id_valid(id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", id);
+		return false;
+	}
+	return true;
+}
+
 static void stats_found(struct pcsi_backend_req *req, void *data)
 {
 	struct nop *op = data;
@@ -884,22 +907,8 @@ static void node_node_get_volume_stats(Csi__V1__Node_Service *svc,
 {
 	struct nop *op;
 
-	if (!in->volume_id || !*in->volume_id || !in->volume_path || !*in->volume_path) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
-			       "volume_id and volume_path are required");
+	if (!check_volume_path(call, in->volume_id, in->volume_path))
 		return;
-	}
-	/* A path where no volume can be published (relative, not normalised)
-	 * holds no volume: the spec's NOT_FOUND. */
-	if (!pcsi_path_valid(in->volume_path)) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "no volume is published at %.200s",
-			       in->volume_path);
-		return;
-	}
-	if (!pcsi_volume_id_valid(in->volume_id)) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
-		return;
-	}
 	op = nop_new(from_svc(svc), call, "NodeGetVolumeStats");
 	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
 	snprintf(op->target, sizeof(op->target), "%s", in->volume_path);
@@ -1033,23 +1042,12 @@ static void node_node_expand_volume(Csi__V1__Node_Service *svc,
 {
 	struct nop *op;
 
-	if (!in->volume_id || !*in->volume_id || !in->volume_path || !*in->volume_path) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
-			       "volume_id and volume_path are required");
+	if (!check_volume_path(call, in->volume_id, in->volume_path) ||
+	    !check_volume_path(call, in->volume_id,
+			       in->staging_target_path && *in->staging_target_path
+				       ? in->staging_target_path
+				       : in->volume_path))
 		return;
-	}
-	if (!pcsi_volume_id_valid(in->volume_id)) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
-		return;
-	}
-	/* A path where no volume can be published holds no volume. */
-	if (!pcsi_path_valid(in->volume_path) ||
-	    (in->staging_target_path && *in->staging_target_path &&
-	     !pcsi_path_valid(in->staging_target_path))) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %s is not published at %.200s",
-			       in->volume_id, in->volume_path);
-		return;
-	}
 	op = nop_new(from_svc(svc), call, "NodeExpandVolume");
 	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
 	snprintf(op->target, sizeof(op->target), "%s", in->volume_path);

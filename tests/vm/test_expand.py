@@ -103,18 +103,22 @@ def chunk(i):
 
 
 class Writer(threading.Thread):
-    """Writes 1 MiB chunks to |path| (on the DAX mount) with fsync until
-    stopped or |limit| chunks are written."""
+    """Writes 1 MiB chunks to |path| (on the DAX mount) with fsync, going
+    round the first |limit| MiB again and again until stopped (or once, with
+    |once|); chunk i always holds chunk(i)."""
 
-    def __init__(self, path, limit):
+    def __init__(self, path, limit, once=False):
         super().__init__(daemon=True)
-        self.path, self.limit, self.n, self.stop, self.error = path, limit, 0, False, None
+        self.path, self.limit, self.once = path, limit, once
+        self.n, self.stop, self.error = 0, False, None
 
     def run(self):
         try:
             with open(self.path, "wb") as f:
-                while not self.stop and self.n < self.limit:
-                    f.write(chunk(self.n))
+                while not self.stop and not (self.once and self.n >= self.limit):
+                    i = self.n % self.limit
+                    f.seek(i * MiB)
+                    f.write(chunk(i))
                     f.flush()
                     os.fsync(f.fileno())
                     self.n += 1
@@ -123,7 +127,7 @@ class Writer(threading.Thread):
 
     def verify(self):
         with open(self.path, "rb") as f:
-            for i in range(self.n):
+            for i in range(min(self.n, self.limit)):
                 if f.read(MiB) != chunk(i):
                     return "chunk %d differs" % i
         return None
@@ -138,8 +142,11 @@ def grow_while_writing(name, fs, size, new_size):
     t0 = time.monotonic()
     r, n = v.expand(new_size)
     took = time.monotonic() - t0
+    during = w.is_alive()
+    w.stop = True
     w.join(120)
     pt.check(w.error is None, "writer: %s" % w.error)
+    pt.check(during, "the writer had stopped before the expansion ended")
     pt.check(r.capacity_bytes == new_size and r.node_expansion_required, "ControllerExpandVolume: %r" % r)
     pt.check(n.capacity_bytes == new_size, "NodeExpandVolume: %r" % n)
     after = v.fs_bytes()
@@ -147,13 +154,13 @@ def grow_while_writing(name, fs, size, new_size):
     bad = w.verify()
     pt.check(not bad, "data written during the expansion: %s" % bad)
     # The new space is usable: a file larger than the old filesystem.
-    big = Writer(os.path.join(v.target, "big"), limit=size // MiB + 8)
+    big = Writer(os.path.join(v.target, "big"), limit=size // MiB + 8, once=True)
     big.run()
     pt.check(big.error is None and big.n == size // MiB + 8, "writing %d MiB: %s" % (size // MiB + 8, big.error))
     pt.check(not big.verify(), "the large file reads back wrong")
     line = [l for l in open("/proc/self/mountinfo") if l.split()[4] == v.staging]
     pt.check(line and "dax" in line[0], "staging mount lost dax: %r" % line)
-    t.diag("%s %d -> %d MiB while %d MiB were written: %.2f s (controller + node)"
+    t.diag("%s %d -> %d MiB while %d MiB were written (fsync after each): %.2f s (controller + node)"
            % (fs, size // MiB, new_size // MiB, w.n, took))
     v.done()
 
