@@ -90,7 +90,8 @@ static const char usage[] =
 	"  -controllerEndpoint=URL    node: where its controller service listens (TCP)\n"
 	"  -nodeid=ID                 node id (default nodeid)\n"
 	"  -drivername=NAME           CSI driver name (default pmem-csi.intel.com)\n"
-	"  -deviceManager=NAME        lvm or direct (alias ndctl) (default lvm)\n"
+	"  -deviceManager=NAME        lvm or direct (alias ndctl) (default lvm); controller:\n"
+	"                             the nodes' one (volume expansion only with lvm)\n"
 	"  -pmemPercentage=N          lvm: percentage of each region to use (default 100)\n"
 	"  -statePath=DIR             node: volume records (default /var/lib/<drivername>)\n"
 	"  -caFile=FILE               CA certificate that signs peers (mutual TLS)\n"
@@ -118,6 +119,11 @@ static const char usage[] =
 	"  -kubeletRegistrationPath=PATH  node: the CSI socket as kubelet sees it (default: the\n"
 	"                             -endpoint path)\n"
 	"  -help, -version\n";
+
+bool pcsi_config_volumes_grow(const struct pcsi_config *cfg)
+{
+	return strcmp(cfg->device_manager, "direct") && strcmp(cfg->device_manager, "ndctl");
+}
 
 const char *pcsi_mode_name(enum pcsi_mode m)
 {

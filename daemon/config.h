@@ -46,6 +46,11 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 
 const char *pcsi_mode_name(enum pcsi_mode m);
 
+/* Whether volumes of -deviceManager can grow (not direct: an fsdax namespace
+ * cannot). The controller role announces expansion by it: it has no backend
+ * of its own, the flag names the nodes' one. */
+bool pcsi_config_volumes_grow(const struct pcsi_config *cfg);
+
 /* The peer name this role expects from the other role's certificate, and the
  * name of its own certificate. */
 const char *pcsi_config_peer_name(const struct pcsi_config *cfg);

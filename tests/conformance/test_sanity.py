@@ -126,7 +126,8 @@ try:
                     "-keyFile=" + os.path.join(certs, leaf + ".key")]
         reg = pt.free_port()
         ctl_sock = os.path.join(WORK, "controller.sock")
-        ctl = start(["-mode=controller", "-endpoint=unix://" + ctl_sock,
+        # -deviceManager: the nodes' one (expansion is announced for lvm only).
+        ctl = start(["-mode=controller", "-endpoint=unix://" + ctl_sock, "-deviceManager=" + BACKEND,
                      "-registryEndpoint=tcp://127.0.0.1:%d" % reg, "-registrationGrace=" + os.environ.get("PCSI_SANITY_GRACE", "0"),
                      "-v=5"] + tls("pmem-registry"), "controller")
         for i, n in enumerate(NODES):
