@@ -511,8 +511,8 @@ static void fanout_next(struct fanout *f)
 	fanout_free(f);
 }
 
-/* Starts |f| for volume |id| (its entry in c->busy taken) on the nodes that
- * hold it; an unknown volume is not started: false. */
+/* The nodes to ask are those that hold the volume: false when the volume is
+ * unknown (nothing is filled in then). */
 static bool fanout_known(struct fanout *f)
 {
 	struct pcsi_cvol *v = pcsi_cluster_volume(f->c->cluster, f->id);

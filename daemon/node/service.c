@@ -998,17 +998,8 @@ static void expand_found(struct pcsi_backend_req *req, void *data)
 	unsigned long rdev;
 	struct stat st;
 
-	if (req->error == -ENOENT) {
-		nop_fail(op, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
+	if (!found(op, req))
 		return;
-	}
-	if (req->error) {
-		nop_fail(op, pcsi_status_from_errno(req->error), "%s",
-			 req->msg[0] ? req->msg : strerror(-req->error));
-		return;
-	}
-	op->size = req->vol.size;
-	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
 	rdev = rdev_of(op->dev);
 	if (stat(op->target, &st) < 0) {
 		nop_fail(op, PCSI_NOT_FOUND, "volume_path %.200s does not exist", op->target);
