@@ -76,6 +76,9 @@ class Cluster:
         self.guests = {}
         self.guest_mem = guest_mem
         self.e2e_images = e2e_images  # also the images Kubernetes' e2e tests ask for
+        # PMEM per node: 2 GiB; 4 GiB for Kubernetes' e2e tests, whose
+        # volume-expand specs grow a volume by 1 GiB while other specs run.
+        self.nvdimm_size = "4G" if e2e_images else "2G"
         self.timeout = timeout
         self.kube = go_tool("kube")
         self.pki = os.path.join(self.work, "pki")
@@ -247,7 +250,7 @@ class Cluster:
                 f.write("%s='%s'\n" % (k, v))
         for n, (ip, cidr) in NODES.items():
             cmd = self.nsexec() + [
-                os.path.join(TOP, "tests", "vm", "vm-run"), "--name=" + n, "--nvdimms=1", "--nvdimm-size=2G",
+                os.path.join(TOP, "tests", "vm", "vm-run"), "--name=" + n, "--nvdimms=1", "--nvdimm-size=" + self.nvdimm_size,
                 "--mem=" + self.guest_mem, "--cpus=2", "--timeout=%d" % self.timeout,
                 "--tap=tap-%s,%s/24,%s" % (n[-1], ip, BRIDGE_IP), "--rw-dir=" + self.work,
                 "--console=" + os.path.join(self.work, n + ".console.log"),
