@@ -453,7 +453,8 @@ static void nctl_controller_get_volume(Csi__V1__Controller_Service *svc,
 struct expand_op {
 	struct pcsi_node_controller *nc;
 	struct pcsi_call *call;
-	const Csi__V1__ControllerExpandVolumeRequest *in;
+	const Csi__V1__ControllerExpandVolumeRequest *in; /* valid until the reply */
+	char id[PCSI_VOLUME_ID_MAX + 1];
 	uint64_t limit;
 	struct pcsi_backend_req breq;
 };
@@ -462,23 +463,25 @@ static void on_expanded(struct pcsi_backend_req *req, void *data)
 {
 	struct expand_op *op = data;
 
+	/* The volume is free again before the reply ends the call (and the
+	 * request |in| with it). */
+	pcsi_inflight_drop(&op->nc->node->busy, op->id);
 	if (req->error == -ENOENT)
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", req->id);
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
 	else if (req->error)
 		fail_errno(op->call, req->error, "ControllerExpandVolume", req->msg);
 	else if (op->limit && req->vol.size > op->limit)
 		/* Already larger (volumes never shrink) or grown past the limit
 		 * by the volume group's extent size. */
 		pcsi_call_fail(op->call, PCSI_OUT_OF_RANGE,
-			       "volume %s has %llu bytes, above limit_bytes %llu", req->id,
+			       "volume %s has %llu bytes, above limit_bytes %llu", op->id,
 			       (unsigned long long)req->vol.size, (unsigned long long)op->limit);
 	else {
 		if (!req->existed)
-			pcsi_info(2, "volume expanded", "volume=%s size=%llu", req->id,
+			pcsi_info(2, "volume expanded", "volume=%s size=%llu", op->id,
 				  (unsigned long long)req->vol.size);
 		pcsi_reply_expanded(op->call, op->in, req->vol.size);
 	}
-	pcsi_inflight_drop(&op->nc->node->busy, req->id);
 	free(op);
 }
 
@@ -497,7 +500,8 @@ static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 	op->nc = nc;
 	op->call = call;
 	op->in = in;
-	op->breq.id = in->volume_id;
+	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	op->breq.id = op->id;
 	pcsi_backend_expand(nc->node->be, &op->breq, on_expanded, op);
 	cancel_with(call, &op->breq);
 }
