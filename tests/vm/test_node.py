@@ -122,9 +122,12 @@ def _():
     pt.check({R.STAGE_UNSTAGE_VOLUME, R.GET_VOLUME_STATS, R.VOLUME_CONDITION} <= types, str(caps))
     cc = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest())
     C = csi.ControllerServiceCapability.RPC
+    # Volumes grow on lvm only (an fsdax namespace cannot, see test_expand.py).
+    grow = {C.EXPAND_VOLUME} if BACKEND == "lvm" else set()
     pt.check({c.rpc.type for c in cc.capabilities} == {C.CREATE_DELETE_VOLUME, C.LIST_VOLUMES, C.GET_CAPACITY,
                                                        C.GET_VOLUME, C.VOLUME_CONDITION,
-                                                       C.SINGLE_NODE_MULTI_WRITER}, str(cc))
+                                                       C.SINGLE_NODE_MULTI_WRITER} | grow, str(cc))
+    pt.check((R.EXPAND_VOLUME in types) == (BACKEND == "lvm"), str(caps))
 
 
 @t.test("GetCapacity: available and maximum; another node's topology gives 0")
