@@ -559,9 +559,16 @@ static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *na
 	copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
 	p->last[0] = '\0';
 
-	uuid_generate(uu);
-	step = "setting the uuid of";
-	rc = ndctl_namespace_set_uuid(ndns, uu);
+	/* A create killed between the uuid and the size leaves the seed idle
+	 * (no size) but with a uuid, which the kernel then refuses to change
+	 * (EBUSY: it has no label to rename): keep it, any uuid will do. */
+	ndctl_namespace_get_uuid(ndns, uu);
+	rc = 0;
+	if (uuid_is_null(uu)) {
+		uuid_generate(uu);
+		step = "setting the uuid of";
+		rc = ndctl_namespace_set_uuid(ndns, uu);
+	}
 	if (rc == 0) {
 		step = "setting the size of";
 		rc = ndctl_namespace_set_size(ndns, size);

@@ -148,12 +148,14 @@ def region_seed():
         return f.read().strip()
 
 
-def half_make(name):
-    """What a create killed after the size (and the name) were set leaves."""
+def half_make(name, size=64 * MiB):
+    """What a create killed after the uuid, the size (with |size|) and the
+    name (with |name|) were set leaves."""
     dev = "/sys/bus/nd/devices/" + region_seed()
     with open("/proc/sys/kernel/random/uuid") as f:
         uuid = f.read().strip()
-    for attr, val in (("uuid", uuid), ("size", str(64 * MiB))) + ((("alt_name", name),) if name else ()):
+    for attr, val in (("uuid", uuid),) + ((("size", str(size)),) if size else ()) + \
+            ((("alt_name", name),) if name else ()):
         with open(os.path.join(dev, attr), "w") as f:
             f.write(val)
 
@@ -178,6 +180,17 @@ if BACKEND == "direct":
             name="pvc-after-half", capacity_range=csi.CapacityRange(required_bytes=64 * MiB),
             volume_capabilities=[mount_cap()])).volume
         retry("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+
+    @t.test("a namespace seed left with only its uuid (a create killed before the size) does not block creates")
+    def _():
+        drv.stop()
+        half_make(None, size=0)
+        drv.start()
+        v = retry("Controller", "CreateVolume", csi.CreateVolumeRequest(
+            name="pvc-after-uuid", capacity_range=csi.CapacityRange(required_bytes=64 * MiB),
+            volume_capabilities=[mount_cap()])).volume
+        retry("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+        pt.check(namespaces() == dev0 and capacity() == cap0, "left: %r" % namespaces())
 
     @t.test("a retried CreateVolume whose first attempt was killed after naming the namespace succeeds")
     def _():
