@@ -79,6 +79,7 @@ void pcsi_identity_init(struct pcsi_identity *id, const char *driver_name)
 	id->svc = svc;
 	id->driver_name = driver_name;
 	id->ready = false;
+	id->expansion = false;
 }
 
 void pcsi_identity_set_expansion(struct pcsi_identity *id, bool online)
