@@ -11,18 +11,13 @@
 
 /* ---- ending the registration grace period early ----------------------------------- */
 
-static void on_kube_timer_closed(uv_handle_t *h)
-{
-	(void)h;
-}
-
 static void kube_stop(struct pcsi_controller_role *r)
 {
 	pcsi_kube_close(r->kube);
 	r->kube = NULL;
 	if (r->kube_timer_open) {
 		r->kube_timer_open = false;
-		uv_close((uv_handle_t *)&r->kube_timer, on_kube_timer_closed);
+		uv_close((uv_handle_t *)&r->kube_timer, NULL);
 	}
 }
 
