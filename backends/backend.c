@@ -19,13 +19,16 @@ struct tool {
 	struct pcsi_backend_req *req;
 };
 
-enum op { OP_OPEN, OP_CAPACITY, OP_CREATE, OP_GET, OP_DELETE, OP_LIST, OP_EXPAND };
+enum op { OP_OPEN, OP_CAPACITY, OP_CREATE, OP_GET, OP_DELETE, OP_LIST, OP_EXPAND, OP_COPY };
 static const char *const op_names[] = { "open",	  "capacity", "create", "get",
-					"delete", "list",     "expand" };
+					"delete", "list",     "expand", "copy" };
 
 /* Delete runs in steps: find the device (queued), check it is not busy and
  * erase it (not queued), remove it (queued again). */
 enum { DEL_FIND, DEL_REMOVE };
+/* Copy: find the source (queued), the destination (queued), copy (not
+ * queued). */
+enum { COPY_SRC, COPY_DST };
 
 static const struct pcsi_backend_ops *const all_ops[] = {
 #ifdef PCSI_HAVE_DIRECT
@@ -192,6 +195,11 @@ static void start(struct pcsi_backend_req *req)
 	case OP_LIST:
 		be->ops->list(be, req);
 		break;
+	case OP_COPY:
+		snprintf(req->vol.id, sizeof(req->vol.id), "%s",
+			 req->step == COPY_SRC ? req->src : req->id);
+		be->ops->get(be, req);
+		break;
 	case OP_EXPAND:
 		if (be->ops->expand) {
 			be->ops->expand(be, req);
@@ -240,6 +248,7 @@ static void run_next(struct pcsi_backend *be)
 static void after_create(struct pcsi_backend_req *req);
 static void after_find(struct pcsi_backend_req *req, int error);
 static void after_remove(struct pcsi_backend_req *req, int error);
+static void after_copy_step(struct pcsi_backend_req *req, int error);
 
 void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 {
@@ -270,6 +279,9 @@ void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 			after_find(req, error);
 		else
 			after_remove(req, error);
+		break;
+	case OP_COPY:
+		after_copy_step(req, error);
 		break;
 	default:
 		deliver(req, error);
@@ -482,6 +494,77 @@ static void after_remove(struct pcsi_backend_req *req, int error)
 	deliver(req, error);
 }
 
+/* ---- copy ------------------------------------------------------------------------ */
+
+static void on_copied(struct pcsi_backend_req *req)
+{
+	char why[256];
+	int rc = 0;
+
+	if (!pcsi_proc_ok(req->proc)) {
+		pcsi_proc_describe(req->proc, why, sizeof(why));
+		pcsi_backend_msg(req, "copying %s to %s: %s", req->from.path, req->vol.path, why);
+		rc = -EIO;
+	} else {
+		pcsi_info(3, "volume copied", "from=%s to=%s bytes=%llu elapsed_ms=%llu",
+			  req->from.id, req->vol.id, (unsigned long long)req->from.size,
+			  (unsigned long long)req->proc->elapsed_ms);
+	}
+	pcsi_proc_done(req->proc);
+	deliver(req, rc);
+}
+
+static void after_copy_step(struct pcsi_backend_req *req, int error)
+{
+	char in[160], out[160], count[48];
+	/* Both sides O_DIRECT: the source is read from the medium, not from a
+	 * page cache that DAX writes bypass, and nothing of the copy stays
+	 * cached for the destination. The tool dies with the daemon
+	 * (pdeathsig), so a restarted daemon never races an orphaned copy. */
+	const char *argv[] = { "setpriv",
+			       "--pdeathsig",
+			       "KILL",
+			       "dd",
+			       in,
+			       out,
+			       "bs=4M",
+			       count,
+			       "iflag=direct,count_bytes",
+			       "oflag=direct",
+			       "conv=notrunc,fsync",
+			       "status=none",
+			       NULL };
+
+	if (error) {
+		if (error == -ENOENT)
+			pcsi_backend_msg(req, "volume %s does not exist", req->vol.id);
+		deliver(req, error);
+		return;
+	}
+	if (req->step == COPY_SRC) {
+		req->from = req->vol;
+		req->step = COPY_DST;
+		enqueue(req);
+		return;
+	}
+	if (req->vol.size < req->from.size) {
+		pcsi_backend_msg(req, "%s has %llu bytes, less than the %llu bytes of %s",
+				 req->vol.id, (unsigned long long)req->vol.size,
+				 (unsigned long long)req->from.size, req->from.id);
+		deliver(req, -EINVAL);
+		return;
+	}
+	if (!req->from.path[0] || !req->vol.path[0]) {
+		deliver(req, 0); /* volumes without a device: nothing to copy */
+		return;
+	}
+	snprintf(in, sizeof(in), "if=%s", req->from.path);
+	snprintf(out, sizeof(out), "of=%s", req->vol.path);
+	snprintf(count, sizeof(count), "count=%llu", (unsigned long long)req->from.size);
+	/* As long as it takes, like an erase. */
+	run_tool(req, argv, 0, on_copied);
+}
+
 /* ---- cancel ------------------------------------------------------------------------ */
 
 void pcsi_backend_cancel(struct pcsi_backend_req *req)
@@ -535,7 +618,14 @@ static void submit(struct pcsi_backend *be, struct pcsi_backend_req *req, int op
 	req->pending = true;
 	req->erasing = false;
 	memset(&req->vol, 0, sizeof(req->vol));
-	if (op == OP_CREATE || op == OP_GET || op == OP_DELETE || op == OP_EXPAND) {
+	memset(&req->from, 0, sizeof(req->from));
+	if (op == OP_COPY && !pcsi_volume_id_valid(req->src)) {
+		pcsi_backend_msg(req, "invalid source volume id");
+		deliver(req, -EINVAL);
+		return;
+	}
+	if (op == OP_CREATE || op == OP_GET || op == OP_DELETE || op == OP_EXPAND ||
+	    op == OP_COPY) {
 		if (!pcsi_volume_id_valid(req->id)) {
 			pcsi_backend_msg(req, "invalid volume id");
 			deliver(req, -EINVAL);
@@ -586,6 +676,12 @@ void pcsi_backend_expand(struct pcsi_backend *be, struct pcsi_backend_req *req, 
 			 void *data)
 {
 	submit(be, req, OP_EXPAND, cb, data);
+}
+
+void pcsi_backend_copy(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+		       void *data)
+{
+	submit(be, req, OP_COPY, cb, data);
 }
 
 bool pcsi_backend_can_expand(const struct pcsi_backend *be)

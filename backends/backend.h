@@ -31,6 +31,8 @@
  *             space where the volume lives), -EOPNOTSUPP (the backend cannot
  *             grow volumes: direct), -EIO; a volume that already has the
  *             aligned size or more is left as it is (req->existed = true)
+ *   copy:     -EINVAL (bad id, or the destination is smaller than the
+ *             source), -ENOENT (either volume is missing), -EIO
  *   list, capacity: -EIO
  * Where a tool failed, req->msg carries a one-line reason for people.
  */
@@ -75,13 +77,16 @@ struct pcsi_backend_config {
 
 struct pcsi_backend_req {
 	/* inputs */
-	const char *id; /* create, delete, get, expand; borrowed until the callback */
-	uint64_t size;	/* create: requested bytes (0 = the smallest volume); expand: new minimum */
-	bool erase;	/* delete: overwrite the whole device (else the first 4 KiB) */
+	const char *id;	 /* create, delete, get, expand, copy (the destination);
+			   borrowed until the callback */
+	const char *src; /* copy: the source volume; borrowed until the callback */
+	uint64_t size; /* create: requested bytes (0 = the smallest volume); expand: new minimum */
+	bool erase;    /* delete: overwrite the whole device (else the first 4 KiB) */
 	/* results */
 	int error;
 	bool existed;		  /* create: the volume was already there; delete: it was found */
-	struct pcsi_volume vol;	  /* create, get, expand */
+	struct pcsi_volume vol;	  /* create, get, expand, copy (the destination) */
+	struct pcsi_volume from;  /* copy: the source */
 	struct pcsi_volume *vols; /* list: owned, freed by pcsi_backend_req_done() */
 	size_t n_vols;
 	struct pcsi_capacity cap; /* capacity */
@@ -130,6 +135,15 @@ void pcsi_backend_list(struct pcsi_backend *be, struct pcsi_backend_req *req, pc
  * in place, with its contents; a filesystem on it is not touched. */
 void pcsi_backend_expand(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
 			 void *data);
+/* Copies all of volume req->src, byte for byte, over the start of volume
+ * req->id (both must exist; the destination at least as large; the rest of
+ * it is left as it is). The copy runs outside the queue as a child process
+ * (dd with O_DIRECT on both devices), so other volumes' operations go on;
+ * it is not cancelled with the caller. The caller keeps both volumes from
+ * other uses meanwhile and makes the source consistent (a filesystem on it
+ * frozen) for as long as it needs a point-in-time copy. */
+void pcsi_backend_copy(struct pcsi_backend *be, struct pcsi_backend_req *req, pcsi_backend_cb cb,
+		       void *data);
 /* True when the backend can grow volumes (expand never answers -EOPNOTSUPP). */
 bool pcsi_backend_can_expand(const struct pcsi_backend *be);
 

@@ -115,7 +115,7 @@ static void create_now(struct pcsi_backend_req *req)
 
 static void fake_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
-	struct pcsi_volume *v = find(impl(be), req->id);
+	struct pcsi_volume *v = find(impl(be), req->vol.id);
 
 	if (!v) {
 		pcsi_backend_op_done(req, -ENOENT);

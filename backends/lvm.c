@@ -612,7 +612,7 @@ static void lvm_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
 
 static void lvm_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
-	struct pcsi_volume *v = find_vol(impl(be), req->id);
+	struct pcsi_volume *v = find_vol(impl(be), req->vol.id);
 
 	if (!v) {
 		pcsi_backend_op_done(req, -ENOENT);

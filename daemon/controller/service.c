@@ -358,6 +358,14 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 	struct pcsi_cvol *v;
 	size_t i;
 
+	if (in->volume_content_source) {
+		/* Copies are made by the node that holds the source: only a
+		 * node's own Controller (distributed mode) offers them. */
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+			       "volume_content_source is not supported by the central controller");
+		free(op);
+		return;
+	}
 	if (!pcsi_create_begin(call, in, &c->busy, &op->params, &op->size, &op->limit, op->id)) {
 		free(op);
 		return;
@@ -850,7 +858,7 @@ static void ctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, from_svc(svc)->expand);
+	pcsi_reply_controller_capabilities(call, from_svc(svc)->expand, false);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)

@@ -7,23 +7,63 @@
 #define HEX_LEN	   56 /* sha224: 28 bytes */
 #define PREFIX_MAX 6
 
-void pcsi_volume_id(const char *name, char out[PCSI_VOLUME_ID_MAX + 1])
+#define SNAP_PREFIX "snap."
+
+/* |prefix_len| bytes of |prefix|, then the hex digest of |name|. */
+static void derive(const char *name, const char *prefix, size_t prefix_len,
+		   char out[PCSI_VOLUME_ID_MAX + 1])
 {
 	static const char hex[] = "0123456789abcdef";
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int mdlen = 0, i;
-	size_t prefix = strnlen(name, PREFIX_MAX);
 	char *o = out;
 
 	EVP_Digest(name, strlen(name), md, &mdlen, EVP_sha224(), NULL);
-	memcpy(o, name, prefix);
-	o += prefix;
-	*o++ = '-';
+	memcpy(o, prefix, prefix_len);
+	o += prefix_len;
 	for (i = 0; i < mdlen; i++) {
 		*o++ = hex[md[i] >> 4];
 		*o++ = hex[md[i] & 15];
 	}
 	*o = '\0';
+}
+
+void pcsi_volume_id(const char *name, char out[PCSI_VOLUME_ID_MAX + 1])
+{
+	char prefix[PREFIX_MAX + 1];
+	size_t n = strnlen(name, PREFIX_MAX);
+
+	memcpy(prefix, name, n);
+	prefix[n++] = '-';
+	derive(name, prefix, n, out);
+}
+
+void pcsi_snapshot_id(const char *name, char out[PCSI_VOLUME_ID_MAX + 1])
+{
+	derive(name, SNAP_PREFIX, strlen(SNAP_PREFIX), out);
+}
+
+static bool all_hex(const char *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+bool pcsi_snapshot_id_is(const char *id)
+{
+	size_t plen = strlen(SNAP_PREFIX);
+
+	return id && strnlen(id, PCSI_VOLUME_ID_MAX + 1) == plen + HEX_LEN &&
+	       !strncmp(id, SNAP_PREFIX, plen) && all_hex(id + plen, HEX_LEN);
+}
+
+bool pcsi_volume_id_ok(const char *id)
+{
+	return pcsi_volume_id_valid(id) && !pcsi_snapshot_id_is(id);
 }
 
 bool pcsi_volume_id_valid(const char *id)
@@ -45,15 +85,10 @@ bool pcsi_volume_id_valid(const char *id)
 
 bool pcsi_volume_id_is_derived(const char *id)
 {
-	size_t len = strnlen(id, PCSI_VOLUME_ID_MAX + 1), prefix, i;
+	size_t len = strnlen(id, PCSI_VOLUME_ID_MAX + 1), prefix;
 
 	if (len < HEX_LEN + 1 || len > PCSI_VOLUME_ID_MAX)
 		return false;
 	prefix = len - HEX_LEN - 1;
-	if (id[prefix] != '-')
-		return false;
-	for (i = prefix + 1; i < len; i++)
-		if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
-			return false;
-	return true;
+	return id[prefix] == '-' && all_hex(id + prefix + 1, HEX_LEN);
 }

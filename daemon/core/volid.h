@@ -24,6 +24,19 @@ void pcsi_volume_id(const char *name, char out[PCSI_VOLUME_ID_MAX + 1]);
  * [A-Za-z0-9_.+-], not starting with '-' or '.'. */
 bool pcsi_volume_id_valid(const char *id);
 
+/* A snapshot's id, also the name of its copy on the medium: "snap." + 56
+ * hex digits of sha224(name), 61 bytes. It never has the shape of a derived
+ * volume id (no '-' before the digits), so a snapshot can never be taken
+ * for a volume. */
+void pcsi_snapshot_id(const char *name, char out[PCSI_VOLUME_ID_MAX + 1]);
+
+/* True when |id| has the shape of a snapshot id. */
+bool pcsi_snapshot_id_is(const char *id);
+
+/* True when |id| may name a volume in a CSI call: valid, and not a
+ * snapshot's (volume calls never reach a snapshot's copy). */
+bool pcsi_volume_id_ok(const char *id);
+
 /* True when |id| has the shape of a derived id: up to six bytes of prefix, a
  * '-', then 56 lowercase hex digits. (It says nothing of whether the volume
  * exists; a name can look like an id, but pcsi_volume_id() of a name never

@@ -165,6 +165,10 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 	}
 	if (capacity_range(in->capacity_range, &required, limit, err, errlen) < 0)
 		return PCSI_INVALID_ARGUMENT;
+	if (in->volume_content_source && !pcsi_content_source(in, NULL)) {
+		snprintf(err, errlen, "volume_content_source names no snapshot_id or volume_id");
+		return PCSI_INVALID_ARGUMENT;
+	}
 	*size = required;
 	if (xfs && *size < PCSI_XFS_MIN_SIZE) {
 		if (*limit && *limit < PCSI_XFS_MIN_SIZE) {
@@ -229,25 +233,53 @@ size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_m
 	return k;
 }
 
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand)
+const char *pcsi_content_source(const Csi__V1__CreateVolumeRequest *in, bool *snapshot)
 {
-	static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
+	const Csi__V1__VolumeContentSource *src = in->volume_content_source;
+	const char *id = NULL;
+
+	if (!src)
+		return NULL;
+	if (src->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT && src->snapshot)
+		id = src->snapshot->snapshot_id;
+	else if (src->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_VOLUME && src->volume)
+		id = src->volume->volume_id;
+	if (snapshot)
+		*snapshot = src->type_case == CSI__V1__VOLUME_CONTENT_SOURCE__TYPE_SNAPSHOT;
+	return id && *id ? id : NULL;
+}
+
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, bool copies)
+{
+	typedef Csi__V1__ControllerServiceCapability__RPC__Type type_t;
+	static const type_t always[] = {
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUMES,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
-		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME, /* last */
 	};
+	static const type_t copy_types[] = {
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_SNAPSHOTS,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
+	};
+	enum { MAX = PCSI_ARRAY_SIZE(always) + PCSI_ARRAY_SIZE(copy_types) + 1 };
 	Csi__V1__ControllerGetCapabilitiesResponse out =
 		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__ControllerServiceCapability caps[PCSI_ARRAY_SIZE(types)],
-		*capp[PCSI_ARRAY_SIZE(types)];
-	Csi__V1__ControllerServiceCapability__RPC rpcs[PCSI_ARRAY_SIZE(types)];
-	size_t i;
+	Csi__V1__ControllerServiceCapability caps[MAX], *capp[MAX];
+	Csi__V1__ControllerServiceCapability__RPC rpcs[MAX];
+	type_t types[MAX];
+	size_t i, n = 0;
 
-	for (i = 0; i < PCSI_ARRAY_SIZE(types); i++) {
+	for (i = 0; i < PCSI_ARRAY_SIZE(always); i++)
+		types[n++] = always[i];
+	for (i = 0; copies && i < PCSI_ARRAY_SIZE(copy_types); i++)
+		types[n++] = copy_types[i];
+	if (expand)
+		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME;
+	for (i = 0; i < n; i++) {
 		csi__v1__controller_service_capability__rpc__init(&rpcs[i]);
 		rpcs[i].type = types[i];
 		csi__v1__controller_service_capability__init(&caps[i]);
@@ -255,7 +287,7 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand)
 		caps[i].rpc = &rpcs[i];
 		capp[i] = &caps[i];
 	}
-	out.n_capabilities = PCSI_ARRAY_SIZE(types) - (expand ? 0 : 1);
+	out.n_capabilities = n;
 	out.capabilities = capp;
 	pcsi_call_reply(call, &out.base);
 }
@@ -287,7 +319,7 @@ bool pcsi_expand_begin(struct pcsi_call *call, const Csi__V1__ControllerExpandVo
 			(unsigned long long)*size, (unsigned long long)*limit);
 		return false;
 	}
-	if (!pcsi_volume_id_valid(in->volume_id)) {
+	if (!pcsi_volume_id_ok(in->volume_id)) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		return false;
 	}
@@ -404,6 +436,36 @@ static int cmp_item(const void *a, const void *b)
 		      ((const struct pcsi_list_item *)b)->id);
 }
 
+bool pcsi_page(struct pcsi_call *call, int32_t max_entries, const char *token, size_t n,
+	       size_t *start, size_t *count)
+{
+	*start = 0;
+	if (max_entries < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
+		return false;
+	}
+	if (token && *token) {
+		char *end;
+		unsigned long long t = strtoull(token, &end, 10);
+		if (*end || token[0] < '0' || token[0] > '9' || t > n) {
+			pcsi_call_fail(call, PCSI_ABORTED, "starting_token \"%.32s\" is not valid",
+				       token);
+			return false;
+		}
+		*start = (size_t)t;
+	}
+	*count = max_entries > 0 ? PCSI_MIN(n - *start, (size_t)max_entries) : n - *start;
+	return true;
+}
+
+char *pcsi_page_next(size_t start, size_t count, size_t n, char buf[32])
+{
+	if (start + count >= n)
+		return NULL;
+	snprintf(buf, 32, "%zu", start + count);
+	return buf;
+}
+
 void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesRequest *in,
 			     struct pcsi_list_item *items, size_t n, const char *topology_key)
 {
@@ -415,22 +477,9 @@ void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesR
 	size_t start = 0, count, i, j, nseg = 0, total_nodes = 0;
 	char next[32];
 
-	if (in->max_entries < 0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
+	if (!pcsi_page(call, in->max_entries, in->starting_token, n, &start, &count))
 		return;
-	}
-	if (in->starting_token && *in->starting_token) {
-		char *end;
-		unsigned long long t = strtoull(in->starting_token, &end, 10);
-		if (*end || in->starting_token[0] < '0' || in->starting_token[0] > '9' || t > n) {
-			pcsi_call_fail(call, PCSI_ABORTED, "starting_token \"%.32s\" is not valid",
-				       in->starting_token);
-			return;
-		}
-		start = (size_t)t;
-	}
 	qsort(items, n, sizeof(*items), cmp_item);
-	count = in->max_entries > 0 ? PCSI_MIN(n - start, (size_t)in->max_entries) : n - start;
 	for (i = 0; i < count; i++)
 		total_nodes += items[start + i].n_nodes;
 	ents = pcsi_xcalloc(count + 1, sizeof(*ents));
@@ -463,10 +512,7 @@ void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesR
 	}
 	out.n_entries = count;
 	out.entries = entp;
-	if (start + count < n) {
-		snprintf(next, sizeof(next), "%zu", start + count);
-		out.next_token = next;
-	}
+	out.next_token = pcsi_page_next(start, count, n, next);
 	pcsi_call_reply(call, &out.base);
 	free(ents);
 	free(entp);

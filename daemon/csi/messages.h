@@ -82,8 +82,15 @@ struct pcsi_call;
 
 /* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
  * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER (both
- * roles offer the same), and EXPAND_VOLUME if |expand|. */
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand);
+ * roles offer the same), CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and
+ * CLONE_VOLUME if |copies|, and EXPAND_VOLUME if |expand|. */
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, bool copies);
+
+/* The id a CreateVolumeRequest's volume_content_source names (a snapshot's
+ * when |snapshot| is set true, else a volume's), or NULL when there is none
+ * or it is empty (pcsi_create_validate() refuses the latter). |snapshot|
+ * may be NULL. */
+const char *pcsi_content_source(const Csi__V1__CreateVolumeRequest *in, bool *snapshot);
 
 /* The start of every ControllerExpandVolume: a volume id, a capacity_range
  * with a size in it that volumes can have, a valid capability if any, an id
@@ -108,33 +115,37 @@ bool pcsi_validate_request_ok(struct pcsi_call *call,
 void pcsi_reply_validated(struct pcsi_call *call,
 			  const Csi__V1__ValidateVolumeCapabilitiesRequest *in, bool multi_node_ok);
 
-/* Defines the Controller RPCs neither role implements (snapshots,
- * expansion, publish, modify) for a service whose handlers are named
- * PREFIX##method. */
+/* Defines Controller RPCs a role does not implement, for a service whose
+ * handlers are named PREFIX##method. */
 #define PCSI_CONTROLLER_UNIMPLEMENTED_ONE(fn, req_t, closure_t)                              \
 	static void fn(Csi__V1__Controller_Service *svc, const req_t *in, closure_t closure, \
 		       void *call)                                                           \
 	{                                                                                    \
 		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");    \
 	}
-#define PCSI_CONTROLLER_UNIMPLEMENTED(p)                                                      \
+/* What neither role implements: publish, GetSnapshot, modify. */
+#define PCSI_CONTROLLER_UNIMPLEMENTED_BASE(p)                                                 \
 	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_publish_volume,                       \
 					  Csi__V1__ControllerPublishVolumeRequest,            \
 					  Csi__V1__ControllerPublishVolumeResponse_Closure)   \
 	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_unpublish_volume,                     \
 					  Csi__V1__ControllerUnpublishVolumeRequest,          \
 					  Csi__V1__ControllerUnpublishVolumeResponse_Closure) \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##create_snapshot, Csi__V1__CreateSnapshotRequest, \
-					  Csi__V1__CreateSnapshotResponse_Closure)            \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##delete_snapshot, Csi__V1__DeleteSnapshotRequest, \
-					  Csi__V1__DeleteSnapshotResponse_Closure)            \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##list_snapshots, Csi__V1__ListSnapshotsRequest,   \
-					  Csi__V1__ListSnapshotsResponse_Closure)             \
 	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##get_snapshot, Csi__V1__GetSnapshotRequest,       \
 					  Csi__V1__GetSnapshotResponse_Closure)               \
 	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_modify_volume,                        \
 					  Csi__V1__ControllerModifyVolumeRequest,             \
 					  Csi__V1__ControllerModifyVolumeResponse_Closure)
+/* ... and, for the central controller, snapshots (a node's own Controller
+ * makes them). */
+#define PCSI_CONTROLLER_UNIMPLEMENTED(p)                                                      \
+	PCSI_CONTROLLER_UNIMPLEMENTED_BASE(p)                                                 \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##create_snapshot, Csi__V1__CreateSnapshotRequest, \
+					  Csi__V1__CreateSnapshotResponse_Closure)            \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##delete_snapshot, Csi__V1__DeleteSnapshotRequest, \
+					  Csi__V1__DeleteSnapshotResponse_Closure)            \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##list_snapshots, Csi__V1__ListSnapshotsRequest,   \
+					  Csi__V1__ListSnapshotsResponse_Closure)
 
 /* One volume of a ListVolumes reply: its id, size and the nodes holding it
  * (all borrowed). */
@@ -149,6 +160,17 @@ struct pcsi_list_item {
  * |abnormal| is NULL, else abnormal with that message. */
 void pcsi_reply_volume(struct pcsi_call *call, const struct pcsi_list_item *v,
 		       const char *topology_key, const char *abnormal);
+
+/* One page of a list of |n| entries, as ListVolumes and ListSnapshots page:
+ * |max_entries| (0 = all; negative = INVALID_ARGUMENT) from |token| (the
+ * index to go on from, as a next_token gave it; one that does not fit =
+ * ABORTED). Returns true with |start| and |count|, or false after ending the
+ * call. */
+bool pcsi_page(struct pcsi_call *call, int32_t max_entries, const char *token, size_t n,
+	       size_t *start, size_t *count);
+
+/* The next_token after a page (in |buf|), or NULL after the last. */
+char *pcsi_page_next(size_t start, size_t count, size_t n, char buf[32]);
 
 /* Replies to ListVolumes with one page of |items| (sorted here by id, so pages
  * are stable): max_entries (0 = all; negative = INVALID_ARGUMENT) and

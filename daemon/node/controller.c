@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rpc/server.h"
 #include "daemon/core/log.h"
@@ -12,6 +13,7 @@
 #include "daemon/core/volid.h"
 #include "daemon/csi/messages.h"
 #include "daemon/csi/params.h"
+#include "daemon/node/copy.h"
 
 static struct pcsi_node_controller *from_svc(Csi__V1__Controller_Service *svc)
 {
@@ -56,11 +58,18 @@ struct create_op {
 	uint64_t made; /* size of a volume that came out above the limit */
 	struct pcsi_backend_req breq;
 	struct pcsi_volrec rec;
+	/* a copy of another volume or of a snapshot */
+	char src[PCSI_VOLUME_ID_MAX + 1];
+	bool from_snapshot;
+	struct pcsi_volrec src_rec;
+	struct pcsi_copy copy;
 };
 
 static void create_end(struct create_op *op)
 {
 	pcsi_inflight_drop(&op->nc->node->busy, op->id);
+	if (op->src[0])
+		pcsi_inflight_drop(&op->nc->node->busy, op->src);
 	free(op);
 }
 
@@ -86,6 +95,7 @@ static void create_reply(struct create_op *op)
 	vol.volume_context = (Csi__V1__Volume__VolumeContextEntry **)ctxp;
 	vol.n_accessible_topology = 1;
 	vol.accessible_topology = topos;
+	vol.content_source = in->volume_content_source;
 	out.volume = &vol;
 	pcsi_info(2, op->breq.existed ? "volume exists" : "volume created",
 		  "name=%s volume=%s size=%llu path=%s", in->name, op->id,
@@ -115,6 +125,16 @@ static void on_too_big_deleted(struct pcsi_backend_req *req, void *data)
 		       (unsigned long long)op->made, (unsigned long long)op->limit);
 	create_end(op);
 }
+
+static void fill_rec(struct create_op *op)
+{
+	snprintf(op->rec.name, sizeof(op->rec.name), "%s", op->in->name);
+	op->rec.erase_after = op->params.erase_after;
+	op->rec.cache = op->params.persistency == PCSI_PERSIST_CACHE;
+	snprintf(op->rec.source, sizeof(op->rec.source), "%s", op->src);
+}
+
+static void on_filled(struct pcsi_copy *c, void *data);
 
 static void on_created(struct pcsi_backend_req *req, void *data)
 {
@@ -151,14 +171,204 @@ static void on_created(struct pcsi_backend_req *req, void *data)
 		pcsi_backend_delete(op->nc->node->be, &op->breq, on_too_big_deleted, op);
 		return;
 	}
+	if (op->src[0] && (op->rec.pending || !req->existed)) {
+		pcsi_copy_start(op->nc->node, &op->copy, op->id, op->src, on_filled, op);
+		return;
+	}
 	if (req->existed) {
 		create_reply(op);
 		return;
 	}
-	snprintf(op->rec.name, sizeof(op->rec.name), "%s", op->in->name);
-	op->rec.erase_after = op->params.erase_after;
-	op->rec.cache = op->params.persistency == PCSI_PERSIST_CACHE;
+	fill_rec(op);
 	pcsi_volrec_store(op->nc->node, op->id, &op->rec, on_rec_stored, op);
+}
+
+/* ---- CreateVolume from a snapshot or a volume ------------------------------------------
+ *
+ * The record (pending, with the source) is stored before the volume is made,
+ * and marked complete only after the copy: a copy cut short is never handed
+ * out, and a restart removes it (pcsi_copy_recover). A retry of a pending one
+ * copies again into the volume that is there. */
+
+static void on_pending_cleared(int error, void *data)
+{
+	struct create_op *op = data;
+
+	if (error) {
+		fail_errno(op->call, error, "CreateVolume: storing the volume record", NULL);
+		create_end(op);
+		return;
+	}
+	create_reply(op);
+}
+
+/* A copy that failed is removed with its record, so that nothing half made
+ * stays behind when the caller gives up; then |then| runs. */
+struct discard {
+	struct pcsi_node *n;
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	struct pcsi_backend_req breq;
+	void (*then)(void *data);
+	void *data;
+};
+
+static void on_discard_rec(int error, void *data)
+{
+	struct discard *d = data;
+
+	d->then(d->data);
+	free(d);
+}
+
+static void on_discarded(struct pcsi_backend_req *req, void *data)
+{
+	struct discard *d = data;
+
+	if (req->error) { /* the record stays pending: the next start removes it */
+		pcsi_warn("cannot remove a failed copy", "volume=%s err=\"%s\"", d->id, req->msg);
+		on_discard_rec(0, d);
+		return;
+	}
+	pcsi_volrec_store(d->n, d->id, NULL, on_discard_rec, d);
+}
+
+static void discard_copy(struct pcsi_node *n, const char *id, void (*then)(void *data), void *data)
+{
+	struct discard *d = pcsi_xcalloc(1, sizeof(*d));
+
+	d->n = n;
+	d->then = then;
+	d->data = data;
+	snprintf(d->id, sizeof(d->id), "%s", id);
+	d->breq.id = d->id;
+	d->breq.erase = true;
+	pcsi_backend_delete(n->be, &d->breq, on_discarded, d);
+}
+
+static void on_fill_discarded(void *data)
+{
+	struct create_op *op = data;
+
+	fail_errno(op->call, op->copy.error, "CreateVolume: copying the content source",
+		   op->copy.msg);
+	create_end(op);
+}
+
+static void on_filled(struct pcsi_copy *c, void *data)
+{
+	struct create_op *op = data;
+
+	if (c->error) {
+		discard_copy(op->nc->node, op->id, on_fill_discarded, op);
+		return;
+	}
+	pcsi_info(2, "volume filled from its source",
+		  "volume=%s source=%s bytes=%llu frozen=%s "
+		  "elapsed_ms=%llu",
+		  op->id, op->src, (unsigned long long)c->size, c->frozen ? "yes" : "no",
+		  (unsigned long long)c->elapsed_ms);
+	op->rec.pending = false;
+	pcsi_volrec_store(op->nc->node, op->id, &op->rec, on_pending_cleared, op);
+}
+
+static void on_copy_rec_stored(int error, void *data)
+{
+	struct create_op *op = data;
+
+	if (error) {
+		fail_errno(op->call, error, "CreateVolume: storing the volume record", NULL);
+		create_end(op);
+		return;
+	}
+	pcsi_backend_create(op->nc->node->be, &op->breq, on_created, op);
+}
+
+static void on_source_found(struct pcsi_backend_req *req, void *data)
+{
+	struct create_op *op = data;
+	uint64_t src_size = req->vol.size;
+
+	if (req->error == -ENOENT || (op->from_snapshot && op->src_rec.pending)) {
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "%s %s does not exist%s",
+			       op->from_snapshot ? "snapshot" : "volume", op->src,
+			       req->error ? "" : " (its copy has not completed)");
+		create_end(op);
+		return;
+	}
+	if (req->error) {
+		fail_errno(op->call, req->error, "CreateVolume", req->msg);
+		create_end(op);
+		return;
+	}
+	if (op->limit && src_size > op->limit) {
+		pcsi_call_fail(op->call, PCSI_OUT_OF_RANGE,
+			       "the source %s has %llu bytes, more than limit_bytes %llu", op->src,
+			       (unsigned long long)src_size, (unsigned long long)op->limit);
+		create_end(op);
+		return;
+	}
+	op->breq.id = op->id;
+	op->breq.size = PCSI_MAX(op->breq.size, src_size);
+	if (!op->rec.pending) {
+		/* Made and filled before: create finds it. */
+		pcsi_backend_create(op->nc->node->be, &op->breq, on_created, op);
+		return;
+	}
+	fill_rec(op);
+	pcsi_volrec_store(op->nc->node, op->id, &op->rec, on_copy_rec_stored, op);
+}
+
+static void on_source_rec(int error, void *data)
+{
+	struct create_op *op = data;
+
+	op->breq.id = op->src;
+	pcsi_backend_get(op->nc->node->be, &op->breq, on_source_found, op);
+}
+
+static void on_copy_rec(int error, void *data)
+{
+	struct create_op *op = data;
+	uint64_t size = op->breq.size;
+
+	if (error == 0 && strcmp(op->rec.source, op->src)) {
+		pcsi_call_fail(op->call, PCSI_ALREADY_EXISTS,
+			       "volume \"%s\" exists with another content source", op->in->name);
+		create_end(op);
+		return;
+	}
+	if (error && error != -ENOENT) {
+		fail_errno(op->call, error, "CreateVolume: reading the volume record", NULL);
+		create_end(op);
+		return;
+	}
+	/* No record yet, or a copy that did not complete: (re)do it. */
+	op->rec.pending = error == -ENOENT || op->rec.pending;
+	op->breq.size = size;
+	if (op->from_snapshot)
+		pcsi_volrec_load(op->nc->node, op->src, &op->src_rec, on_source_rec, op);
+	else
+		on_source_rec(0, op);
+}
+
+static void create_copy_begin(struct create_op *op)
+{
+	struct pcsi_node *n = op->nc->node;
+	const char *src = pcsi_content_source(op->in, &op->from_snapshot);
+
+	if (!(op->from_snapshot ? pcsi_snapshot_id_is(src) : pcsi_volume_id_ok(src))) {
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "%s %.80s does not exist",
+			       op->from_snapshot ? "snapshot" : "volume", src);
+		create_end(op);
+		return;
+	}
+	if (pcsi_inflight_take(&n->busy, src) < 0) {
+		pcsi_call_fail(op->call, PCSI_ABORTED, "an operation on %s is in progress", src);
+		create_end(op);
+		return;
+	}
+	snprintf(op->src, sizeof(op->src), "%s", src);
+	pcsi_volrec_load(n, op->id, &op->rec, on_copy_rec, op);
 }
 
 static void nctl_create_volume(Csi__V1__Controller_Service *svc,
@@ -197,6 +407,10 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 	op->limit = limit;
 	op->breq.id = op->id;
 	op->breq.size = size;
+	if (in->volume_content_source) {
+		create_copy_begin(op);
+		return;
+	}
 	pcsi_backend_create(n->be, &op->breq, on_created, op);
 	cancel_with(call, &op->breq);
 }
@@ -206,6 +420,7 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 struct delete_op {
 	struct pcsi_node_controller *nc;
 	struct pcsi_call *call;
+	bool snapshot; /* DeleteSnapshot */
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	struct pcsi_volrec rec;
 	struct pcsi_backend_req breq;
@@ -221,8 +436,9 @@ static void on_rec_removed(int error, void *data)
 {
 	struct delete_op *op = data;
 	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+	Csi__V1__DeleteSnapshotResponse sout = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
 
-	pcsi_call_reply(op->call, &out.base);
+	pcsi_call_reply(op->call, op->snapshot ? &sout.base : &out.base);
 	delete_end(op);
 }
 
@@ -231,12 +447,14 @@ static void on_deleted(struct pcsi_backend_req *req, void *data)
 	struct delete_op *op = data;
 
 	if (req->error) {
-		fail_errno(op->call, req->error, "DeleteVolume", req->msg);
+		fail_errno(op->call, req->error, op->snapshot ? "DeleteSnapshot" : "DeleteVolume",
+			   req->msg);
 		delete_end(op);
 		return;
 	}
 	if (req->existed)
-		pcsi_info(2, "volume deleted", "volume=%s erased=%s", op->id,
+		pcsi_info(2, op->snapshot ? "snapshot deleted" : "volume deleted",
+			  "volume=%s erased=%s", op->id,
 			  op->rec.erase_after ? "whole" : "first 4 KiB");
 	pcsi_volrec_store(op->nc->node, op->id, NULL, on_rec_removed, op);
 }
@@ -252,33 +470,60 @@ static void on_rec_loaded(int error, void *data)
 	cancel_with(op->call, &op->breq);
 }
 
+/* Deletes volume or snapshot |id| (valid) with the erase its record asks for. */
+static void delete_start(struct pcsi_node_controller *nc, struct pcsi_call *call, const char *id,
+			 bool snapshot)
+{
+	struct delete_op *op;
+
+	if (pcsi_inflight_take(&nc->node->busy, id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on %s %s is in progress",
+			       snapshot ? "snapshot" : "volume", id);
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->nc = nc;
+	op->call = call;
+	op->snapshot = snapshot;
+	snprintf(op->id, sizeof(op->id), "%s", id);
+	pcsi_volrec_load(nc->node, op->id, &op->rec, on_rec_loaded, op);
+}
+
 static void nctl_delete_volume(Csi__V1__Controller_Service *svc,
 			       const Csi__V1__DeleteVolumeRequest *in,
 			       Csi__V1__DeleteVolumeResponse_Closure closure, void *call)
 {
 	struct pcsi_node_controller *nc = from_svc(svc);
 	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
-	struct delete_op *op;
 
 	if (!in->volume_id || !*in->volume_id) {
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
 		return;
 	}
-	if (!pcsi_volume_id_valid(in->volume_id)) {
+	if (!pcsi_volume_id_ok(in->volume_id)) {
 		/* Not an id this driver ever made: nothing to delete here. */
 		pcsi_call_reply(call, &out.base);
 		return;
 	}
-	if (pcsi_inflight_take(&nc->node->busy, in->volume_id) < 0) {
-		pcsi_call_fail(call, PCSI_ABORTED, "an operation on volume %s is in progress",
-			       in->volume_id);
+	delete_start(nc, call, in->volume_id, false);
+}
+
+static void nctl_delete_snapshot(Csi__V1__Controller_Service *svc,
+				 const Csi__V1__DeleteSnapshotRequest *in,
+				 Csi__V1__DeleteSnapshotResponse_Closure closure, void *call)
+{
+	Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
+
+	if (!in->snapshot_id || !*in->snapshot_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "snapshot_id is required");
 		return;
 	}
-	op = pcsi_xcalloc(1, sizeof(*op));
-	op->nc = nc;
-	op->call = call;
-	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
-	pcsi_volrec_load(nc->node, op->id, &op->rec, on_rec_loaded, op);
+	if (!pcsi_snapshot_id_is(in->snapshot_id)) {
+		/* Not an id this driver ever made: nothing to delete here. */
+		pcsi_call_reply(call, &out.base);
+		return;
+	}
+	delete_start(from_svc(svc), call, in->snapshot_id, true);
 }
 
 /* ---- ListVolumes ------------------------------------------------------------------ */
@@ -301,12 +546,14 @@ static void on_listed(struct pcsi_backend_req *req, void *data)
 	if (req->error) {
 		fail_errno(op->call, req->error, "ListVolumes", req->msg);
 	} else {
+		size_t k = 0;
 		items = pcsi_xcalloc(req->n_vols + 1, sizeof(*items));
 		for (i = 0; i < req->n_vols; i++)
-			items[i] =
-				(struct pcsi_list_item){ req->vols[i].id,
-							 (int64_t)req->vols[i].size, &node_id, 1 };
-		pcsi_reply_list_volumes(op->call, op->in, items, req->n_vols, n->topology_key);
+			if (!pcsi_snapshot_id_is(req->vols[i].id))
+				items[k++] = (struct pcsi_list_item){ req->vols[i].id,
+								      (int64_t)req->vols[i].size,
+								      &node_id, 1 };
+		pcsi_reply_list_volumes(op->call, op->in, items, k, n->topology_key);
 		free(items);
 	}
 	pcsi_backend_req_done(req);
@@ -398,7 +645,7 @@ static void look_up(Csi__V1__Controller_Service *svc, struct pcsi_call *call, co
 {
 	struct simple_op *op;
 
-	if (!pcsi_volume_id_valid(id)) {
+	if (!pcsi_volume_id_ok(id)) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", id);
 		return;
 	}
@@ -506,16 +753,373 @@ static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 	cancel_with(call, &op->breq);
 }
 
+/* ---- CreateSnapshot ---------------------------------------------------------------- *
+ *
+ * A snapshot is a thick copy of its source into a new volume named by the
+ * snapshot id, on this node. Its record (snapshot, source, creation time)
+ * is stored as pending before the copy exists and completed after the copy:
+ * only then is it ready_to_use, and reported at all. */
+
+struct snap_op {
+	struct pcsi_node_controller *nc;
+	struct pcsi_call *call;
+	const Csi__V1__CreateSnapshotRequest *in;
+	char id[PCSI_VOLUME_ID_MAX + 1], src[PCSI_VOLUME_ID_MAX + 1];
+	struct pcsi_volrec rec;
+	struct pcsi_backend_req breq;
+	struct pcsi_copy copy;
+	uint64_t size;
+};
+
+static void snap_end(struct snap_op *op)
+{
+	pcsi_inflight_drop(&op->nc->node->busy, op->id);
+	pcsi_inflight_drop(&op->nc->node->busy, op->src);
+	free(op);
+}
+
+static void snap_reply(struct snap_op *op)
+{
+	Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
+	Csi__V1__Snapshot snap = CSI__V1__SNAPSHOT__INIT;
+	Google__Protobuf__Timestamp ts = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+
+	ts.seconds = op->rec.created_s;
+	ts.nanos = op->rec.created_ns;
+	snap.size_bytes = (int64_t)op->size;
+	snap.snapshot_id = op->id;
+	snap.source_volume_id = op->src;
+	snap.creation_time = &ts;
+	snap.ready_to_use = true;
+	out.snapshot = &snap;
+	pcsi_call_reply(op->call, &out.base);
+	snap_end(op);
+}
+
+static void snap_fail(struct snap_op *op, int err, const char *msg)
+{
+	fail_errno(op->call, err, "CreateSnapshot", msg);
+	snap_end(op);
+}
+
+static void on_snap_done(int error, void *data)
+{
+	struct snap_op *op = data;
+
+	if (error)
+		snap_fail(op, error, "storing the snapshot record");
+	else
+		snap_reply(op);
+}
+
+static void on_snap_discarded(void *data)
+{
+	struct snap_op *op = data;
+
+	snap_fail(op, op->copy.error, op->copy.msg);
+}
+
+static void on_snap_copied(struct pcsi_copy *c, void *data)
+{
+	struct snap_op *op = data;
+
+	if (c->error) {
+		discard_copy(op->nc->node, op->id, on_snap_discarded, op);
+		return;
+	}
+	pcsi_info(2, "snapshot created",
+		  "snapshot=%s source=%s bytes=%llu frozen=%s "
+		  "elapsed_ms=%llu",
+		  op->id, op->src, (unsigned long long)c->size, c->frozen ? "yes" : "no",
+		  (unsigned long long)c->elapsed_ms);
+	op->rec.pending = false;
+	pcsi_volrec_store(op->nc->node, op->id, &op->rec, on_snap_done, op);
+}
+
+static void on_snap_made(struct pcsi_backend_req *req, void *data)
+{
+	struct snap_op *op = data;
+
+	if (req->error == -EEXIST) {
+		/* A half-made copy of a source that has grown since. */
+		snap_fail(op, -EIO,
+			  "a half-made copy of another size is in the way; delete the "
+			  "snapshot and take it again");
+		return;
+	}
+	if (req->error) {
+		snap_fail(op, req->error, req->msg);
+		return;
+	}
+	pcsi_copy_start(op->nc->node, &op->copy, op->id, op->src, on_snap_copied, op);
+}
+
+static void on_snap_rec_stored(int error, void *data)
+{
+	struct snap_op *op = data;
+
+	if (error) {
+		snap_fail(op, error, "storing the snapshot record");
+		return;
+	}
+	op->breq.id = op->id;
+	op->breq.size = op->size;
+	pcsi_backend_create(op->nc->node->be, &op->breq, on_snap_made, op);
+}
+
+static void on_snap_source(struct pcsi_backend_req *req, void *data)
+{
+	struct snap_op *op = data;
+	struct timespec now;
+
+	if (req->error == -ENOENT) {
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", op->src);
+		snap_end(op);
+		return;
+	}
+	if (req->error) {
+		snap_fail(op, req->error, req->msg);
+		return;
+	}
+	op->size = req->vol.size;
+	if (!op->rec.pending || !op->rec.created_s) {
+		clock_gettime(CLOCK_REALTIME, &now);
+		op->rec.created_s = now.tv_sec;
+		op->rec.created_ns = (int32_t)now.tv_nsec;
+	}
+	snprintf(op->rec.name, sizeof(op->rec.name), "%s", op->in->name);
+	snprintf(op->rec.source, sizeof(op->rec.source), "%s", op->src);
+	op->rec.snapshot = true;
+	op->rec.pending = true;
+	op->rec.erase_after = true;
+	pcsi_volrec_store(op->nc->node, op->id, &op->rec, on_snap_rec_stored, op);
+}
+
+static void on_snap_existing(struct pcsi_backend_req *req, void *data)
+{
+	struct snap_op *op = data;
+
+	if (req->error == 0) {
+		op->size = req->vol.size;
+		snap_reply(op);
+		return;
+	}
+	/* The record outlived its copy (removed by hand): take it anew. */
+	op->rec.pending = true;
+	op->rec.created_s = 0;
+	op->breq.id = op->src;
+	pcsi_backend_get(op->nc->node->be, &op->breq, on_snap_source, op);
+}
+
+static void on_snap_rec(int error, void *data)
+{
+	struct snap_op *op = data;
+
+	if (error == 0 && strcmp(op->rec.source, op->src)) {
+		pcsi_call_fail(op->call, PCSI_ALREADY_EXISTS,
+			       "snapshot \"%s\" exists with source volume %s", op->in->name,
+			       op->rec.source);
+		snap_end(op);
+		return;
+	}
+	if (error && error != -ENOENT) {
+		snap_fail(op, error, "reading the snapshot record");
+		return;
+	}
+	if (error == 0 && !op->rec.pending) {
+		op->breq.id = op->id;
+		pcsi_backend_get(op->nc->node->be, &op->breq, on_snap_existing, op);
+		return;
+	}
+	/* New, or a copy that did not complete: (re)do it. */
+	op->rec.pending = error == 0;
+	op->breq.id = op->src;
+	pcsi_backend_get(op->nc->node->be, &op->breq, on_snap_source, op);
+}
+
+static void nctl_create_snapshot(Csi__V1__Controller_Service *svc,
+				 const Csi__V1__CreateSnapshotRequest *in,
+				 Csi__V1__CreateSnapshotResponse_Closure closure, void *call)
+{
+	struct pcsi_node_controller *nc = from_svc(svc);
+	struct pcsi_inflight *busy = &nc->node->busy;
+	struct snap_op *op;
+	char id[PCSI_VOLUME_ID_MAX + 1];
+
+	if (!in->name || !*in->name) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "name is required");
+		return;
+	}
+	if (!in->source_volume_id || !*in->source_volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "source_volume_id is required");
+		return;
+	}
+	if (!pcsi_volume_id_ok(in->source_volume_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist",
+			       in->source_volume_id);
+		return;
+	}
+	pcsi_snapshot_id(in->name, id);
+	if (pcsi_inflight_take(busy, id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on snapshot \"%s\" is in progress",
+			       in->name);
+		return;
+	}
+	if (pcsi_inflight_take(busy, in->source_volume_id) < 0) {
+		pcsi_inflight_drop(busy, id);
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on volume %s is in progress",
+			       in->source_volume_id);
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->nc = nc;
+	op->call = call;
+	op->in = in;
+	snprintf(op->id, sizeof(op->id), "%s", id);
+	snprintf(op->src, sizeof(op->src), "%s", in->source_volume_id);
+	pcsi_volrec_load(nc->node, op->id, &op->rec, on_snap_rec, op);
+}
+
+/* ---- ListSnapshots ------------------------------------------------------------------- */
+
+struct list_snap_op {
+	struct pcsi_node_controller *nc;
+	struct pcsi_call *call;
+	const Csi__V1__ListSnapshotsRequest *in;
+	struct pcsi_backend_req breq;
+};
+
+struct snap_item {
+	const struct pcsi_volrec_entry *e;
+	uint64_t size;
+};
+
+static int cmp_snap(const void *a, const void *b)
+{
+	return strcmp(((const struct snap_item *)a)->e->id, ((const struct snap_item *)b)->e->id);
+}
+
+static const struct pcsi_volume *find_listed(const struct pcsi_backend_req *req, const char *id)
+{
+	size_t i;
+
+	for (i = 0; i < req->n_vols; i++)
+		if (!strcmp(req->vols[i].id, id))
+			return &req->vols[i];
+	return NULL;
+}
+
+static void on_snap_recs(int error, struct pcsi_volrec_entry *recs, size_t n, void *data)
+{
+	struct list_snap_op *op = data;
+	const Csi__V1__ListSnapshotsRequest *in = op->in;
+	Csi__V1__ListSnapshotsResponse out = CSI__V1__LIST_SNAPSHOTS_RESPONSE__INIT;
+	Csi__V1__ListSnapshotsResponse__Entry *ents, **entp;
+	Csi__V1__Snapshot *snaps;
+	Google__Protobuf__Timestamp *ts;
+	struct snap_item *items;
+	size_t i, k = 0, start, count;
+	char next[32];
+
+	if (error) {
+		fail_errno(op->call, error, "ListSnapshots: reading the records", NULL);
+		goto done;
+	}
+	/* Complete snapshots that are on the medium, after the filters. */
+	items = pcsi_xcalloc(n + 1, sizeof(*items));
+	for (i = 0; i < n; i++) {
+		const struct pcsi_volrec_entry *e = &recs[i];
+		const struct pcsi_volume *v;
+		if (!e->rec.snapshot || e->rec.pending || !pcsi_snapshot_id_is(e->id) ||
+		    !(v = find_listed(&op->breq, e->id)))
+			continue;
+		if (in->snapshot_id && *in->snapshot_id && strcmp(in->snapshot_id, e->id))
+			continue;
+		if (in->source_volume_id && *in->source_volume_id &&
+		    strcmp(in->source_volume_id, e->rec.source))
+			continue;
+		items[k++] = (struct snap_item){ e, v->size };
+	}
+	qsort(items, k, sizeof(*items), cmp_snap); /* stable pages */
+	if (!pcsi_page(op->call, in->max_entries, in->starting_token, k, &start, &count)) {
+		free(items);
+		goto done;
+	}
+	ents = pcsi_xcalloc(count + 1, sizeof(*ents));
+	entp = pcsi_xcalloc(count + 1, sizeof(*entp));
+	snaps = pcsi_xcalloc(count + 1, sizeof(*snaps));
+	ts = pcsi_xcalloc(count + 1, sizeof(*ts));
+	for (i = 0; i < count; i++) {
+		const struct pcsi_volrec_entry *e = items[start + i].e;
+		google__protobuf__timestamp__init(&ts[i]);
+		ts[i].seconds = e->rec.created_s;
+		ts[i].nanos = e->rec.created_ns;
+		csi__v1__snapshot__init(&snaps[i]);
+		snaps[i].size_bytes = (int64_t)items[start + i].size;
+		snaps[i].snapshot_id = (char *)e->id;
+		snaps[i].source_volume_id = (char *)e->rec.source;
+		snaps[i].creation_time = &ts[i];
+		snaps[i].ready_to_use = true;
+		csi__v1__list_snapshots_response__entry__init(&ents[i]);
+		ents[i].snapshot = &snaps[i];
+		entp[i] = &ents[i];
+	}
+	out.n_entries = count;
+	out.entries = entp;
+	out.next_token = pcsi_page_next(start, count, k, next);
+	pcsi_call_reply(op->call, &out.base);
+	free(ents);
+	free(entp);
+	free(snaps);
+	free(ts);
+	free(items);
+done:
+	free(recs);
+	pcsi_backend_req_done(&op->breq);
+	free(op);
+}
+
+static void on_snap_listed(struct pcsi_backend_req *req, void *data)
+{
+	struct list_snap_op *op = data;
+
+	if (req->error) {
+		fail_errno(op->call, req->error, "ListSnapshots", req->msg);
+		pcsi_backend_req_done(req);
+		free(op);
+		return;
+	}
+	pcsi_volrec_list(op->nc->node, on_snap_recs, op);
+}
+
+static void nctl_list_snapshots(Csi__V1__Controller_Service *svc,
+				const Csi__V1__ListSnapshotsRequest *in,
+				Csi__V1__ListSnapshotsResponse_Closure closure, void *call)
+{
+	struct list_snap_op *op;
+
+	if (in->max_entries < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->nc = from_svc(svc);
+	op->call = call;
+	op->in = in;
+	pcsi_backend_list(op->nc->node->be, &op->breq, on_snap_listed, op);
+}
+
 /* ---- capabilities and the rest -------------------------------------------------------- */
 
 static void nctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, pcsi_backend_can_expand(from_svc(svc)->node->be));
+	pcsi_reply_controller_capabilities(call, pcsi_backend_can_expand(from_svc(svc)->node->be),
+					   true);
 }
 
-PCSI_CONTROLLER_UNIMPLEMENTED(nctl_)
+PCSI_CONTROLLER_UNIMPLEMENTED_BASE(nctl_)
 
 void pcsi_node_controller_init(struct pcsi_node_controller *nc, struct pcsi_node *node)
 {

@@ -47,7 +47,11 @@ int pcsi_mount_lookup(const char *target, struct pcsi_mount_info *info)
 	return 1;
 }
 
-int pcsi_mount_elsewhere(unsigned long dev, const char *root, const char *const *except, size_t n)
+/* The first mount of the filesystem of |dev| (with |root|: of a bind of that
+ * file in it) at a target other than the |n| in |except|: 1 with its target
+ * in |target| (may be NULL), 0, or -errno. */
+static int find_dev_mount(unsigned long dev, const char *root, const char *const *except, size_t n,
+			  char *target, size_t tn)
 {
 	struct libmnt_table *tb = mnt_new_table();
 	struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
@@ -62,19 +66,31 @@ int pcsi_mount_elsewhere(unsigned long dev, const char *root, const char *const 
 	}
 	rc = mnt_table_parse_mtab(tb, "/proc/self/mountinfo");
 	while (rc >= 0 && !found && mnt_table_next_fs(tb, it, &fs) == 0) {
-		const char *target = mnt_fs_get_target(fs), *r = mnt_fs_get_root(fs);
-		if ((unsigned long)mnt_fs_get_devno(fs) != dev || !target)
+		const char *t = mnt_fs_get_target(fs), *r = mnt_fs_get_root(fs);
+		if ((unsigned long)mnt_fs_get_devno(fs) != dev || !t)
 			continue;
 		if (root && (!r || strcmp(r, root)))
 			continue;
 		found = 1;
 		for (i = 0; i < n; i++)
-			if (except[i] && !strcmp(except[i], target))
+			if (except[i] && !strcmp(except[i], t))
 				found = 0;
+		if (found && target)
+			snprintf(target, tn, "%s", t);
 	}
 	mnt_free_iter(it);
 	mnt_unref_table(tb);
 	return rc < 0 ? rc : found;
+}
+
+int pcsi_mount_elsewhere(unsigned long dev, const char *root, const char *const *except, size_t n)
+{
+	return find_dev_mount(dev, root, except, n, NULL, 0);
+}
+
+int pcsi_mount_of_dev(unsigned long dev, char *target, size_t n)
+{
+	return find_dev_mount(dev, NULL, NULL, 0, target, n);
 }
 
 bool pcsi_mount_has_option(const char *opts, const char *opt)

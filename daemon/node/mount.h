@@ -29,6 +29,10 @@ int pcsi_mount_lookup(const char *target, struct pcsi_mount_info *info);
  * block volume); 0 when none does; -errno when the table cannot be read. */
 int pcsi_mount_elsewhere(unsigned long dev, const char *root, const char *const *except, size_t n);
 
+/* 1 when a filesystem on device number |dev| is mounted (its first mount
+ * point in |target|), 0 when none is, -errno when the table cannot be read. */
+int pcsi_mount_of_dev(unsigned long dev, char *target, size_t n);
+
 /* True when the comma-separated |opts| contains |opt| (dax matches
  * dax=always too). */
 bool pcsi_mount_has_option(const char *opts, const char *opt);

@@ -8,6 +8,7 @@
 #include "daemon/core/later.h"
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
+#include "daemon/node/copy.h"
 
 int pcsi_node_role_init(struct pcsi_node_role *r, const struct pcsi_role_env *env, char *err,
 			size_t errlen)
@@ -30,11 +31,11 @@ static void on_open_retry(uv_timer_t *t)
 		pcsi_backend_open(r->backend, &r->open_req, on_backend_open, r);
 }
 
+static void on_recovered(void *data);
+
 static void on_backend_open(struct pcsi_backend_req *req, void *data)
 {
 	struct pcsi_node_role *r = data;
-	const struct pcsi_config *cfg = r->env->cfg;
-	char err[256];
 
 	if (r->stopping)
 		return;
@@ -49,6 +50,22 @@ static void on_backend_open(struct pcsi_backend_req *req, void *data)
 		return;
 	}
 	pcsi_info(1, "device manager ready", "deviceManager=%s", pcsi_backend_name(r->backend));
+	r->recovering = true;
+	pcsi_copy_recover(&r->node, on_recovered, r);
+}
+
+static void on_recovered(void *data)
+{
+	struct pcsi_node_role *r = data;
+	const struct pcsi_config *cfg = r->env->cfg;
+	char err[256];
+
+	r->recovering = false;
+	if (r->stopping) {
+		if (r->stopped_cb)
+			r->stopped_cb(r->stopped_data);
+		return;
+	}
 	pcsi_identity_set_expansion(r->env->identity, pcsi_backend_can_expand(r->backend));
 	pcsi_identity_set_ready(r->env->identity, true);
 	if (!cfg->registry_endpoint)
@@ -102,6 +119,11 @@ void pcsi_node_role_stop(struct pcsi_node_role *r, void (*cb)(void *data), void 
 {
 	r->stopping = true;
 	uv_timer_stop(&r->open_timer);
+	if (r->recovering) { /* its backend requests end first */
+		r->stopped_cb = cb;
+		r->stopped_data = data;
+		return;
+	}
 	if (!r->registering) {
 		pcsi_later(r->env->loop, cb, data);
 		return;

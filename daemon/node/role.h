@@ -6,7 +6,8 @@
  * PMEM is prepared and the volumes are known, Probe answers not ready; without
  * usable PMEM the node stays up and tries again with a growing delay (10 s to
  * 5 min), so an administrator can enable a region or fix its labels without
- * restarting the pod. Once ready it registers with -registryEndpoint, if
+ * restarting the pod. Copies a restart cut short are removed before Probe
+ * says ready (copy.h). Once ready it registers with -registryEndpoint, if
  * given, and keeps that registration alive. With -kubeletRegistrationDir it
  * registers itself with kubelet (kubelet.h). */
 #ifndef PCSI_NODE_ROLE_H
@@ -34,6 +35,9 @@ struct pcsi_node_role {
 	struct pcsi_registration registration;
 	struct pcsi_kubelet_reg kubelet;
 	bool registering, stopping;
+	bool recovering;		/* pcsi_copy_recover() runs */
+	void (*stopped_cb)(void *data); /* a stop waiting for the recovery */
+	void *stopped_data;
 	uv_timer_t open_timer;
 	uint32_t open_delay_ms;
 	char open_error[256];

@@ -423,7 +423,7 @@ static void node_node_stage_volume(Csi__V1__Node_Service *svc,
 				in->volume_context, in->n_volume_context, PCSI_ORIGIN_CONTEXT);
 	if (!op)
 		return;
-	if (!pcsi_volume_id_valid(in->volume_id)) {
+	if (!pcsi_volume_id_ok(in->volume_id)) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		free(op);
 		return;
@@ -733,7 +733,7 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 		pcsi_backend_create(n->be, &op->breq, ephemeral_created, op);
 		return;
 	}
-	if (!pcsi_volume_id_valid(in->volume_id)) {
+	if (!pcsi_volume_id_ok(in->volume_id)) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		free(op);
 		return;
@@ -848,7 +848,7 @@ static bool check_volume_path(struct pcsi_call *call, const char *id, const char
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "no volume is published at %.200s", path);
 		return false;
 	}
-	if (!pcsi_volume_id_valid(id)) {
+	if (!pcsi_volume_id_ok(id)) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", id);
 		return false;
 	}

@@ -1,6 +1,7 @@
 /* state.c: the node role's shared state and volume records. See state.h. */
 #include "daemon/node/state.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/core/log.h"
 #include "daemon/core/util.h"
 
 static int mkdir_p(const char *path)
@@ -89,6 +91,15 @@ static void do_store(struct job *j)
 	json_object_object_add(o, "eraseafter", json_object_new_boolean(j->rec.erase_after));
 	json_object_object_add(o, "cache", json_object_new_boolean(j->rec.cache));
 	json_object_object_add(o, "ephemeral", json_object_new_boolean(j->rec.ephemeral));
+	if (j->rec.source[0])
+		json_object_object_add(o, "source", json_object_new_string(j->rec.source));
+	if (j->rec.snapshot) {
+		json_object_object_add(o, "snapshot", json_object_new_boolean(true));
+		json_object_object_add(o, "created", json_object_new_int64(j->rec.created_s));
+		json_object_object_add(o, "created_ns", json_object_new_int(j->rec.created_ns));
+	}
+	if (j->rec.pending)
+		json_object_object_add(o, "pending", json_object_new_boolean(true));
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
@@ -106,30 +117,43 @@ static void do_store(struct job *j)
 	free(tmp);
 }
 
-static void do_load(struct job *j)
+static int read_rec(const char *path, struct pcsi_volrec *out)
 {
-	json_object *o = json_object_from_file(j->path), *v;
+	json_object *o = json_object_from_file(path), *v;
 
-	defaults(j->out);
-	if (!o) {
-		j->rc = access(j->path, F_OK) == 0 ? -EIO : -ENOENT;
-		return;
-	}
+	defaults(out);
+	if (!o)
+		return access(path, F_OK) == 0 ? -EIO : -ENOENT;
 	if (!json_object_is_type(o, json_type_object)) {
 		json_object_put(o);
-		j->rc = -EIO;
-		return;
+		return -EIO;
 	}
 	if (json_object_object_get_ex(o, "name", &v))
-		snprintf(j->out->name, sizeof(j->out->name), "%s", json_object_get_string(v));
+		snprintf(out->name, sizeof(out->name), "%s", json_object_get_string(v));
 	if (json_object_object_get_ex(o, "eraseafter", &v))
-		j->out->erase_after = json_object_get_boolean(v);
+		out->erase_after = json_object_get_boolean(v);
 	if (json_object_object_get_ex(o, "cache", &v))
-		j->out->cache = json_object_get_boolean(v);
+		out->cache = json_object_get_boolean(v);
 	if (json_object_object_get_ex(o, "ephemeral", &v))
-		j->out->ephemeral = json_object_get_boolean(v);
+		out->ephemeral = json_object_get_boolean(v);
+	if (json_object_object_get_ex(o, "source", &v) &&
+	    pcsi_volume_id_valid(json_object_get_string(v)))
+		snprintf(out->source, sizeof(out->source), "%s", json_object_get_string(v));
+	if (json_object_object_get_ex(o, "snapshot", &v))
+		out->snapshot = json_object_get_boolean(v);
+	if (json_object_object_get_ex(o, "pending", &v))
+		out->pending = json_object_get_boolean(v);
+	if (json_object_object_get_ex(o, "created", &v))
+		out->created_s = json_object_get_int64(v);
+	if (json_object_object_get_ex(o, "created_ns", &v))
+		out->created_ns = json_object_get_int(v);
 	json_object_put(o);
-	j->rc = 0;
+	return 0;
+}
+
+static void do_load(struct job *j)
+{
+	j->rc = read_rec(j->path, j->out);
 }
 
 static void on_job(uv_work_t *w)
@@ -185,4 +209,81 @@ void pcsi_volrec_load(struct pcsi_node *n, const char *id, struct pcsi_volrec *r
 	j->data = data;
 	j->out = rec;
 	submit(n, j, id);
+}
+
+/* ---- all records -------------------------------------------------------------- */
+
+struct list_job {
+	uv_work_t work;
+	const char *dir;
+	struct pcsi_volrec_entry *recs;
+	size_t n;
+	int rc;
+	pcsi_volrec_list_cb cb;
+	void *data;
+};
+
+static void on_list_job(uv_work_t *w)
+{
+	struct list_job *j = pcsi_container_of(w, struct list_job, work);
+	DIR *d = opendir(j->dir);
+	struct dirent *e;
+	size_t cap = 0;
+
+	if (!d) {
+		j->rc = -errno;
+		return;
+	}
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		struct pcsi_volrec_entry ent;
+		char *path;
+		int rc;
+
+		if (len <= 5 || len - 5 > PCSI_VOLUME_ID_MAX ||
+		    strcmp(e->d_name + len - 5, ".json"))
+			continue;
+		memcpy(ent.id, e->d_name, len - 5);
+		ent.id[len - 5] = '\0';
+		if (!pcsi_volume_id_valid(ent.id))
+			continue;
+		path = pcsi_xasprintf("%s/%s", j->dir, e->d_name);
+		rc = read_rec(path, &ent.rec);
+		free(path);
+		if (rc < 0) {
+			if (rc != -ENOENT) /* removed meanwhile: not worth a word */
+				pcsi_warn("unreadable volume record skipped", "volume=%s err=%s",
+					  ent.id, strerror(-rc));
+			continue;
+		}
+		if (j->n == cap) {
+			cap = cap ? cap * 2 : 16;
+			j->recs = pcsi_xrealloc(j->recs, cap * sizeof(*j->recs));
+		}
+		j->recs[j->n++] = ent;
+	}
+	closedir(d);
+}
+
+static void on_list_job_done(uv_work_t *w, int status)
+{
+	struct list_job *j = pcsi_container_of(w, struct list_job, work);
+
+	if (j->rc < 0) {
+		free(j->recs);
+		j->cb(j->rc, NULL, 0, j->data);
+	} else {
+		j->cb(0, j->recs, j->n, j->data);
+	}
+	free(j);
+}
+
+void pcsi_volrec_list(struct pcsi_node *n, pcsi_volrec_list_cb cb, void *data)
+{
+	struct list_job *j = pcsi_xcalloc(1, sizeof(*j));
+
+	j->dir = n->state_dir;
+	j->cb = cb;
+	j->data = data;
+	uv_queue_work(n->loop, &j->work, on_list_job, on_list_job_done);
 }

@@ -25,6 +25,19 @@ struct pcsi_volrec {
 	bool erase_after;
 	bool cache;
 	bool ephemeral;
+	/* Copies: a snapshot's source volume, or the snapshot or volume a
+	 * volume was made from; "" for an empty volume. */
+	char source[PCSI_VOLUME_ID_MAX + 1];
+	bool snapshot;
+	bool pending;	   /* the copy into this volume has not completed */
+	int64_t created_s; /* a snapshot's creation time (Unix time) */
+	int32_t created_ns;
+};
+
+/* One record of pcsi_volrec_list(). */
+struct pcsi_volrec_entry {
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	struct pcsi_volrec rec;
 };
 
 struct pcsi_node {
@@ -52,5 +65,12 @@ void pcsi_volrec_store(struct pcsi_node *n, const char *id, const struct pcsi_vo
  * (no record: |rec| holds the defaults), or -errno. */
 void pcsi_volrec_load(struct pcsi_node *n, const char *id, struct pcsi_volrec *rec,
 		      pcsi_volrec_cb cb, void *data);
+
+typedef void (*pcsi_volrec_list_cb)(int error, struct pcsi_volrec_entry *recs, size_t n,
+				    void *data);
+
+/* Reads every record (those of valid ids; unreadable ones are skipped with a
+ * warning). |cb| gets an array it must free, or -errno and NULL. */
+void pcsi_volrec_list(struct pcsi_node *n, pcsi_volrec_list_cb cb, void *data);
 
 #endif

@@ -172,17 +172,113 @@ def _():
 
 
 @t.test("ControllerGetCapabilities claims GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER, "
-        "EXPAND_VOLUME (both roles; the test-only backend grows volumes)")
+        "EXPAND_VOLUME (both roles; the test-only backend grows volumes); snapshots and clones on the node only")
 def _():
     T = csi.ControllerServiceCapability.RPC
     want = {T.CREATE_DELETE_VOLUME, T.LIST_VOLUMES, T.GET_CAPACITY, T.GET_VOLUME, T.VOLUME_CONDITION,
             T.SINGLE_NODE_MULTI_WRITER, T.EXPAND_VOLUME}
-    for name, got in (("node", on_node("Controller", "ControllerGetCapabilities",
-                                       csi.ControllerGetCapabilitiesRequest())),
-                      ("controller", on_ctl("ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest()))):
+    copies = {T.CREATE_DELETE_SNAPSHOT, T.LIST_SNAPSHOTS, T.CLONE_VOLUME}
+    for name, got, w in (("node", on_node("Controller", "ControllerGetCapabilities",
+                                          csi.ControllerGetCapabilitiesRequest()), want | copies),
+                         ("controller", on_ctl("ControllerGetCapabilities",
+                                               csi.ControllerGetCapabilitiesRequest()), want)):
         r = expect(got, SC.OK, name)
         have = {c.rpc.type for c in r.capabilities}
-        pt.check(have == want, "%s: %r" % (name, sorted(have)))
+        pt.check(have == w, "%s: %r" % (name, sorted(have)))
+
+
+@t.test("snapshots: create is idempotent by name, lists with filters and pages, is never a volume, deletes")
+def _():
+    v = expect(on_node("Controller", "CreateVolume", create("snap-src")), SC.OK, "source").volume
+    other = expect(on_node("Controller", "CreateVolume", create("snap-other")), SC.OK, "other").volume
+    ctl = lambda m, r: on_node("Controller", m, r)
+    expect(ctl("CreateSnapshot", csi.CreateSnapshotRequest(source_volume_id=v.volume_id)),
+           SC.INVALID_ARGUMENT, "no name")
+    expect(ctl("CreateSnapshot", csi.CreateSnapshotRequest(name="s1")), SC.INVALID_ARGUMENT, "no source")
+    expect(ctl("CreateSnapshot", csi.CreateSnapshotRequest(name="s1", source_volume_id="pvc-99-" + "0" * 56)),
+           SC.NOT_FOUND, "unknown source")
+    expect(ctl("CreateSnapshot", csi.CreateSnapshotRequest(name="s1", source_volume_id="../x")),
+           SC.NOT_FOUND, "bad source id")
+    s1 = expect(ctl("CreateSnapshot", csi.CreateSnapshotRequest(name="s1", source_volume_id=v.volume_id)),
+                SC.OK, "create").snapshot
+    pt.check(s1.ready_to_use and s1.source_volume_id == v.volume_id and s1.size_bytes == v.capacity_bytes
+             and s1.snapshot_id.startswith("snap.") and s1.creation_time.seconds > 0, "snapshot %r" % s1)
+    again = expect(ctl("CreateSnapshot", csi.CreateSnapshotRequest(name="s1", source_volume_id=v.volume_id)),
+                   SC.OK, "again").snapshot
+    pt.check(again.snapshot_id == s1.snapshot_id and again.creation_time == s1.creation_time,
+             "idempotent: %r" % again)
+    expect(ctl("CreateSnapshot", csi.CreateSnapshotRequest(name="s1", source_volume_id=other.volume_id)),
+           SC.ALREADY_EXISTS, "same name, other source")
+    expect(ctl("CreateSnapshot", csi.CreateSnapshotRequest(name="s1", source_volume_id=s1.snapshot_id)),
+           SC.NOT_FOUND, "a snapshot is not a volume")
+    s2 = expect(ctl("CreateSnapshot", csi.CreateSnapshotRequest(name="s2", source_volume_id=other.volume_id)),
+                SC.OK, "second").snapshot
+    # A snapshot is invisible to volume calls.
+    vols = expect(ctl("ListVolumes", csi.ListVolumesRequest()), SC.OK, "ListVolumes")
+    pt.check(not [e for e in vols.entries if e.volume.volume_id.startswith("snap.")], "snapshots in ListVolumes")
+    expect(ctl("DeleteVolume", csi.DeleteVolumeRequest(volume_id=s1.snapshot_id)), SC.OK, "DeleteVolume(snap)")
+    expect(ctl("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=s1.snapshot_id)),
+           SC.NOT_FOUND, "ControllerGetVolume(snap)")
+    # Lists.
+    ls = expect(ctl("ListSnapshots", csi.ListSnapshotsRequest()), SC.OK, "list")
+    ids = [e.snapshot.snapshot_id for e in ls.entries]
+    pt.check(sorted(ids) == sorted([s1.snapshot_id, s2.snapshot_id]), "list %r" % ids)
+    one = expect(ctl("ListSnapshots", csi.ListSnapshotsRequest(source_volume_id=other.volume_id)), SC.OK, "by src")
+    pt.check([e.snapshot.snapshot_id for e in one.entries] == [s2.snapshot_id], "by source %r" % one)
+    one = expect(ctl("ListSnapshots", csi.ListSnapshotsRequest(snapshot_id=s1.snapshot_id)), SC.OK, "by id")
+    pt.check([e.snapshot.snapshot_id for e in one.entries] == [s1.snapshot_id], "by id %r" % one)
+    none = expect(ctl("ListSnapshots", csi.ListSnapshotsRequest(snapshot_id="snap.x")), SC.OK, "unknown id")
+    pt.check(len(none.entries) == 0, "unknown id %r" % none)
+    p1 = expect(ctl("ListSnapshots", csi.ListSnapshotsRequest(max_entries=1)), SC.OK, "page 1")
+    p2 = expect(ctl("ListSnapshots", csi.ListSnapshotsRequest(max_entries=1, starting_token=p1.next_token)),
+                SC.OK, "page 2")
+    pt.check(len(p1.entries) == 1 and len(p2.entries) == 1 and not p2.next_token and
+             p1.entries[0].snapshot.snapshot_id != p2.entries[0].snapshot.snapshot_id, "pages %r %r" % (p1, p2))
+    expect(ctl("ListSnapshots", csi.ListSnapshotsRequest(starting_token="99")), SC.ABORTED, "bad token")
+    expect(ctl("ListSnapshots", csi.ListSnapshotsRequest(max_entries=-1)), SC.INVALID_ARGUMENT, "negative")
+    # Restore and clone.
+    def from_src(name, snap=None, vol=None, size=0):
+        src = csi.VolumeContentSource(snapshot=csi.VolumeContentSource.SnapshotSource(snapshot_id=snap)) \
+            if snap else csi.VolumeContentSource(volume=csi.VolumeContentSource.VolumeSource(volume_id=vol))
+        r = create(name)
+        r.volume_content_source.CopyFrom(src)
+        if size:
+            r.capacity_range.required_bytes = size
+        return r
+    r = expect(ctl("CreateVolume", from_src("restored", snap=s1.snapshot_id)), SC.OK, "restore").volume
+    pt.check(r.content_source.snapshot.snapshot_id == s1.snapshot_id and r.capacity_bytes >= s1.size_bytes,
+             "restored %r" % r)
+    expect(ctl("CreateVolume", from_src("restored", snap=s1.snapshot_id)), SC.OK, "restore again")
+    expect(ctl("CreateVolume", from_src("restored", snap=s2.snapshot_id)), SC.ALREADY_EXISTS, "other source")
+    c = expect(ctl("CreateVolume", from_src("cloned", vol=v.volume_id, size=64 * MiB)), SC.OK, "clone").volume
+    pt.check(c.content_source.volume.volume_id == v.volume_id and c.capacity_bytes == 64 * MiB, "clone %r" % c)
+    expect(ctl("CreateVolume", from_src("nope", snap="snap." + "0" * 56)), SC.NOT_FOUND, "unknown snapshot")
+    expect(ctl("CreateVolume", from_src("nope", snap=v.volume_id)), SC.NOT_FOUND, "volume id as snapshot")
+    expect(ctl("CreateVolume", from_src("nope", vol="pvc-99-" + "0" * 56)), SC.NOT_FOUND, "unknown volume")
+    bad = create("nope")
+    bad.volume_content_source.CopyFrom(csi.VolumeContentSource(volume=csi.VolumeContentSource.VolumeSource()))
+    expect(ctl("CreateVolume", bad), SC.INVALID_ARGUMENT, "empty source id")
+    small = from_src("small", vol=v.volume_id)
+    small.capacity_range.required_bytes = small.capacity_range.limit_bytes = 4 * MiB
+    if v.capacity_bytes > 4 * MiB:
+        expect(ctl("CreateVolume", small), SC.OUT_OF_RANGE, "limit below the source")
+    expect(on_ctl("CreateVolume", from_src("central", vol=v.volume_id)), SC.INVALID_ARGUMENT, "central clone")
+    # Deletes: the source before its snapshot, the snapshot after.
+    expect(ctl("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id)), SC.OK, "source")
+    pt.check(len(expect(ctl("ListSnapshots", csi.ListSnapshotsRequest(snapshot_id=s1.snapshot_id)),
+                        SC.OK, "kept").entries) == 1, "snapshot outlives its source")
+    for s in (s1, s2):
+        expect(ctl("DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=s.snapshot_id)), SC.OK, "delete")
+        expect(ctl("DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=s.snapshot_id)), SC.OK, "again")
+    expect(ctl("DeleteSnapshot", csi.DeleteSnapshotRequest()), SC.INVALID_ARGUMENT, "no id")
+    expect(ctl("DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=other.volume_id)), SC.OK, "a volume id")
+    pt.check(len(expect(ctl("ListSnapshots", csi.ListSnapshotsRequest()), SC.OK, "after").entries) == 0,
+             "all gone")
+    pt.check(any(e.volume.volume_id == other.volume_id for e in
+                 expect(ctl("ListVolumes", csi.ListVolumesRequest()), SC.OK, "vols").entries),
+             "DeleteSnapshot with a volume's id left the volume alone")
+    for vid in (r.volume_id, c.volume_id, other.volume_id):
+        expect(ctl("DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid)), SC.OK, "cleanup")
 
 
 @t.test("GetCapacity: maximum_volume_size and minimum_volume_size")

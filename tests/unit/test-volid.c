@@ -162,6 +162,39 @@ START_TEST(not_derived)
 }
 END_TEST
 
+START_TEST(snapshot_ids)
+{
+	char id[PCSI_VOLUME_ID_MAX + 1], vol[PCSI_VOLUME_ID_MAX + 1], buf[80];
+
+	/* "snap." + the output of `printf %s snapshot-1 | sha224sum`. */
+	pcsi_snapshot_id("snapshot-1", id);
+	ck_assert_str_eq(id, "snap.8283b673edaa1628eec828dc48732d93cf045ed37b1e1ecce7dadde5");
+	ck_assert(pcsi_snapshot_id_is(id));
+	ck_assert(pcsi_volume_id_valid(id)); /* a name the backends accept */
+	ck_assert(!pcsi_volume_id_ok(id));   /* but never a volume in a CSI call */
+	ck_assert(!pcsi_volume_id_is_derived(id));
+	/* A volume named like a snapshot id keeps the shape of a volume. */
+	pcsi_volume_id(id, vol);
+	ck_assert(!pcsi_snapshot_id_is(vol));
+	ck_assert(pcsi_volume_id_ok(vol));
+	pcsi_volume_id("snap.", vol);
+	ck_assert(!pcsi_snapshot_id_is(vol));
+	/* Near misses. */
+	snprintf(buf, sizeof(buf), "%s", id);
+	buf[60] = 'A';
+	ck_assert(!pcsi_snapshot_id_is(buf));
+	buf[60] = '\0';
+	ck_assert(!pcsi_snapshot_id_is(buf));
+	snprintf(buf, sizeof(buf), "%s0", id);
+	ck_assert(!pcsi_snapshot_id_is(buf));
+	snprintf(buf, sizeof(buf), "snap-%s", id + 5);
+	ck_assert(!pcsi_snapshot_id_is(buf));
+	ck_assert(!pcsi_snapshot_id_is(NULL));
+	ck_assert(!pcsi_snapshot_id_is(""));
+	ck_assert(!pcsi_volume_id_ok(NULL));
+}
+END_TEST
+
 static Suite *volid_suite(void)
 {
 	Suite *s = suite_create("volid");
@@ -173,6 +206,7 @@ static Suite *volid_suite(void)
 	tcase_add_test(tc, valid_charset);
 	tcase_add_test(tc, derived_ids_are_valid_and_derived);
 	tcase_add_test(tc, not_derived);
+	tcase_add_test(tc, snapshot_ids);
 	suite_add_tcase(s, tc);
 	return s;
 }
