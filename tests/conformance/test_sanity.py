@@ -56,7 +56,11 @@ VARIANTS = {
     # The driver takes the filesystem from the volume capability, which
     # csi-sanity leaves empty; csi.storage.k8s.io/fstype is how a StorageClass
     # names it. 320 MiB: mkfs.xfs refuses less than 300 MB.
+    # The ListSnapshots paging spec makes several volumes and a snapshot of
+    # each: at 320 MiB apiece more than the guest's 2 GiB of PMEM; it runs in
+    # the 64 MiB variants.
     "xfs-noerase": dict(params={"csi.storage.k8s.io/fstype": "xfs", "eraseafter": "false"}, size=320 * MiB,
+                        args=["--ginkgo.skip=ListSnapshots.*next token when a limited number"],
                         checks=[("volumes formatted as xfs", FORMAT, r"\bfs=xfs\b"),
                                 ("deleted volumes not erased whole (eraseafter: false)", DELETED,
                                  r"\berased=first 4 KiB\b")]),

@@ -10,9 +10,10 @@
 //    handles flags in order and exits 0 at --version, so a bad flag before it
 //    still exits 2) and is spelled as in --help (no getopt abbreviations);
 //    the node DaemonSets must pass -kubeletRegistrationDir/-Path;
-//  - the only sidecars are csi-provisioner and, in the controller Deployment,
-//    csi-resizer (no node-driver-registrar, no livenessprobe: the driver does
-//    both jobs), with known flags of the pinned versions;
+//  - the only sidecars are csi-provisioner, in the controller Deployment
+//    csi-resizer, in the distributed node DaemonSet csi-snapshotter (no
+//    node-driver-registrar, no livenessprobe: the driver does both jobs),
+//    with known flags of the pinned versions;
 //  - socket paths: driver endpoint and csi-provisioner's --csi-address name
 //    the same file through the volume mounts; in the node DaemonSets the
 //    registration socket <-kubeletRegistrationDir>/<drivername>-reg.sock lies
@@ -27,7 +28,7 @@
 //    liveness), every port named for scraping is a metrics endpoint
 //    (-metricsListen / --http-endpoint);
 //  - RBAC, StorageClasses (parameters run through the driver's own parser),
-//    examples, the Prometheus snippet (promtool), the Containerfile.
+//    the VolumeSnapshotClass and the snapshot examples, examples, the Prometheus snippet (promtool), the Containerfile.
 // Prints TAP; exits 1 on failure or when a dependency is missing.
 import fs from "node:fs";
 import os from "node:os";
@@ -86,6 +87,7 @@ const DRIVER_BIN = "/usr/local/bin/pmem-csi-driver";
 const SIDECARS = {
   "csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
   "csi-resizer": "registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
+  "csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
 };
 // kubelet's root directory, as the manifests assume it (../README.md says how
 // to change it for other distributions: all occurrences together).
@@ -110,6 +112,14 @@ const SIDECAR_FLAGS = {
     "leader-election-lease-duration", "leader-election-renew-deadline", "leader-election-retry-period",
     "metrics-address", "http-endpoint", "metrics-path", "kube-api-qps", "kube-api-burst",
     "handle-volume-inuse-error", "feature-gates"],
+  "csi-snapshotter": [...KLOG, "automaxprocs", "csi-address", "extra-create-metadata", "feature-gates",
+    "groupsnapshot-name-prefix", "groupsnapshot-name-uuid-length", "http-endpoint", "kube-api-burst",
+    "kube-api-qps", "leader-election", "leader-election-labels", "leader-election-lease-duration",
+    "leader-election-namespace", "leader-election-renew-deadline", "leader-election-retry-period",
+    "log-json-info-buffer-size", "log-json-split-stream", "log-text-info-buffer-size",
+    "log-text-split-stream", "metrics-address", "metrics-path", "node-deployment", "resync-period",
+    "retry-interval-max", "retry-interval-start", "snapshot-name-prefix", "snapshot-name-uuid-length",
+    "timeout", "worker-threads"],
 };
 // Dummy values for the downward API, to expand $(VAR) in args.
 const FIELD_VALUES = {
@@ -163,13 +173,14 @@ const MODES = {};
 t.test("kustomizations: resources exist; every object file is in one (or deliberately standalone)", () => {
   const problems = [];
   const reached = new Set();
-  for (const dir of ["central", "distributed", "storageclass", "examples", "metrics", "certs/cert-manager", "common"]) {
+  for (const dir of ["central", "distributed", "storageclass", "snapshot", "examples", "metrics", "certs/cert-manager", "common"]) {
     const k = loadKustomization(path.join(MANIFESTS, dir), reached);
     problems.push(...k.problems);
     MODES[dir] = k;
   }
   const standalone = new Set(["storageclass/pmem-csi-sc-cache.yaml", "examples/pmem-pvc-cache.yaml",
-    "examples/pmem-app-cache.yaml", "metrics/prometheus-scrape.yaml"]);
+    "examples/pmem-app-cache.yaml", "metrics/prometheus-scrape.yaml", "examples/pmem-snapshot.yaml",
+    "examples/pmem-app-restore.yaml"]);
   for (const f of yamlFiles(MANIFESTS)) {
     const r = path.relative(MANIFESTS, f);
     if (!reached.has(f) && !standalone.has(r)) problems.push(`${rel(f)} is in no kustomization`);
@@ -354,6 +365,17 @@ for (const [mode, list] of Object.entries(modePods)) {
           // DaemonSet would send every volume to every node.
           if (d.doc.kind !== "Deployment") p.push("csi-resizer belongs in the controller Deployment only");
           if (!has("leader-election")) p.push("csi-resizer should use --leader-election");
+        }
+        if (kind === "csi-snapshotter") {
+          const args = c.args || [];
+          const has = (n) => args.some((a) => (parseFlag(a) || {}).name === n);
+          // Snapshots are copies on the node that holds the volume: only a
+          // node's own Controller makes them (the central controller does
+          // not announce them).
+          if (d.doc.kind !== "DaemonSet") p.push("csi-snapshotter belongs in the distributed node DaemonSet only");
+          if (!has("node-deployment")) p.push("a per-node snapshotter needs --node-deployment");
+          if (!(c.env || []).some((e) => e.name === "NODE_NAME")) p.push("--node-deployment needs NODE_NAME env");
+          if (has("leader-election")) p.push("no leader election for per-node snapshotters");
         }
         return p;
       });
@@ -944,6 +966,37 @@ t.test("examples: claims use existing classes; inline volumes use the driver and
   for (const n of pvcs.keys()) if (!users.has(n)) p.push(`PVC ${n} is used by no example pod`);
   if (!block) p.push("no raw block example");
   if (!inline) p.push("no inline ephemeral example");
+  return p;
+});
+
+t.test("snapshots: the VolumeSnapshotClass names the driver; the example snapshots an example PVC of that "
+  + "driver and restores it into a PVC; the distributed node pod may fill in snapshot contents", () => {
+  const p = [];
+  const cls = byKind(ALL, "VolumeSnapshotClass");
+  if (cls.length !== 1) return [`${cls.length} VolumeSnapshotClasses, want 1`];
+  const vsc = cls[0].doc;
+  if (vsc.driver !== csidriver.doc.metadata.name) p.push(`VolumeSnapshotClass driver ${vsc.driver}`);
+  if (vsc.deletionPolicy !== "Delete") p.push(`deletionPolicy ${vsc.deletionPolicy}: snapshots would outlive their objects`);
+  const pvcs = new Map(byKind(ALL, "PersistentVolumeClaim").map((d) => [d.doc.metadata.name, d.doc]));
+  const snaps = byKind(ALL, "VolumeSnapshot");
+  if (!snaps.length) p.push("no VolumeSnapshot example");
+  for (const { doc } of snaps) {
+    if (doc.spec.volumeSnapshotClassName !== vsc.metadata.name) p.push(`${doc.metadata.name}: class ${doc.spec.volumeSnapshotClassName}`);
+    const src = pvcs.get(doc.spec.source.persistentVolumeClaimName);
+    if (!src) p.push(`${doc.metadata.name}: source PVC ${doc.spec.source.persistentVolumeClaimName} not defined`);
+    else if (!classes.has(src.spec.storageClassName)) p.push(`${doc.metadata.name}: source of an unknown class`);
+    const restores = [...pvcs.values()].filter((c) => c.spec.dataSource && c.spec.dataSource.name === doc.metadata.name);
+    if (!restores.length) p.push(`${doc.metadata.name}: no PVC restores it`);
+    for (const r of restores) {
+      if (r.spec.dataSource.kind !== "VolumeSnapshot" || r.spec.dataSource.apiGroup !== "snapshot.storage.k8s.io") p.push(`${r.metadata.name}: dataSource ${JSON.stringify(r.spec.dataSource)}`);
+      if (src && parseFloat(r.spec.resources.requests.storage) < parseFloat(src.spec.resources.requests.storage)) p.push(`${r.metadata.name}: smaller than its source`);
+    }
+  }
+  const rules = byKind(MODES.distributed.objs, "ClusterRole").flatMap((d) => d.doc.rules);
+  const can = (res, verb) => rules.some((r) => (r.apiGroups || []).includes("snapshot.storage.k8s.io") && r.resources.includes(res) && r.verbs.includes(verb));
+  for (const [res, verb] of [["volumesnapshotclasses", "watch"], ["volumesnapshotcontents", "update"], ["volumesnapshotcontents/status", "update"]]) {
+    if (!can(res, verb)) p.push(`distributed: no ${verb} on ${res}`);
+  }
   return p;
 });
 

@@ -161,11 +161,46 @@ function packageDir(pkg) {
   return path.dirname(require.resolve(`${pkg}/package.json`, { paths: [HERE] }));
 }
 
+// The snapshot API (VolumeSnapshotClass, VolumeSnapshot) has no npm model:
+// its kinds are checked against the CustomResourceDefinitions of the pinned
+// external-snapshotter client module, which scripts/go-tools.sh puts in the Go
+// module cache when it builds csi-snapshotter (the same CRDs the test cluster
+// installs). PCSI_SNAPSHOT_CRDS names another directory.
+export const SNAPSHOT_CRDS = process.env.PCSI_SNAPSHOT_CRDS ||
+  path.join(process.env.PCSI_CACHE || "/var/cache/pmem-csi",
+    "go/mod/github.com/kubernetes-csi/external-snapshotter/client/v8@v8.7.0/config/crd");
+const CRD_GROUPS = new Set(["snapshot.storage.k8s.io"]);
+
+async function crdSchemaFor(group, version, kind) {
+  const { parse } = await import(pathToFileURL(require.resolve("yaml", { paths: [HERE] })).href);
+  const files = fs.existsSync(SNAPSHOT_CRDS) ? fs.readdirSync(SNAPSHOT_CRDS).filter((f) => f.startsWith(group + "_")) : [];
+  if (!files.length) throw new Error(`no CRDs of ${group} in ${SNAPSHOT_CRDS} (build them with scripts/go-tools.sh csi-snapshotter)`);
+  for (const f of files) {
+    const crd = parse(fs.readFileSync(path.join(SNAPSHOT_CRDS, f), "utf8"));
+    if (crd.spec.names.kind !== kind) continue;
+    const v = crd.spec.versions.find((x) => x.name === version && x.served);
+    if (!v) throw new Error(`${f} serves no ${version}`);
+    const Ajv = require(require.resolve("ajv", { paths: [HERE] }));
+    const ajv = new (Ajv.default || Ajv)({ strict: false, allErrors: true });
+    const schema = JSON.parse(JSON.stringify(v.schema.openAPIV3Schema), (k, val) =>
+      (k.startsWith("x-kubernetes-") ? undefined : val));
+    return ajv.compile(schema);
+  }
+  throw new Error(`no CRD for ${group}/${version} ${kind} in ${SNAPSHOT_CRDS}`);
+}
+
 // The compiled ajv validate function of a kind, found through the model
 // module's import of its _schemas file.
 async function schemaFor(apiVersion, kind) {
   const key = `${apiVersion}/${kind}`;
   if (schemaCache.has(key)) return schemaCache.get(key);
+  const [group, version] = apiVersion.split("/");
+  if (CRD_GROUPS.has(group)) {
+    const validate = await crdSchemaFor(group, version, kind);
+    validate.crd = true;
+    schemaCache.set(key, validate);
+    return validate;
+  }
   const [pkg, sub] = modelModule(apiVersion, kind);
   const file = path.join(packageDir(pkg), `${sub}.mjs`);
   if (!fs.existsSync(file)) throw new Error(`no schema for ${apiVersion} ${kind} (no model ${pkg}/${sub})`);
@@ -244,7 +279,10 @@ export async function validateObject(obj) {
   const [proxy, visited] = recordingProxy(copy);
   const ok = validate(proxy);
   const problems = ok ? [] : formatErrors(validate.errors || []);
-  for (const f of unknownFields(visited)) problems.push(`${f}: unknown field (not in the ${obj.apiVersion} ${obj.kind} schema)`);
+  // A CRD's schema says only "object" of metadata (the API server checks it
+  // as ObjectMeta): its fields are not unknown.
+  const known = (f) => validate.crd && f.startsWith("/metadata/");
+  for (const f of unknownFields(visited).filter((x) => !known(x))) problems.push(`${f}: unknown field (not in the ${obj.apiVersion} ${obj.kind} schema)`);
   return problems;
 }
 

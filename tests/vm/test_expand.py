@@ -9,17 +9,16 @@ Ends with a benchmark next to the raw tools. TAP output.
 
 usage: test_expand.py PATH-TO-pmem-csi-driver direct|lvm
 """
-import hashlib
 import os
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 import grpc  # noqa: E402
 
 import pcsi_test as pt  # noqa: E402
+from dax_writer import Writer  # noqa: E402
 
 DRIVER, BACKEND = sys.argv[1], sys.argv[2]
 t = pt.TAP()
@@ -95,42 +94,6 @@ class Published:
         ok_call("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=self.id,
                                                                           staging_target_path=self.staging))
         ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=self.id))
-
-
-def chunk(i):
-    """1 MiB of content that depends on its index."""
-    return hashlib.sha256(b"%d" % i).digest() * (MiB // 32)
-
-
-class Writer(threading.Thread):
-    """Writes 1 MiB chunks to |path| (on the DAX mount) with fsync, going
-    round the first |limit| MiB again and again until stopped (or once, with
-    |once|); chunk i always holds chunk(i)."""
-
-    def __init__(self, path, limit, once=False):
-        super().__init__(daemon=True)
-        self.path, self.limit, self.once = path, limit, once
-        self.n, self.stop, self.error = 0, False, None
-
-    def run(self):
-        try:
-            with open(self.path, "wb") as f:
-                while not self.stop and not (self.once and self.n >= self.limit):
-                    i = self.n % self.limit
-                    f.seek(i * MiB)
-                    f.write(chunk(i))
-                    f.flush()
-                    os.fsync(f.fileno())
-                    self.n += 1
-        except OSError as e:
-            self.error = e
-
-    def verify(self):
-        with open(self.path, "rb") as f:
-            for i in range(min(self.n, self.limit)):
-                if f.read(MiB) != chunk(i):
-                    return "chunk %d differs" % i
-        return None
 
 
 def grow_while_writing(name, fs, size, new_size):

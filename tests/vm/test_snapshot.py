@@ -1,0 +1,344 @@
+#!/usr/bin/python3
+"""Snapshots, restores and clones on real PMEM, inside the QEMU guest as root
+(issue 12): the node role copies a published volume while a file is written
+through DAX (its filesystem frozen for the copy), the copy restores into a
+new volume with the same checksums, clones copy a volume directly, sources
+and snapshots are deleted in either order, the driver is SIGKILLed inside a
+copy and nothing half made is reported or left behind. Ends with a benchmark
+of the copy next to a raw dd of the same size. TAP output.
+
+usage: test_snapshot.py PATH-TO-pmem-csi-driver direct|lvm
+"""
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+from dax_writer import Writer, chunk  # noqa: E402
+
+DRIVER, BACKEND = sys.argv[1], sys.argv[2]
+t = pt.TAP()
+SC = grpc.StatusCode
+MiB = 1 << 20
+WORK = pt.mkdtemp("pcsi-snap-")
+SOCK = os.path.join(WORK, "csi.sock")
+ARGS = ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=node-snap", "-deviceManager=" + BACKEND,
+        "-statePath=" + os.path.join(WORK, "state"), "-v=5"]
+csi = pt.protos().csi
+AM = csi.VolumeCapability.AccessMode
+
+
+class Driver:
+    def __init__(self):
+        self.d, self.ch, self.n = None, None, 0
+
+    def start(self):
+        self.d = pt.Daemon(DRIVER, ARGS, name="snap-%s-%d" % (BACKEND, self.n)).start(timeout=120)
+        self.n += 1
+        self.ch = pt.unix_channel(SOCK)
+
+    def kill(self):
+        self.ch.close()
+        self.d.kill()
+
+    def call(self, service, method, req, timeout=600):
+        path, _, resp = pt.rpc(csi, service, method)
+        return pt.call_code(self.ch, path, req, resp, timeout=timeout)
+
+
+drv = Driver()
+drv.start()
+
+
+def ok_call(service, method, req):
+    code, details, r = drv.call(service, method, req)
+    pt.check(code == SC.OK, "%s: %s %s" % (method, code, details))
+    return r
+
+
+def cap(fs="ext4", block=False):
+    if block:
+        return csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(),
+                                    access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
+    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type=fs),
+                                access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
+
+
+def create(name, size, c, snap=None, vol=None):
+    req = csi.CreateVolumeRequest(name=name, capacity_range=csi.CapacityRange(required_bytes=size),
+                                  volume_capabilities=[c])
+    if snap:
+        req.volume_content_source.snapshot.snapshot_id = snap
+    elif vol:
+        req.volume_content_source.volume.volume_id = vol
+    return ok_call("Controller", "CreateVolume", req).volume
+
+
+def snapshot(name, vid):
+    return ok_call("Controller", "CreateSnapshot",
+                   csi.CreateSnapshotRequest(name=name, source_volume_id=vid)).snapshot
+
+
+class Published:
+    """A volume staged and published (a device file for a block volume)."""
+
+    def __init__(self, vol, c, name):
+        self.vol, self.id, self.cap = vol, vol.volume_id, c
+        self.staging = os.path.join(WORK, name + "-staging")
+        self.target = os.path.join(WORK, name + "-target")
+        os.makedirs(self.staging, exist_ok=True)
+        ok_call("Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
+            volume_id=self.id, staging_target_path=self.staging, volume_capability=c))
+        ok_call("Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
+            volume_id=self.id, staging_target_path=self.staging, target_path=self.target, volume_capability=c))
+
+    def unpublish(self):
+        ok_call("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=self.id,
+                                                                              target_path=self.target))
+        ok_call("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=self.id,
+                                                                          staging_target_path=self.staging))
+
+
+def delete(vid):
+    ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
+
+
+def delete_snapshot(sid):
+    ok_call("Controller", "DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=sid))
+
+
+def sha(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(MiB), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def device(vid):
+    """The block device of volume or snapshot |vid| (ground truth from the tools)."""
+    if BACKEND == "lvm":
+        r = subprocess.run(["lvs", "--noheadings", "-o", "lv_name,lv_path"], capture_output=True, text=True)
+        for f in (l.split() for l in r.stdout.splitlines()):
+            if len(f) == 2 and f[0] == vid:
+                return f[1]
+        return None
+    r = subprocess.run(["ndctl", "list", "-N"], capture_output=True, text=True)
+    out = json.loads(r.stdout or "[]")
+    for n in out if isinstance(out, list) else [out]:
+        if n.get("name") == vid:
+            return "/dev/" + n["blockdev"]
+    return None
+
+
+def capacity():
+    return ok_call("Controller", "GetCapacity", csi.GetCapacityRequest()).available_capacity
+
+
+def snapshots():
+    return sorted(e.snapshot.snapshot_id for e in ok_call("Controller", "ListSnapshots",
+                                                          csi.ListSnapshotsRequest()).entries)
+
+
+@t.test("capabilities: CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, CLONE_VOLUME")
+def _():
+    T = csi.ControllerServiceCapability.RPC
+    have = {c.rpc.type for c in ok_call("Controller", "ControllerGetCapabilities",
+                                        csi.ControllerGetCapabilitiesRequest()).capabilities}
+    pt.check({T.CREATE_DELETE_SNAPSHOT, T.LIST_SNAPSHOTS, T.CLONE_VOLUME} <= have, str(have))
+
+
+def snapshot_while_writing(fs, size):
+    cap0 = capacity()
+    c = cap(fs)
+    src = Published(create("src-" + fs, size, c), c, "src-" + fs)
+    w = Writer(os.path.join(src.target, "data"), limit=(size // MiB) // 3)
+    w.start()
+    time.sleep(0.5)
+    n_before = w.n
+    s = snapshot("snap-" + fs, src.id)
+    pt.check(w.is_alive() and w.error is None, "writer: %s" % w.error)
+    time.sleep(0.3)
+    w.stop = True
+    w.join(120)
+    pt.check(w.n > n_before, "the writer made no progress across the snapshot (%d)" % w.n)
+    pt.check(s.ready_to_use and s.size_bytes == src.vol.capacity_bytes, "snapshot %r" % s)
+    pt.check(capacity() == cap0 - 2 * src.vol.capacity_bytes, "the snapshot is not counted against capacity")
+    log = drv.d.stderr_text()
+    pt.check(re.search(r"snapshot created.*frozen=yes", log), "no frozen copy in the log")
+    # The copy's filesystem is clean: it was frozen, not torn.
+    dev = device(s.snapshot_id)
+    pt.check(dev is not None, "no device for %s" % s.snapshot_id)
+    fsck = ["e2fsck", "-fn", dev] if fs == "ext4" else ["xfs_repair", "-n", dev]
+    r = subprocess.run(fsck, capture_output=True, text=True)
+    pt.check(r.returncode == 0, "%s on the snapshot: %d\n%s%s" % (fsck[0], r.returncode, r.stdout[-800:],
+                                                                   r.stderr[-800:]))
+    # Restore: every whole chunk the copy holds is the one written.
+    rv = create("restored-" + fs, size, c, snap=s.snapshot_id)
+    pt.check(rv.content_source.snapshot.snapshot_id == s.snapshot_id, "content_source %r" % rv)
+    rest = Published(rv, c, "restored-" + fs)
+    data = os.path.join(rest.target, "data")
+    n = os.path.getsize(data) // MiB
+    with open(data, "rb") as f:
+        bad = [i for i in range(n) if f.read(MiB) != chunk(i % w.limit)]
+    pt.check(n > 0 and not bad, "restored file: %d MiB, chunks differing: %r" % (n, bad[:5]))
+    line = [l for l in open("/proc/self/mountinfo") if l.split()[4] == rest.staging]
+    pt.check(line and "dax" in line[0], "restored volume not mounted with dax: %r" % line)
+    # Idle now: the checksums of a second snapshot's restore match the source.
+    want = sha(os.path.join(src.target, "data"))
+    s2 = snapshot("snap2-" + fs, src.id)
+    r2 = Published(create("restored2-" + fs, size, c, snap=s2.snapshot_id), c, "restored2-" + fs)
+    got = sha(os.path.join(r2.target, "data"))
+    pt.check(got == want, "checksums: source %s, restored %s" % (want, got))
+    t.diag("%s: snapshot of %d MiB while written: %d chunks before, %d after; restore holds %d MiB, "
+           "checksum %s" % (fs, size // MiB, n_before, w.n, n, got[:16]))
+    # The source goes first, then the snapshots; the restores stay intact.
+    src.unpublish()
+    delete(src.id)
+    pt.check(s.snapshot_id in snapshots(), "the snapshot went with its source")
+    r3 = create("restored3-" + fs, size, c, snap=s2.snapshot_id)
+    for sid in (s.snapshot_id, s2.snapshot_id):
+        delete_snapshot(sid)
+    pt.check(not [x for x in snapshots() if x in (s.snapshot_id, s2.snapshot_id)], "snapshots listed after delete")
+    pt.check(device(s.snapshot_id) is None, "the snapshot's device is still there")
+    pt.check(sha(os.path.join(r2.target, "data")) == want, "the restore changed with its snapshot's delete")
+    for v in (rest, r2):
+        v.unpublish()
+        delete(v.id)
+    r3p = Published(r3, c, "restored3-" + fs)
+    pt.check(sha(os.path.join(r3p.target, "data")) == want, "restored from a snapshot whose source was gone")
+    r3p.unpublish()
+    delete(r3.volume_id)
+    pt.check(capacity() == cap0, "capacity %d, was %d" % (capacity(), cap0))
+
+
+@t.test("ext4: snapshot while written through DAX (frozen, fsck clean), restore, checksums, deletes either way")
+def _():
+    snapshot_while_writing("ext4", 128 * MiB)
+
+
+@t.test("xfs: snapshot while written through DAX (frozen, xfs_repair -n clean), restore, checksums")
+def _():
+    snapshot_while_writing("xfs", 320 * MiB)
+
+
+@t.test("clone of a published volume (ext4) and of a raw block volume: same bytes; later writes stay apart")
+def _():
+    c = cap()
+    src = Published(create("clone-src", 64 * MiB, c), c, "clone-src")
+    with open(os.path.join(src.target, "f"), "wb") as f:
+        f.write(os.urandom(8 * MiB))
+    want = sha(os.path.join(src.target, "f"))
+    cl = create("clone", 96 * MiB, c, vol=src.id)
+    pt.check(cl.content_source.volume.volume_id == src.id and cl.capacity_bytes >= 96 * MiB, "clone %r" % cl)
+    clp = Published(cl, c, "clone")
+    pt.check(sha(os.path.join(clp.target, "f")) == want, "clone checksum")
+    st = os.statvfs(clp.target)
+    pt.check(st.f_blocks * st.f_frsize > 80 * MiB, "the clone's filesystem was not grown to the volume: %d"
+             % (st.f_blocks * st.f_frsize))
+    with open(os.path.join(src.target, "f"), "r+b") as f:
+        f.write(b"changed")
+    pt.check(sha(os.path.join(clp.target, "f")) == want, "the clone follows its source")
+    for v in (clp, src):
+        v.unpublish()
+        delete(v.id)
+    b = cap(block=True)
+    bsrc = Published(create("clone-bsrc", 32 * MiB, b), b, "clone-bsrc")
+    pattern = os.urandom(4 * MiB)
+    with open(bsrc.target, "r+b") as f:
+        f.write(pattern)
+        os.fsync(f.fileno())
+    bcl = Published(create("clone-block", 32 * MiB, b, vol=bsrc.id), b, "clone-block")
+    with open(bcl.target, "rb") as f:
+        pt.check(f.read(len(pattern)) == pattern, "block clone differs")
+    for v in (bcl, bsrc):
+        v.unpublish()
+        delete(v.id)
+
+
+@t.test("SIGKILL inside a snapshot's copy: after the restart nothing half made is listed or left on the "
+        "device, the source is thawed, a retry completes")
+def _():
+    cap0 = capacity()
+    c = cap()
+    src = Published(create("kill-src", 512 * MiB, c), c, "kill-src")
+    with open(os.path.join(src.target, "f"), "wb") as f:
+        f.write(os.urandom(16 * MiB))
+    want = sha(os.path.join(src.target, "f"))
+    sid = "snap." + hashlib.sha224(b"kill-snap").hexdigest()
+    log0 = len(drv.d.stderr_text())
+    th = threading.Thread(target=lambda: drv.call("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
+        name="kill-snap", source_volume_id=src.id)), daemon=True)
+    th.start()
+    deadline = time.monotonic() + 120
+    while "freezing a filesystem" not in drv.d.stderr_text()[log0:] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)
+    inside = "snapshot created" not in drv.d.stderr_text()[log0:]
+    drv.kill()
+    th.join(30)
+    time.sleep(1)
+    copying = subprocess.run(["pgrep", "-f", "^dd if="], capture_output=True, text=True).stdout.split()
+    pt.check(not copying, "the copy outlived the driver: %r" % copying)
+    drv.start()
+    log = drv.d.stderr_text()
+    pt.check(inside, "the kill came after the copy (too fast to hit)")
+    pt.check("removed a copy that never completed" in log, "no recovery in the log")
+    pt.check(sid not in snapshots(), "a half-made snapshot is listed")
+    pt.check(device(sid) is None, "the half-made copy is still on the device")
+    pt.check(capacity() == cap0 - src.vol.capacity_bytes, "capacity %d, want %d" %
+             (capacity(), cap0 - src.vol.capacity_bytes))
+    r = subprocess.run(["timeout", "20", "sh", "-c", "echo thawed > %s/after" % src.target])
+    pt.check(r.returncode == 0, "the source's filesystem is still frozen (write: %d)" % r.returncode)
+    s = snapshot("kill-snap", src.id)
+    pt.check(s.snapshot_id == sid and s.ready_to_use, "retry %r" % s)
+    rest = Published(create("kill-restored", 512 * MiB, c, snap=sid), c, "kill-restored")
+    pt.check(sha(os.path.join(rest.target, "f")) == want, "restored checksum after the retry")
+    rest.unpublish()
+    delete(rest.id)
+    delete_snapshot(sid)
+    src.unpublish()
+    delete(src.id)
+    pt.check(capacity() == cap0, "capacity %d, was %d" % (capacity(), cap0))
+
+
+@t.test("benchmark: CreateSnapshot of an idle 256 MiB volume next to a raw dd of the same size")
+def _():
+    c = cap(block=True)
+    src = create("bench-src", 256 * MiB, c)
+    dst = create("bench-dst", 256 * MiB, c)
+    ours, raw = [], []
+    for i in range(3):
+        t0 = time.monotonic()
+        s = snapshot("bench-%d" % i, src.volume_id)
+        ours.append(time.monotonic() - t0)
+        delete_snapshot(s.snapshot_id)
+        t0 = time.monotonic()
+        subprocess.run(["dd", "if=" + device(src.volume_id), "of=" + device(dst.volume_id), "bs=4M",
+                        "iflag=direct", "oflag=direct", "conv=fsync", "status=none"], check=True)
+        raw.append(time.monotonic() - t0)
+    ours.sort()
+    raw.sort()
+    t.diag("benchmark (%s, 256 MiB, median of 3): CreateSnapshot %.2f s (%.0f MiB/s, create + copy + "
+           "records), raw dd %.2f s (%.0f MiB/s), ratio %.2f" % (BACKEND, ours[1], 256 / ours[1], raw[1],
+                                                                 256 / raw[1], ours[1] / raw[1]))
+    for v in (src, dst):
+        delete(v.volume_id)
+
+
+def teardown():
+    drv.ch.close()
+    drv.d.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(t.main(teardown))
