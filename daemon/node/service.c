@@ -141,8 +141,15 @@ static void run_mount(struct nop *op, const char *src, const char *dst, bool bin
 	const char *argv[10];
 	int n = 0;
 
+	/* xfs refuses a filesystem whose UUID a mounted one has: every copy of
+	 * a volume (snapshot restore, clone) has its source's. nouuid lifts
+	 * that check (xfs_admin -U could give the copy a new UUID only after
+	 * a log replay, i.e. a mount). */
+	bool xfs = !bind && !strcmp(op->fstype, "xfs");
+
 	snprintf(opts, sizeof(opts), "%s%s%s%s%s", bind ? "bind" : (op->dax ? "dax" : "defaults"),
-		 op->ro ? ",ro" : "", op->flags[0] && !bind ? "," : "", bind ? "" : op->flags, "");
+		 xfs ? ",nouuid" : "", op->ro ? ",ro" : "", op->flags[0] && !bind ? "," : "",
+		 bind ? "" : op->flags);
 	argv[n++] = "mount";
 	argv[n++] = "-c"; /* keep the path we give, not /dev/mapper/... */
 	if (!bind) {

@@ -10,7 +10,7 @@ two nodes, node-x and node-y, each a QEMU guest with emulated NVDIMMs
 (tests/k8s/node.sh). Images come from tests/k8s/images.py.
 
     cluster = Cluster(workdir, driver=PATH)
-    cluster.up()            # nodes Ready, CoreDNS running
+    cluster.up()            # nodes Ready, CoreDNS and the snapshot-controller running
     cluster.kubectl("get", "nodes")
     cluster.down()          # everything stopped, the namespace removed
 
@@ -37,6 +37,12 @@ API_IP = "10.96.0.1"
 DNS_IP = "10.96.0.10"
 CLUSTER_CIDR = "10.244.0.0/16"
 PAUSE = "registry.k8s.io/pause:3.10"
+# The snapshot API's CRDs: those of the external-snapshotter client module
+# that csi-snapshotter and snapshot-controller are built with (go-tools.sh
+# leaves it in the Go module cache); the manifest tests read the same files.
+SNAPSHOT_CRDS = os.environ.get("PCSI_SNAPSHOT_CRDS") or os.path.join(
+    os.environ.get("PCSI_CACHE", "/var/cache/pmem-csi"),
+    "go/mod/github.com/kubernetes-csi/external-snapshotter/client/v8@v8.7.0/config/crd")
 
 
 def _die_with_parent():
@@ -285,7 +291,8 @@ class Cluster:
     def up(self, image_dir):
         t0 = time.monotonic()
         os.makedirs(self.work, exist_ok=True)
-        tools = {t: go_tool(t) for t in ("csi-provisioner", "csi-resizer", "coredns") + (("agnhost",) if self.e2e_images else ())}
+        tools = {t: go_tool(t) for t in ("csi-provisioner", "csi-resizer", "csi-snapshotter", "snapshot-controller",
+                                         "coredns") + (("agnhost",) if self.e2e_images else ())}
         tars = images.build_all(image_dir, self.driver, tools, e2e=self.e2e_images)
         log("images built (%.0f s)" % (time.monotonic() - t0))
         self.make_pki()
@@ -299,6 +306,19 @@ class Cluster:
         self.wait(lambda: self.kubectl_json("-n", "kube-system", "get", "deployment", "coredns")
                   ["status"].get("readyReplicas", 0) >= 1, 300, "CoreDNS ready", 2)
         log("CoreDNS ready (%.0f s)" % (time.monotonic() - t0))
+        crds = sorted(f for f in os.listdir(SNAPSHOT_CRDS) if f.startswith("snapshot.storage.k8s.io_"))
+        if len(crds) != 3:
+            raise RuntimeError("snapshot CRDs in %s: %r (go-tools.sh csi-snapshotter puts them there)"
+                               % (SNAPSHOT_CRDS, crds))
+        for f in crds:
+            self.kubectl("apply", "-f", os.path.join(SNAPSHOT_CRDS, f))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                     *("crd/" + f[len("snapshot.storage.k8s.io_"):-len(".yaml")] + ".snapshot.storage.k8s.io"
+                       for f in crds), timeout=90)
+        self.kubectl("apply", "-f", os.path.join(HERE, "snapshot-controller.yaml"))
+        self.wait(lambda: self.kubectl_json("-n", "kube-system", "get", "deployment", "snapshot-controller")
+                  ["status"].get("readyReplicas", 0) >= 1, 300, "snapshot-controller ready", 2)
+        log("snapshot CRDs and controller ready (%.0f s)" % (time.monotonic() - t0))
         return time.monotonic() - t0
 
     def down(self):

@@ -301,6 +301,10 @@ def build_all(outdir, driver, tools, e2e=False):
             (static_rootfs(tools["csi-provisioner"], "/csi-provisioner"), ["/csi-provisioner"], None),
         "registry.k8s.io/sig-storage/csi-resizer:v1.14.0":
             (static_rootfs(tools["csi-resizer"], "/csi-resizer"), ["/csi-resizer"], None),
+        "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0":
+            (static_rootfs(tools["csi-snapshotter"], "/csi-snapshotter"), ["/csi-snapshotter"], None),
+        "registry.k8s.io/sig-storage/snapshot-controller:v8.7.0":
+            (static_rootfs(tools["snapshot-controller"], "/snapshot-controller"), ["/snapshot-controller"], None),
         "registry.k8s.io/coredns/coredns:pcsi":
             (static_rootfs(tools["coredns"], "/coredns"), ["/coredns"], None),
     }

@@ -388,6 +388,77 @@ def _():
         pt.check(lvs == [], "%s keeps %r" % (n, lvs))
 
 
+def pvc_from(name, source_kind, source, size="64Mi"):
+    doc = json.loads(pvc_yaml(name, "pmem-csi-sc", size))
+    doc["spec"]["dataSource"] = ({"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": source}
+                                 if source_kind == "snapshot" else {"kind": "PersistentVolumeClaim", "name": source})
+    return json.dumps(doc)
+
+
+@t.test("distributed: `kubectl apply -k manifests/snapshot`; a VolumeSnapshot of a PVC in use becomes ready "
+        "(csi-snapshotter on the node, snapshot-controller with distributed snapshotting); a PVC restored from "
+        "it and a clone of the PVC hold the data; all of it deleted, no logical volume stays")
+@timed("snapshots")
+def _():
+    k("apply", "-k", manifests("snapshot"))
+    stamp = "snap-%d" % int(time.time())
+    k("apply", "-f", "-", input=pvc_yaml("snap-src", "pmem-csi-sc", "64Mi"))
+    k("apply", "-f", "-", input=pod_yaml("app-snap", "node-y", claim="snap-src",
+                                         cmd="echo %s > /data/f && sync && exec sleep 100000" % stamp))
+    wait_pod_running("app-snap")
+    wait(lambda: k("exec", "app-snap", "--", "cat", "/data/f", check=False).stdout.strip() == stamp, 60,
+         "the file on the source")
+    k("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot", "metadata": {"name": "snap-1"},
+        "spec": {"volumeSnapshotClassName": "pmem-csi-snapshotclass",
+                 "source": {"persistentVolumeClaimName": "snap-src"}}}))
+    t0 = time.monotonic()
+
+    def ready():
+        st = kj("get", "volumesnapshot", "snap-1").get("status") or {}
+        if st.get("error"):
+            raise pt.TestFailure("snapshot error: %r" % st["error"])
+        return st.get("readyToUse") is True
+    try:
+        wait(ready, 300, "VolumeSnapshot snap-1 ready")
+    except RuntimeError as e:
+        raise pt.TestFailure("%s\n%s\n%s" % (e, k("describe", "volumesnapshot", "snap-1", check=False).stdout[-1500:],
+                                              k("-n", NS, "logs", driver_pod("node-y"), "-c", "csi-snapshotter",
+                                                "--tail=30", check=False).stdout))
+    took = time.monotonic() - t0
+    content = kj("get", "volumesnapshotcontent",
+                 kj("get", "volumesnapshot", "snap-1")["status"]["boundVolumeSnapshotContentName"])
+    handle = content["status"]["snapshotHandle"]
+    pt.check(handle.startswith("snap.") and handle in logical_volumes("node-y"),
+             "handle %s, node-y has %r" % (handle, logical_volumes("node-y")))
+    t.diag("snapshot ready %.0f s after the VolumeSnapshot was made; handle %s" % (took, handle))
+    # Written after the snapshot: not in the restore, but in a clone made now.
+    k("exec", "app-snap", "--", "sh", "-c", "echo later > /data/g && sync")
+    k("apply", "-f", "-", input=pvc_from("snap-restored", "snapshot", "snap-1"))
+    k("apply", "-f", "-", input=pvc_from("snap-clone", "pvc", "snap-src"))
+    for pod, pvc in (("app-restored", "snap-restored"), ("app-clone", "snap-clone")):
+        k("apply", "-f", "-", input=pod_yaml(pod, "node-y", claim=pvc,
+                                             cmd="cat /data/f; ls /data; exec sleep 100000"))
+    for pod in ("app-restored", "app-clone"):
+        wait_pod_running(pod)
+    out = logs_until("app-restored", r"^lost\+found")
+    pt.check(stamp in out.split() and "g" not in out.split(), "restored: %r" % out)
+    out = logs_until("app-clone", r"^lost\+found")
+    pt.check(stamp in out and "g" in out.split(), "clone: %r" % out)
+    # The snapshot goes before the volume restored from it, the source
+    # before its clone.
+    k("delete", "volumesnapshot", "snap-1", "--wait=true", timeout=300)
+    wait(lambda: handle not in logical_volumes("node-y"), 120, "the snapshot's LV to go")
+    for pod, pvc in (("app-snap", "snap-src"), ("app-restored", "snap-restored"), ("app-clone", "snap-clone")):
+        k("delete", "pod", pod, "--wait=true", timeout=300)
+        pv = kj("get", "pvc", pvc)["spec"]["volumeName"]
+        k("delete", "pvc", pvc, "--wait=true", timeout=300)
+        wait_gone("pv", pv)
+    for n in ("node-x", "node-y"):
+        lvs = logical_volumes(n)
+        pt.check(lvs == [], "%s keeps %r" % (n, lvs))
+
+
 @t.test("Prometheus finds the driver pods through kubernetes_sd_configs (manifests/metrics/prometheus-scrape.yaml); "
         "pmem_amount_available matches the capacity the driver reported (CSIStorageCapacity)")
 @timed("prometheus")
