@@ -147,6 +147,23 @@ void pcsi_cluster_add(struct pcsi_cluster *cl, const char *id, int64_t size, con
 	v->nodes[v->n_nodes++] = pcsi_xstrdup(node_id);
 }
 
+void pcsi_cluster_add_snapshot(struct pcsi_cluster *cl, const Csi__V1__Snapshot *snap,
+			       const char *node_id)
+{
+	struct pcsi_cvol *v;
+
+	if (!snap->snapshot_id || !pcsi_snapshot_id_is(snap->snapshot_id) ||
+	    !pcsi_volume_id_ok(snap->source_volume_id))
+		return; /* not one of ours */
+	pcsi_cluster_add(cl, snap->snapshot_id, snap->size_bytes, node_id);
+	v = pcsi_cluster_volume(cl, snap->snapshot_id);
+	snprintf(v->source, sizeof(v->source), "%s", snap->source_volume_id);
+	if (snap->creation_time) {
+		v->created_s = snap->creation_time->seconds;
+		v->created_ns = snap->creation_time->nanos;
+	}
+}
+
 void pcsi_cluster_remove(struct pcsi_cluster *cl, const char *id, const char *node_id)
 {
 	struct pcsi_cvol *v = pcsi_cluster_volume(cl, id);
@@ -231,6 +248,7 @@ struct reg {
 	struct pcsi_cluster *cl;
 	char *node_id;
 	char token[32];
+	bool snapshots; /* listing snapshots (after the volumes) */
 	pcsi_cluster_cb cb;
 	void *data;
 };
@@ -268,7 +286,7 @@ static void on_reg_capacity(int error, const char *msg, void *data)
 static void on_list(struct pcsi_client_call *call, void *data)
 {
 	struct reg *r = data;
-	Csi__V1__ListVolumesResponse *out = (Csi__V1__ListVolumesResponse *)call->reply;
+	const char *next = NULL;
 	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
 	char msg[300];
 	size_t i;
@@ -280,36 +298,54 @@ static void on_list(struct pcsi_client_call *call, void *data)
 		return;
 	}
 	if (call->status != PCSI_OK) {
-		snprintf(msg, sizeof(msg), "cannot list the volumes of node %s at %s: %s: %s",
-			 r->node_id, n->endpoint, pcsi_status_name((int)call->status),
-			 call->message ? call->message : "");
+		snprintf(msg, sizeof(msg), "cannot list the %s of node %s at %s: %s: %s",
+			 r->snapshots ? "snapshots" : "volumes", r->node_id, n->endpoint,
+			 pcsi_status_name((int)call->status), call->message ? call->message : "");
 		pcsi_client_call_done(call);
 		reg_end(r, -EAGAIN, msg);
 		return;
 	}
-	for (i = 0; i < out->n_entries; i++)
-		if (out->entries[i]->volume && out->entries[i]->volume->volume_id)
-			pcsi_cluster_add(r->cl, out->entries[i]->volume->volume_id,
-					 out->entries[i]->volume->capacity_bytes, r->node_id);
-	if (out->next_token && *out->next_token) {
-		snprintf(r->token, sizeof(r->token), "%.31s", out->next_token);
+	if (r->snapshots) {
+		const Csi__V1__ListSnapshotsResponse *out = (const void *)call->reply;
+		for (i = 0; i < out->n_entries; i++)
+			if (out->entries[i]->snapshot)
+				pcsi_cluster_add_snapshot(r->cl, out->entries[i]->snapshot,
+							  r->node_id);
+		next = out->next_token;
+	} else {
+		const Csi__V1__ListVolumesResponse *out = (const void *)call->reply;
+		for (i = 0; i < out->n_entries; i++)
+			if (out->entries[i]->volume && out->entries[i]->volume->volume_id)
+				pcsi_cluster_add(r->cl, out->entries[i]->volume->volume_id,
+						 out->entries[i]->volume->capacity_bytes,
+						 r->node_id);
+		next = out->next_token;
+	}
+	if (next && *next) {
+		snprintf(r->token, sizeof(r->token), "%.31s", next);
+	} else if (!r->snapshots) {
+		r->snapshots = true;
+		r->token[0] = '\0';
+	} else {
 		pcsi_client_call_done(call);
-		list_page(r);
+		get_capacity(r->cl, n, on_reg_capacity, r);
 		return;
 	}
 	pcsi_client_call_done(call);
-	get_capacity(r->cl, n, on_reg_capacity, r);
+	list_page(r);
 }
 
 static void list_page(struct reg *r)
 {
-	Csi__V1__ListVolumesRequest in = CSI__V1__LIST_VOLUMES_REQUEST__INIT;
+	Csi__V1__ListVolumesRequest vin = CSI__V1__LIST_VOLUMES_REQUEST__INIT;
+	Csi__V1__ListSnapshotsRequest sin = CSI__V1__LIST_SNAPSHOTS_REQUEST__INIT;
 	struct pcsi_cnode *n = pcsi_cluster_node(r->cl, r->node_id);
 
-	in.max_entries = 1000;
-	in.starting_token = r->token;
-	pcsi_channel_call(n->chan, &r->call, SVC, method("ListVolumes"), &in.base,
-			  r->cl->rpc_timeout_ms, on_list, r);
+	vin.max_entries = sin.max_entries = 1000;
+	vin.starting_token = sin.starting_token = r->token;
+	pcsi_channel_call(n->chan, &r->call, SVC,
+			  method(r->snapshots ? "ListSnapshots" : "ListVolumes"),
+			  r->snapshots ? &sin.base : &vin.base, r->cl->rpc_timeout_ms, on_list, r);
 }
 
 /* A registration answered without asking the node (a heartbeat, a bad

@@ -3,10 +3,12 @@
  * they hold (one id may live on several nodes: cache volumes).
  *
  * Nothing is persisted. Nodes register (and re-register as a heartbeat); a
- * new node, or a node at a new endpoint, is connected to and its volumes are
- * imported (ListVolumes, every page) and its capacity read before the
- * registration is answered, so after a controller restart the picture is
- * rebuilt from the nodes themselves.
+ * new node, or a node at a new endpoint, is connected to and its volumes and
+ * snapshots are imported (ListVolumes and ListSnapshots, every page) and its
+ * capacity read before the registration is answered, so after a controller
+ * restart the picture is rebuilt from the nodes themselves. Snapshots are
+ * entries like volumes (their ids have their own shape: volid.h), with their
+ * source and creation time.
  *
  * Contract:
  *  - strings passed in are copied;
@@ -27,6 +29,7 @@
 
 #include "daemon/core/list.h"
 #include "daemon/core/volid.h"
+#include "proto/csi.pb-c.h"
 #include "rpc/client.h"
 
 struct pcsi_cnode {
@@ -43,6 +46,10 @@ struct pcsi_cnode {
 struct pcsi_cvol {
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	int64_t size;
+	/* snapshots (pcsi_snapshot_id_is(id)) */
+	char source[PCSI_VOLUME_ID_MAX + 1];
+	int64_t created_s;
+	int32_t created_ns;
 	char **nodes; /* ids of the nodes that hold it */
 	size_t n_nodes;
 	struct pcsi_list link; /* private */
@@ -92,6 +99,9 @@ size_t pcsi_cluster_n_volumes(const struct pcsi_cluster *cl);
 
 /* Records that |node_id| holds volume |id| of |size| bytes. */
 void pcsi_cluster_add(struct pcsi_cluster *cl, const char *id, int64_t size, const char *node_id);
+/* Records that |node_id| holds snapshot |id| of volume |source|. */
+void pcsi_cluster_add_snapshot(struct pcsi_cluster *cl, const Csi__V1__Snapshot *snap,
+			       const char *node_id);
 /* Records that |node_id| no longer holds |id|; the volume goes when no node does. */
 void pcsi_cluster_remove(struct pcsi_cluster *cl, const char *id, const char *node_id);
 

@@ -200,6 +200,7 @@ static void create_reply(struct create_op *op)
 	vol.volume_context = (Csi__V1__Volume__VolumeContextEntry **)ctxp;
 	vol.n_accessible_topology = op->n_made;
 	vol.accessible_topology = topop;
+	vol.content_source = op->in->volume_content_source;
 	out.volume = &vol;
 	pcsi_info(2, "volume ready", "name=%s volume=%s nodes=%zu size=%lld", op->in->name, op->id,
 		  op->n_made, (long long)op->vol_size);
@@ -349,6 +350,82 @@ static void create_next(struct create_op *op)
 	undo_next(op);
 }
 
+/* A snapshot or volume |id| the index knows (never a volume id for a
+ * snapshot or the other way round), or NULL. */
+static struct pcsi_cvol *known(struct pcsi_controller *c, const char *id, bool snapshot)
+{
+	if (!(snapshot ? pcsi_snapshot_id_is(id) : pcsi_volume_id_ok(id)))
+		return NULL;
+	return pcsi_cluster_volume(c->cluster, id);
+}
+
+/* The first holder of |v| that is registered and ready, or NULL. */
+static const char *ready_holder(struct pcsi_controller *c, const struct pcsi_cvol *v)
+{
+	size_t i;
+
+	for (i = 0; i < v->n_nodes; i++) {
+		const struct pcsi_cnode *n = pcsi_cluster_node(c->cluster, v->nodes[i]);
+		if (n && n->ready)
+			return v->nodes[i];
+	}
+	return NULL;
+}
+
+/* A volume made from a snapshot or another volume is made by the node that
+ * holds the source (the copy is local): that node is the only target.
+ * Returns false after ending the call. */
+static bool source_target(struct create_op *op)
+{
+	const Csi__V1__TopologyRequirement *tr = op->in->accessibility_requirements;
+	bool snap = false;
+	const char *src = pcsi_content_source(op->in, &snap), *node;
+	struct pcsi_cvol *v = known(op->c, src, snap);
+	size_t i;
+
+	if (op->need > 1) {
+		pcsi_call_fail(op->call, PCSI_INVALID_ARGUMENT,
+			       "a cache volume cannot be made from a content source: the copy is "
+			       "made on the one node that holds the source");
+		return false;
+	}
+	if (!v) {
+		if (grace_left_s(op->c))
+			pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
+				       "%s %.80s is unknown and the controller started recently; "
+				       "nodes may not have re-registered yet (%llu s left)",
+				       snap ? "snapshot" : "volume", src,
+				       (unsigned long long)grace_left_s(op->c));
+		else
+			pcsi_call_fail(op->call, PCSI_NOT_FOUND, "%s %.80s does not exist",
+				       snap ? "snapshot" : "volume", src);
+		return false;
+	}
+	node = ready_holder(op->c, v);
+	if (!node) {
+		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
+			       "node %s, which holds %s, is not registered", v->nodes[0], src);
+		return false;
+	}
+	if (tr && tr->n_requisite) {
+		bool ok = false;
+		for (i = 0; i < tr->n_requisite; i++) {
+			const char *n = topo_node(op->c, tr->requisite[i]);
+			if (n && !strcmp(n, node))
+				ok = true;
+		}
+		if (!ok) {
+			pcsi_call_fail(op->call, PCSI_RESOURCE_EXHAUSTED,
+				       "%s lives on node %s, which the requisite topology does not "
+				       "include",
+				       src, node);
+			return false;
+		}
+	}
+	add_target(op, node);
+	return true;
+}
+
 static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 			      const Csi__V1__CreateVolumeRequest *in,
 			      Csi__V1__CreateVolumeResponse_Closure closure, void *call)
@@ -358,14 +435,6 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 	struct pcsi_cvol *v;
 	size_t i;
 
-	if (in->volume_content_source) {
-		/* Copies are made by the node that holds the source: only a
-		 * node's own Controller (distributed mode) offers them. */
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
-			       "volume_content_source is not supported by the central controller");
-		free(op);
-		return;
-	}
 	if (!pcsi_create_begin(call, in, &c->busy, &op->params, &op->size, &op->limit, op->id)) {
 		free(op);
 		return;
@@ -401,7 +470,14 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 		create_free(op);
 		return;
 	}
-	pick_targets(op);
+	if (in->volume_content_source) {
+		if (!source_target(op)) {
+			create_free(op);
+			return;
+		}
+	} else {
+		pick_targets(op);
+	}
 	pcsi_call_on_cancel(call, create_cancelled, op);
 	create_next(op);
 }
@@ -419,7 +495,8 @@ struct fanout {
 	char **nodes; /* to ask */
 	size_t n_nodes, next;
 	bool known;
-	bool asking; /* a node's call is in flight */
+	bool any_time; /* the grace window does not matter (CreateSnapshot) */
+	bool asking;   /* a node's call is in flight */
 	bool cancelled;
 	int unreachable;
 	enum pcsi_status fatal;
@@ -508,7 +585,7 @@ static void fanout_next(struct fanout *f)
 	else if (f->unreachable)
 		pcsi_call_fail(f->call, PCSI_UNAVAILABLE, "volume %s not %s everywhere yet: %s",
 			       f->id, f->done, f->msg);
-	else if (grace_left_s(f->c))
+	else if (grace_left_s(f->c) && !f->any_time)
 		pcsi_call_fail(f->call, PCSI_UNAVAILABLE,
 			       "volume %s %s on %zu node(s); nodes that have not "
 			       "re-registered with the restarted controller may hold a copy "
@@ -682,6 +759,166 @@ static void ctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 	fanout_start(f);
 }
 
+/* ---- snapshots ------------------------------------------------------------------ */
+
+/* A snapshot is made by the node that holds its source volume (the first
+ * registered holder of a cache volume) and lives there; the index learns it
+ * from the reply, and after a restart from the node's ListSnapshots. */
+static void snap_on_ok(struct fanout *f, const char *node, const ProtobufCMessage *reply)
+{
+	const Csi__V1__CreateSnapshotResponse *r = (const void *)reply;
+
+	if (r->snapshot)
+		pcsi_cluster_add_snapshot(f->c->cluster, r->snapshot, node);
+}
+
+static void snap_reply(struct fanout *f)
+{
+	const struct pcsi_cvol *v = known(f->c, f->id, true);
+
+	if (!v) {
+		pcsi_call_fail(f->call, PCSI_INTERNAL, "node %s answered without snapshot %s",
+			       f->nodes[0], f->id);
+		return;
+	}
+	pcsi_info(2, "snapshot ready", "snapshot=%s source=%s node=%s", v->id, v->source,
+		  v->nodes[0]);
+	pcsi_reply_snapshot(f->call, &(struct pcsi_snapshot_item){ v->id, v->source, v->size,
+								   v->created_s, v->created_ns });
+}
+
+static void ctl_create_snapshot(Csi__V1__Controller_Service *svc,
+				const Csi__V1__CreateSnapshotRequest *in,
+				Csi__V1__CreateSnapshotResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	const struct pcsi_cvol *snap, *src;
+	const char *node;
+	struct fanout *f;
+
+	if (!in->name || !*in->name) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "name is required");
+		return;
+	}
+	if (!in->source_volume_id || !*in->source_volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "source_volume_id is required");
+		return;
+	}
+	pcsi_snapshot_id(in->name, id);
+	snap = known(c, id, true);
+	if (snap && strcmp(snap->source, in->source_volume_id)) {
+		pcsi_call_fail(call, PCSI_ALREADY_EXISTS,
+			       "snapshot \"%s\" exists with source volume %s", in->name,
+			       snap->source);
+		return;
+	}
+	src = known(c, in->source_volume_id, false);
+	if (!snap && !src) {
+		if (grace_left_s(c) && pcsi_volume_id_ok(in->source_volume_id))
+			pcsi_call_fail(call, PCSI_UNAVAILABLE,
+				       "volume %s is unknown and the controller started recently; "
+				       "nodes may not have re-registered yet (%llu s left)",
+				       in->source_volume_id, (unsigned long long)grace_left_s(c));
+		else
+			pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist",
+				       in->source_volume_id);
+		return;
+	}
+	node = ready_holder(c, snap ? snap : src);
+	if (!node) {
+		pcsi_call_fail(call, PCSI_UNAVAILABLE,
+			       "node %s, which holds volume %s, is not "
+			       "registered",
+			       (snap ? snap : src)->nodes[0], in->source_volume_id);
+		return;
+	}
+	if (pcsi_inflight_take(&c->busy, id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on snapshot \"%s\" is in progress",
+			       in->name);
+		return;
+	}
+	f = fanout_new(c, call, id, "CreateSnapshot", "created");
+	f->on_ok = snap_on_ok;
+	f->reply = snap_reply;
+	f->any_time = true;
+	f->req = &in->base;
+	f->nodes = pcsi_xcalloc(2, sizeof(*f->nodes));
+	f->nodes[f->n_nodes++] = pcsi_xstrdup(node);
+	fanout_start(f);
+}
+
+static void delete_snap_reply(struct fanout *f)
+{
+	Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
+
+	if (f->known)
+		pcsi_info(2, "snapshot deleted", "snapshot=%s", f->id);
+	pcsi_call_reply(f->call, &out.base);
+}
+
+static void ctl_delete_snapshot(Csi__V1__Controller_Service *svc,
+				const Csi__V1__DeleteSnapshotRequest *in,
+				Csi__V1__DeleteSnapshotResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	Csi__V1__DeleteSnapshotResponse out = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
+	struct fanout *f;
+
+	if (!in->snapshot_id || !*in->snapshot_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "snapshot_id is required");
+		return;
+	}
+	if (!pcsi_snapshot_id_is(in->snapshot_id)) {
+		pcsi_call_reply(call, &out.base); /* not ours: nothing to delete */
+		return;
+	}
+	if (pcsi_inflight_take(&c->busy, in->snapshot_id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on snapshot %s is in progress",
+			       in->snapshot_id);
+		return;
+	}
+	f = fanout_new(c, call, in->snapshot_id, "DeleteSnapshot", "deleted");
+	f->on_ok = delete_on_ok;
+	f->reply = delete_snap_reply;
+	f->req = &in->base;
+	if (!fanout_known(f)) {
+		if (grace_left_s(c)) {
+			fail_unknown_in_grace(f);
+			return;
+		}
+		f->nodes = pcsi_xcalloc(pcsi_cluster_n_nodes(c->cluster) + 1, sizeof(*f->nodes));
+		pcsi_cluster_foreach_node(c->cluster, add_delete_node, f);
+	}
+	fanout_start(f);
+}
+
+struct snap_items {
+	struct pcsi_snapshot_item *v;
+	size_t n;
+};
+
+static void collect_snapshot(const struct pcsi_cvol *v, void *data)
+{
+	struct snap_items *l = data;
+
+	if (pcsi_snapshot_id_is(v->id))
+		l->v[l->n++] = (struct pcsi_snapshot_item){ v->id, v->source, v->size, v->created_s,
+							    v->created_ns };
+}
+
+static void ctl_list_snapshots(Csi__V1__Controller_Service *svc,
+			       const Csi__V1__ListSnapshotsRequest *in,
+			       Csi__V1__ListSnapshotsResponse_Closure closure, void *call)
+{
+	struct pcsi_cluster *cl = from_svc(svc)->cluster;
+	struct snap_items l = { pcsi_xcalloc(pcsi_cluster_n_volumes(cl) + 1, sizeof(*l.v)), 0 };
+
+	pcsi_cluster_foreach_volume(cl, collect_snapshot, &l);
+	pcsi_reply_list_snapshots(call, in, l.v, l.n);
+	free(l.v);
+}
+
 /* ---- ListVolumes -------------------------------------------------------------- */
 
 struct list_items {
@@ -693,6 +930,8 @@ static void collect_volume(const struct pcsi_cvol *v, void *data)
 {
 	struct list_items *l = data;
 
+	if (pcsi_snapshot_id_is(v->id))
+		return;
 	l->v[l->n++] = (struct pcsi_list_item){ v->id, v->size, (const char *const *)v->nodes,
 						v->n_nodes };
 }
@@ -804,7 +1043,7 @@ static void ctl_validate_volume_capabilities(
 
 	if (!pcsi_validate_request_ok(call, in))
 		return;
-	v = pcsi_cluster_volume(c->cluster, in->volume_id);
+	v = known(c, in->volume_id, false);
 	if (!v) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		return;
@@ -839,7 +1078,7 @@ static void ctl_controller_get_volume(Csi__V1__Controller_Service *svc,
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
 		return;
 	}
-	v = pcsi_cluster_volume(c->cluster, in->volume_id);
+	v = known(c, in->volume_id, false);
 	if (!v) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		return;
@@ -858,7 +1097,7 @@ static void ctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, from_svc(svc)->expand, false);
+	pcsi_reply_controller_capabilities(call, from_svc(svc)->expand);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)

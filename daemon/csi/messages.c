@@ -249,7 +249,7 @@ const char *pcsi_content_source(const Csi__V1__CreateVolumeRequest *in, bool *sn
 	return id && *id ? id : NULL;
 }
 
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, bool copies)
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand)
 {
 	typedef Csi__V1__ControllerServiceCapability__RPC__Type type_t;
 	static const type_t always[] = {
@@ -259,13 +259,11 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, boo
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
-	};
-	static const type_t copy_types[] = {
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_SNAPSHOTS,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
 	};
-	enum { MAX = PCSI_ARRAY_SIZE(always) + PCSI_ARRAY_SIZE(copy_types) + 1 };
+	enum { MAX = PCSI_ARRAY_SIZE(always) + 1 };
 	Csi__V1__ControllerGetCapabilitiesResponse out =
 		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
 	Csi__V1__ControllerServiceCapability caps[MAX], *capp[MAX];
@@ -275,8 +273,6 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, boo
 
 	for (i = 0; i < PCSI_ARRAY_SIZE(always); i++)
 		types[n++] = always[i];
-	for (i = 0; copies && i < PCSI_ARRAY_SIZE(copy_types); i++)
-		types[n++] = copy_types[i];
 	if (expand)
 		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME;
 	for (i = 0; i < n; i++) {
@@ -612,4 +608,77 @@ static int limits(const ProtobufCMessage *m, int depth, char *err, size_t errlen
 int pcsi_request_limits(const ProtobufCMessage *in, char *err, size_t errlen)
 {
 	return limits(in, 0, err, errlen);
+}
+
+/* ---- snapshots ---------------------------------------------------------------------- */
+
+static void snapshot_msg(const struct pcsi_snapshot_item *it, Csi__V1__Snapshot *snap,
+			 Google__Protobuf__Timestamp *ts)
+{
+	google__protobuf__timestamp__init(ts);
+	ts->seconds = it->created_s;
+	ts->nanos = it->created_ns;
+	csi__v1__snapshot__init(snap);
+	snap->size_bytes = it->size;
+	snap->snapshot_id = (char *)it->id;
+	snap->source_volume_id = (char *)it->source;
+	snap->creation_time = ts;
+	snap->ready_to_use = true;
+}
+
+void pcsi_reply_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it)
+{
+	Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
+	Csi__V1__Snapshot snap;
+	Google__Protobuf__Timestamp ts;
+
+	snapshot_msg(it, &snap, &ts);
+	out.snapshot = &snap;
+	pcsi_call_reply(call, &out.base);
+}
+
+static int cmp_snapshot(const void *a, const void *b)
+{
+	return strcmp(((const struct pcsi_snapshot_item *)a)->id,
+		      ((const struct pcsi_snapshot_item *)b)->id);
+}
+
+void pcsi_reply_list_snapshots(struct pcsi_call *call, const Csi__V1__ListSnapshotsRequest *in,
+			       struct pcsi_snapshot_item *items, size_t n)
+{
+	Csi__V1__ListSnapshotsResponse out = CSI__V1__LIST_SNAPSHOTS_RESPONSE__INIT;
+	Csi__V1__ListSnapshotsResponse__Entry *ents, **entp;
+	Csi__V1__Snapshot *snaps;
+	Google__Protobuf__Timestamp *ts;
+	const char *want_id = in->snapshot_id && *in->snapshot_id ? in->snapshot_id : NULL;
+	const char *want_src =
+		in->source_volume_id && *in->source_volume_id ? in->source_volume_id : NULL;
+	size_t i, k = 0, start, count;
+	char next[32];
+
+	for (i = 0; i < n; i++)
+		if ((!want_id || !strcmp(want_id, items[i].id)) &&
+		    (!want_src || !strcmp(want_src, items[i].source)))
+			items[k++] = items[i];
+	qsort(items, k, sizeof(*items), cmp_snapshot); /* stable pages */
+	if (!pcsi_page(call, in->max_entries, in->starting_token, k, &start, &count))
+		return;
+	ents = pcsi_xcalloc(count + 1, sizeof(*ents));
+	entp = pcsi_xcalloc(count + 1, sizeof(*entp));
+	snaps = pcsi_xcalloc(count + 1, sizeof(*snaps));
+	ts = pcsi_xcalloc(count + 1, sizeof(*ts));
+	for (i = 0; i < count; i++) {
+		snapshot_msg(&items[start + i], &snaps[i], &ts[i]);
+		csi__v1__list_snapshots_response__entry__init(&ents[i]);
+		ents[i].snapshot = &snaps[i];
+		entp[i] = &ents[i];
+	}
+	out.n_entries = count;
+	out.entries = entp;
+	out.next_token = pcsi_page_next(start, count, k, next);
+	pcsi_call_reply(call, &out.base);
+	free(ents);
+	free(entp);
+	free(snaps);
+	free(ts);
 }

@@ -81,10 +81,10 @@ size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_m
 struct pcsi_call;
 
 /* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
- * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER (both
- * roles offer the same), CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and
- * CLONE_VOLUME if |copies|, and EXPAND_VOLUME if |expand|. */
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, bool copies);
+ * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER,
+ * CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and CLONE_VOLUME (both roles offer
+ * the same), and EXPAND_VOLUME if |expand|. */
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand);
 
 /* The id a CreateVolumeRequest's volume_content_source names (a snapshot's
  * when |snapshot| is set true, else a volume's), or NULL when there is none
@@ -124,7 +124,7 @@ void pcsi_reply_validated(struct pcsi_call *call,
 		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");    \
 	}
 /* What neither role implements: publish, GetSnapshot, modify. */
-#define PCSI_CONTROLLER_UNIMPLEMENTED_BASE(p)                                                 \
+#define PCSI_CONTROLLER_UNIMPLEMENTED(p)                                                      \
 	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_publish_volume,                       \
 					  Csi__V1__ControllerPublishVolumeRequest,            \
 					  Csi__V1__ControllerPublishVolumeResponse_Closure)   \
@@ -136,16 +136,6 @@ void pcsi_reply_validated(struct pcsi_call *call,
 	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_modify_volume,                        \
 					  Csi__V1__ControllerModifyVolumeRequest,             \
 					  Csi__V1__ControllerModifyVolumeResponse_Closure)
-/* ... and, for the central controller, snapshots (a node's own Controller
- * makes them). */
-#define PCSI_CONTROLLER_UNIMPLEMENTED(p)                                                      \
-	PCSI_CONTROLLER_UNIMPLEMENTED_BASE(p)                                                 \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##create_snapshot, Csi__V1__CreateSnapshotRequest, \
-					  Csi__V1__CreateSnapshotResponse_Closure)            \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##delete_snapshot, Csi__V1__DeleteSnapshotRequest, \
-					  Csi__V1__DeleteSnapshotResponse_Closure)            \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##list_snapshots, Csi__V1__ListSnapshotsRequest,   \
-					  Csi__V1__ListSnapshotsResponse_Closure)
 
 /* One volume of a ListVolumes reply: its id, size and the nodes holding it
  * (all borrowed). */
@@ -179,6 +169,23 @@ char *pcsi_page_next(size_t start, size_t count, size_t n, char buf[32]);
  * node under |topology_key|. */
 void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesRequest *in,
 			     struct pcsi_list_item *items, size_t n, const char *topology_key);
+
+/* A complete snapshot, as both roles report it (strings borrowed). */
+struct pcsi_snapshot_item {
+	const char *id, *source;
+	int64_t size;
+	int64_t created_s;
+	int32_t created_ns;
+};
+
+/* Replies to CreateSnapshot with |it|, ready to use. */
+void pcsi_reply_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it);
+
+/* Replies to ListSnapshots with the |items| that pass the request's filters
+ * (snapshot_id, source_volume_id), sorted by id (|items| is reordered), one
+ * page as pcsi_page() cuts it. */
+void pcsi_reply_list_snapshots(struct pcsi_call *call, const Csi__V1__ListSnapshotsRequest *in,
+			       struct pcsi_snapshot_item *items, size_t n);
 
 /* The CSI spec's size limits on a request, checked before any handler runs
  * (struct pcsi_server_opts.check_request): every string at most 128 bytes,

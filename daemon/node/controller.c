@@ -780,19 +780,10 @@ static void snap_end(struct snap_op *op)
 
 static void snap_reply(struct snap_op *op)
 {
-	Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
-	Csi__V1__Snapshot snap = CSI__V1__SNAPSHOT__INIT;
-	Google__Protobuf__Timestamp ts = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+	struct pcsi_snapshot_item it = { op->id, op->src, (int64_t)op->size, op->rec.created_s,
+					 op->rec.created_ns };
 
-	ts.seconds = op->rec.created_s;
-	ts.nanos = op->rec.created_ns;
-	snap.size_bytes = (int64_t)op->size;
-	snap.snapshot_id = op->id;
-	snap.source_volume_id = op->src;
-	snap.creation_time = &ts;
-	snap.ready_to_use = true;
-	out.snapshot = &snap;
-	pcsi_call_reply(op->call, &out.base);
+	pcsi_reply_snapshot(op->call, &it);
 	snap_end(op);
 }
 
@@ -989,16 +980,6 @@ struct list_snap_op {
 	struct pcsi_backend_req breq;
 };
 
-struct snap_item {
-	const struct pcsi_volrec_entry *e;
-	uint64_t size;
-};
-
-static int cmp_snap(const void *a, const void *b)
-{
-	return strcmp(((const struct snap_item *)a)->e->id, ((const struct snap_item *)b)->e->id);
-}
-
 static const struct pcsi_volume *find_listed(const struct pcsi_backend_req *req, const char *id)
 {
 	size_t i;
@@ -1012,68 +993,27 @@ static const struct pcsi_volume *find_listed(const struct pcsi_backend_req *req,
 static void on_snap_recs(int error, struct pcsi_volrec_entry *recs, size_t n, void *data)
 {
 	struct list_snap_op *op = data;
-	const Csi__V1__ListSnapshotsRequest *in = op->in;
-	Csi__V1__ListSnapshotsResponse out = CSI__V1__LIST_SNAPSHOTS_RESPONSE__INIT;
-	Csi__V1__ListSnapshotsResponse__Entry *ents, **entp;
-	Csi__V1__Snapshot *snaps;
-	Google__Protobuf__Timestamp *ts;
-	struct snap_item *items;
-	size_t i, k = 0, start, count;
-	char next[32];
+	struct pcsi_snapshot_item *items;
+	size_t i, k = 0;
 
 	if (error) {
 		fail_errno(op->call, error, "ListSnapshots: reading the records", NULL);
-		goto done;
-	}
-	/* Complete snapshots that are on the medium, after the filters. */
-	items = pcsi_xcalloc(n + 1, sizeof(*items));
-	for (i = 0; i < n; i++) {
-		const struct pcsi_volrec_entry *e = &recs[i];
-		const struct pcsi_volume *v;
-		if (!e->rec.snapshot || e->rec.pending || !pcsi_snapshot_id_is(e->id) ||
-		    !(v = find_listed(&op->breq, e->id)))
-			continue;
-		if (in->snapshot_id && *in->snapshot_id && strcmp(in->snapshot_id, e->id))
-			continue;
-		if (in->source_volume_id && *in->source_volume_id &&
-		    strcmp(in->source_volume_id, e->rec.source))
-			continue;
-		items[k++] = (struct snap_item){ e, v->size };
-	}
-	qsort(items, k, sizeof(*items), cmp_snap); /* stable pages */
-	if (!pcsi_page(op->call, in->max_entries, in->starting_token, k, &start, &count)) {
+	} else {
+		/* Complete snapshots that are on the medium. */
+		items = pcsi_xcalloc(n + 1, sizeof(*items));
+		for (i = 0; i < n; i++) {
+			const struct pcsi_volrec_entry *e = &recs[i];
+			const struct pcsi_volume *v;
+			if (!e->rec.snapshot || e->rec.pending || !pcsi_snapshot_id_is(e->id) ||
+			    !(v = find_listed(&op->breq, e->id)))
+				continue;
+			items[k++] =
+				(struct pcsi_snapshot_item){ e->id, e->rec.source, (int64_t)v->size,
+							     e->rec.created_s, e->rec.created_ns };
+		}
+		pcsi_reply_list_snapshots(op->call, op->in, items, k);
 		free(items);
-		goto done;
 	}
-	ents = pcsi_xcalloc(count + 1, sizeof(*ents));
-	entp = pcsi_xcalloc(count + 1, sizeof(*entp));
-	snaps = pcsi_xcalloc(count + 1, sizeof(*snaps));
-	ts = pcsi_xcalloc(count + 1, sizeof(*ts));
-	for (i = 0; i < count; i++) {
-		const struct pcsi_volrec_entry *e = items[start + i].e;
-		google__protobuf__timestamp__init(&ts[i]);
-		ts[i].seconds = e->rec.created_s;
-		ts[i].nanos = e->rec.created_ns;
-		csi__v1__snapshot__init(&snaps[i]);
-		snaps[i].size_bytes = (int64_t)items[start + i].size;
-		snaps[i].snapshot_id = (char *)e->id;
-		snaps[i].source_volume_id = (char *)e->rec.source;
-		snaps[i].creation_time = &ts[i];
-		snaps[i].ready_to_use = true;
-		csi__v1__list_snapshots_response__entry__init(&ents[i]);
-		ents[i].snapshot = &snaps[i];
-		entp[i] = &ents[i];
-	}
-	out.n_entries = count;
-	out.entries = entp;
-	out.next_token = pcsi_page_next(start, count, k, next);
-	pcsi_call_reply(op->call, &out.base);
-	free(ents);
-	free(entp);
-	free(snaps);
-	free(ts);
-	free(items);
-done:
 	free(recs);
 	pcsi_backend_req_done(&op->breq);
 	free(op);
@@ -1098,10 +1038,6 @@ static void nctl_list_snapshots(Csi__V1__Controller_Service *svc,
 {
 	struct list_snap_op *op;
 
-	if (in->max_entries < 0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
-		return;
-	}
 	op = pcsi_xcalloc(1, sizeof(*op));
 	op->nc = from_svc(svc);
 	op->call = call;
@@ -1115,11 +1051,10 @@ static void nctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, pcsi_backend_can_expand(from_svc(svc)->node->be),
-					   true);
+	pcsi_reply_controller_capabilities(call, pcsi_backend_can_expand(from_svc(svc)->node->be));
 }
 
-PCSI_CONTROLLER_UNIMPLEMENTED_BASE(nctl_)
+PCSI_CONTROLLER_UNIMPLEMENTED(nctl_)
 
 void pcsi_node_controller_init(struct pcsi_node_controller *nc, struct pcsi_node *node)
 {

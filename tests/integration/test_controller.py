@@ -353,6 +353,79 @@ def _():
     ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
 
 
+def node_snapshots(n):
+    """Snapshot ids a node really has (asked over its own socket)."""
+    nch = pt.unix_channel(os.path.join(WORK, n + ".sock"))
+    try:
+        return sorted(e.snapshot.snapshot_id for e in ok_call("ListSnapshots", csi.ListSnapshotsRequest(), nch).entries)
+    finally:
+        nch.close()
+
+
+def from_source(name, size, snap=None, vol=None, requisite=(), params=None):
+    req = create(name, size, params=params, requisite=requisite)
+    if snap:
+        req.volume_content_source.snapshot.snapshot_id = snap
+    else:
+        req.volume_content_source.volume.volume_id = vol
+    return req
+
+
+@t.test("snapshots in central mode: made on the source's node, restores and clones routed there, found again "
+        "after a controller restart (ListSnapshots of the nodes), deleted there")
+def _():
+    global ctl, ch
+    v = ok_call("CreateVolume", create("pvc-snap-src", 16 * MiB)).volume
+    (home,) = holders(v)
+    s = ok_call("CreateSnapshot", csi.CreateSnapshotRequest(name="snap-c1", source_volume_id=v.volume_id)).snapshot
+    pt.check(s.ready_to_use and s.source_volume_id == v.volume_id and s.size_bytes == v.capacity_bytes,
+             "snapshot %r" % s)
+    for n in CAPS:
+        pt.check((s.snapshot_id in node_snapshots(n)) == (n == home), "%s: %r" % (n, node_snapshots(n)))
+    again = ok_call("CreateSnapshot", csi.CreateSnapshotRequest(name="snap-c1", source_volume_id=v.volume_id))
+    pt.check(again.snapshot.snapshot_id == s.snapshot_id, "idempotent: %r" % again)
+    code, details, _ = rpc("CreateSnapshot", csi.CreateSnapshotRequest(name="snap-c1", source_volume_id="pvc-xx-" + "0" * 56))
+    pt.check(code == SC.ALREADY_EXISTS, "same name, other source: %s %s" % (code, details))
+    code, details, _ = rpc("CreateSnapshot", csi.CreateSnapshotRequest(name="snap-c2", source_volume_id="pvc-xx-" + "0" * 56))
+    pt.check(code == SC.NOT_FOUND, "unknown source: %s %s" % (code, details))
+    listed = [e.volume.volume_id for e in ok_call("ListVolumes", csi.ListVolumesRequest()).entries]
+    pt.check(s.snapshot_id not in listed, "a snapshot in ListVolumes")
+    code, details, _ = rpc("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=s.snapshot_id))
+    pt.check(code == SC.NOT_FOUND, "ControllerGetVolume(snapshot): %s %s" % (code, details))
+    r = ok_call("CreateVolume", from_source("pvc-snap-restored", 16 * MiB, snap=s.snapshot_id)).volume
+    c = ok_call("CreateVolume", from_source("pvc-snap-clone", 32 * MiB, vol=v.volume_id)).volume
+    pt.check(holders(r) == [home] and holders(c) == [home], "restore on %r, clone on %r, source on %s"
+             % (holders(r), holders(c), home))
+    pt.check(r.content_source.snapshot.snapshot_id == s.snapshot_id and
+             c.content_source.volume.volume_id == v.volume_id, "content sources %r %r" % (r, c))
+    other = [n for n in CAPS if n != home][0]
+    code, details, _ = rpc("CreateVolume", from_source("pvc-snap-elsewhere", 16 * MiB, snap=s.snapshot_id,
+                                                       requisite=[other]))
+    pt.check(code == SC.RESOURCE_EXHAUSTED and home in details, "requisite elsewhere: %s %s" % (code, details))
+    code, details, _ = rpc("CreateVolume", from_source("pvc-snap-cache", 16 * MiB, snap=s.snapshot_id,
+                                                       params={"persistencyModel": "cache", "cacheSize": "2"}))
+    pt.check(code == SC.INVALID_ARGUMENT, "cache volume from a snapshot: %s %s" % (code, details))
+    code, details, _ = rpc("CreateVolume", from_source("pvc-snap-none", 16 * MiB, snap="snap." + "0" * 56))
+    pt.check(code == SC.NOT_FOUND, "unknown snapshot: %s %s" % (code, details))
+    # A restarted controller learns the snapshot from its node.
+    ch.close()
+    pt.check(ctl.stop() == 0, "controller exit code")
+    ctl = start_controller()
+    ch = pt.unix_channel(CTL_SOCK)
+    wait_registered(list(CAPS))
+    ls = ok_call("ListSnapshots", csi.ListSnapshotsRequest(source_volume_id=v.volume_id))
+    pt.check([e.snapshot.snapshot_id for e in ls.entries] == [s.snapshot_id] and
+             ls.entries[0].snapshot.creation_time == s.creation_time, "after the restart: %r" % ls)
+    # The source first, then the snapshot; nothing is left on any node.
+    for vid in (v.volume_id, r.volume_id, c.volume_id):
+        ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
+    ok_call("DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=s.snapshot_id))
+    ok_call("DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=s.snapshot_id))
+    for n in CAPS:
+        pt.check(not node_snapshots(n), "%s keeps snapshots %r" % (n, node_snapshots(n)))
+    pt.check(not ok_call("ListSnapshots", csi.ListSnapshotsRequest()).entries, "still listed")
+
+
 @t.test("controller restart between create and delete: volumes re-imported from the nodes")
 def _():
     global ctl, ch

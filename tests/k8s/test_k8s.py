@@ -255,6 +255,14 @@ def _():
         pt.check(lvs == [], "%s keeps %r" % (n, lvs))
 
 
+@t.test("central: `kubectl apply -k manifests/snapshot`; a VolumeSnapshot of a PVC in use becomes ready "
+        "(csi-snapshotter in the controller pod, the copy on the volume's node); a restored PVC and a clone on "
+        "that node hold the data; all of it deleted, no logical volume stays")
+@timed("central snapshots")
+def _():
+    snapshot_scenario("central", "node-x", lambda: ["deployment/pmem-csi-controller"])
+
+
 @t.test("central: the controller pod is replaced: the new one asks the API server which nodes may hold "
         "volumes, ends its 90 s registration grace period once node-x and node-y re-registered, a new PVC binds")
 @timed("central controller restart")
@@ -395,61 +403,62 @@ def pvc_from(name, source_kind, source, size="64Mi"):
     return json.dumps(doc)
 
 
-@t.test("distributed: `kubectl apply -k manifests/snapshot`; a VolumeSnapshot of a PVC in use becomes ready "
-        "(csi-snapshotter on the node, snapshot-controller with distributed snapshotting); a PVC restored from "
-        "it and a clone of the PVC hold the data; all of it deleted, no logical volume stays")
-@timed("snapshots")
-def _():
+def snapshot_scenario(mode, node, snapshotter_logs):
+    """A PVC in use on |node| is snapshotted, restored and cloned (pods on
+    |node|: that is where the copies are made); then everything is deleted
+    and no logical volume stays. |snapshotter_logs|: kubectl logs arguments
+    of the csi-snapshotter that serves this mode (shown on failure)."""
+    p = mode[0] + "-"
     k("apply", "-k", manifests("snapshot"))
     stamp = "snap-%d" % int(time.time())
-    k("apply", "-f", "-", input=pvc_yaml("snap-src", "pmem-csi-sc", "64Mi"))
-    k("apply", "-f", "-", input=pod_yaml("app-snap", "node-y", claim="snap-src",
+    k("apply", "-f", "-", input=pvc_yaml(p + "src", "pmem-csi-sc", "64Mi"))
+    k("apply", "-f", "-", input=pod_yaml(p + "app", node, claim=p + "src",
                                          cmd="echo %s > /data/f && sync && exec sleep 100000" % stamp))
-    wait_pod_running("app-snap")
-    wait(lambda: k("exec", "app-snap", "--", "cat", "/data/f", check=False).stdout.strip() == stamp, 60,
+    wait_pod_running(p + "app")
+    wait(lambda: k("exec", p + "app", "--", "cat", "/data/f", check=False).stdout.strip() == stamp, 60,
          "the file on the source")
     k("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot", "metadata": {"name": "snap-1"},
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot", "metadata": {"name": p + "snap"},
         "spec": {"volumeSnapshotClassName": "pmem-csi-snapshotclass",
-                 "source": {"persistentVolumeClaimName": "snap-src"}}}))
+                 "source": {"persistentVolumeClaimName": p + "src"}}}))
     t0 = time.monotonic()
 
     def ready():
-        st = kj("get", "volumesnapshot", "snap-1").get("status") or {}
+        st = kj("get", "volumesnapshot", p + "snap").get("status") or {}
         if st.get("error"):
             raise pt.TestFailure("snapshot error: %r" % st["error"])
         return st.get("readyToUse") is True
     try:
-        wait(ready, 300, "VolumeSnapshot snap-1 ready")
+        wait(ready, 300, "VolumeSnapshot %s ready" % (p + "snap"))
     except RuntimeError as e:
-        raise pt.TestFailure("%s\n%s\n%s" % (e, k("describe", "volumesnapshot", "snap-1", check=False).stdout[-1500:],
-                                              k("-n", NS, "logs", driver_pod("node-y"), "-c", "csi-snapshotter",
+        raise pt.TestFailure("%s\n%s\n%s" % (e, k("describe", "volumesnapshot", p + "snap", check=False).stdout[-1500:],
+                                              k("-n", NS, "logs", *snapshotter_logs(), "-c", "csi-snapshotter",
                                                 "--tail=30", check=False).stdout))
     took = time.monotonic() - t0
     content = kj("get", "volumesnapshotcontent",
-                 kj("get", "volumesnapshot", "snap-1")["status"]["boundVolumeSnapshotContentName"])
+                 kj("get", "volumesnapshot", p + "snap")["status"]["boundVolumeSnapshotContentName"])
     handle = content["status"]["snapshotHandle"]
-    pt.check(handle.startswith("snap.") and handle in logical_volumes("node-y"),
-             "handle %s, node-y has %r" % (handle, logical_volumes("node-y")))
-    t.diag("snapshot ready %.0f s after the VolumeSnapshot was made; handle %s" % (took, handle))
+    pt.check(handle.startswith("snap.") and handle in logical_volumes(node),
+             "handle %s, %s has %r" % (handle, node, logical_volumes(node)))
+    t.diag("%s: snapshot ready %.0f s after the VolumeSnapshot was made; handle %s" % (mode, took, handle))
     # Written after the snapshot: not in the restore, but in a clone made now.
-    k("exec", "app-snap", "--", "sh", "-c", "echo later > /data/g && sync")
-    k("apply", "-f", "-", input=pvc_from("snap-restored", "snapshot", "snap-1"))
-    k("apply", "-f", "-", input=pvc_from("snap-clone", "pvc", "snap-src"))
-    for pod, pvc in (("app-restored", "snap-restored"), ("app-clone", "snap-clone")):
-        k("apply", "-f", "-", input=pod_yaml(pod, "node-y", claim=pvc,
+    k("exec", p + "app", "--", "sh", "-c", "echo later > /data/g && sync")
+    k("apply", "-f", "-", input=pvc_from(p + "restored", "snapshot", p + "snap"))
+    k("apply", "-f", "-", input=pvc_from(p + "clone", "pvc", p + "src"))
+    for pod, pvc in ((p + "app-restored", p + "restored"), (p + "app-clone", p + "clone")):
+        k("apply", "-f", "-", input=pod_yaml(pod, node, claim=pvc,
                                              cmd="cat /data/f; ls /data; exec sleep 100000"))
-    for pod in ("app-restored", "app-clone"):
+    for pod in (p + "app-restored", p + "app-clone"):
         wait_pod_running(pod)
-    out = logs_until("app-restored", r"^lost\+found")
+    out = logs_until(p + "app-restored", r"^lost\+found")
     pt.check(stamp in out.split() and "g" not in out.split(), "restored: %r" % out)
-    out = logs_until("app-clone", r"^lost\+found")
+    out = logs_until(p + "app-clone", r"^lost\+found")
     pt.check(stamp in out and "g" in out.split(), "clone: %r" % out)
     # The snapshot goes before the volume restored from it, the source
     # before its clone.
-    k("delete", "volumesnapshot", "snap-1", "--wait=true", timeout=300)
-    wait(lambda: handle not in logical_volumes("node-y"), 120, "the snapshot's LV to go")
-    for pod, pvc in (("app-snap", "snap-src"), ("app-restored", "snap-restored"), ("app-clone", "snap-clone")):
+    k("delete", "volumesnapshot", p + "snap", "--wait=true", timeout=300)
+    wait(lambda: handle not in logical_volumes(node), 120, "the snapshot's LV to go")
+    for pod, pvc in ((p + "app", p + "src"), (p + "app-restored", p + "restored"), (p + "app-clone", p + "clone")):
         k("delete", "pod", pod, "--wait=true", timeout=300)
         pv = kj("get", "pvc", pvc)["spec"]["volumeName"]
         k("delete", "pvc", pvc, "--wait=true", timeout=300)
@@ -457,6 +466,14 @@ def _():
     for n in ("node-x", "node-y"):
         lvs = logical_volumes(n)
         pt.check(lvs == [], "%s keeps %r" % (n, lvs))
+
+
+@t.test("distributed: `kubectl apply -k manifests/snapshot`; a VolumeSnapshot of a PVC in use becomes ready "
+        "(csi-snapshotter on the node, snapshot-controller with distributed snapshotting); a PVC restored from "
+        "it and a clone of the PVC hold the data; all of it deleted, no logical volume stays")
+@timed("distributed snapshots")
+def _():
+    snapshot_scenario("distributed", "node-y", lambda: [driver_pod("node-y")])
 
 
 @t.test("Prometheus finds the driver pods through kubernetes_sd_configs (manifests/metrics/prometheus-scrape.yaml); "

@@ -10,8 +10,8 @@
 //    handles flags in order and exits 0 at --version, so a bad flag before it
 //    still exits 2) and is spelled as in --help (no getopt abbreviations);
 //    the node DaemonSets must pass -kubeletRegistrationDir/-Path;
-//  - the only sidecars are csi-provisioner, in the controller Deployment
-//    csi-resizer, in the distributed node DaemonSet csi-snapshotter (no
+//  - the only sidecars are csi-provisioner, csi-snapshotter (both per node
+//    in distributed mode) and, in the controller Deployment, csi-resizer (no
 //    node-driver-registrar, no livenessprobe: the driver does both jobs),
 //    with known flags of the pinned versions;
 //  - socket paths: driver endpoint and csi-provisioner's --csi-address name
@@ -369,13 +369,14 @@ for (const [mode, list] of Object.entries(modePods)) {
         if (kind === "csi-snapshotter") {
           const args = c.args || [];
           const has = (n) => args.some((a) => (parseFlag(a) || {}).name === n);
-          // Snapshots are copies on the node that holds the volume: only a
-          // node's own Controller makes them (the central controller does
-          // not announce them).
-          if (d.doc.kind !== "DaemonSet") p.push("csi-snapshotter belongs in the distributed node DaemonSet only");
-          if (!has("node-deployment")) p.push("a per-node snapshotter needs --node-deployment");
-          if (!(c.env || []).some((e) => e.name === "NODE_NAME")) p.push("--node-deployment needs NODE_NAME env");
-          if (has("leader-election")) p.push("no leader election for per-node snapshotters");
+          if (d.doc.kind === "DaemonSet") {
+            if (!has("node-deployment")) p.push("a per-node snapshotter needs --node-deployment");
+            if (!(c.env || []).some((e) => e.name === "NODE_NAME")) p.push("--node-deployment needs NODE_NAME env");
+            if (has("leader-election")) p.push("no leader election for per-node snapshotters");
+          } else {
+            if (!has("leader-election")) p.push("the central snapshotter should use --leader-election");
+            if (has("node-deployment")) p.push("--node-deployment in the controller Deployment");
+          }
         }
         return p;
       });
@@ -970,7 +971,7 @@ t.test("examples: claims use existing classes; inline volumes use the driver and
 });
 
 t.test("snapshots: the VolumeSnapshotClass names the driver; the example snapshots an example PVC of that "
-  + "driver and restores it into a PVC; the distributed node pod may fill in snapshot contents", () => {
+  + "driver and restores it into a PVC; both modes run csi-snapshotter with the rights it needs", () => {
   const p = [];
   const cls = byKind(ALL, "VolumeSnapshotClass");
   if (cls.length !== 1) return [`${cls.length} VolumeSnapshotClasses, want 1`];
@@ -992,10 +993,13 @@ t.test("snapshots: the VolumeSnapshotClass names the driver; the example snapsho
       if (src && parseFloat(r.spec.resources.requests.storage) < parseFloat(src.spec.resources.requests.storage)) p.push(`${r.metadata.name}: smaller than its source`);
     }
   }
-  const rules = byKind(MODES.distributed.objs, "ClusterRole").flatMap((d) => d.doc.rules);
-  const can = (res, verb) => rules.some((r) => (r.apiGroups || []).includes("snapshot.storage.k8s.io") && r.resources.includes(res) && r.verbs.includes(verb));
-  for (const [res, verb] of [["volumesnapshotclasses", "watch"], ["volumesnapshotcontents", "update"], ["volumesnapshotcontents/status", "update"]]) {
-    if (!can(res, verb)) p.push(`distributed: no ${verb} on ${res}`);
+  for (const mode of ["central", "distributed"]) {
+    const rules = byKind(MODES[mode].objs, "ClusterRole").flatMap((d) => d.doc.rules);
+    const can = (res, verb) => rules.some((r) => (r.apiGroups || []).includes("snapshot.storage.k8s.io") && r.resources.includes(res) && r.verbs.includes(verb));
+    for (const [res, verb] of [["volumesnapshotclasses", "watch"], ["volumesnapshotcontents", "update"], ["volumesnapshotcontents/status", "update"]]) {
+      if (!can(res, verb)) p.push(`${mode}: no ${verb} on ${res}`);
+    }
+    if (!modePods[mode].some((d) => allContainers(podSpecOf(d.doc)).some((c) => sidecarKind(c) === "csi-snapshotter"))) p.push(`${mode}: no csi-snapshotter`);
   }
   return p;
 });
