@@ -383,12 +383,6 @@ static bool source_target(struct create_op *op)
 	struct pcsi_cvol *v = known(op->c, src, snap);
 	size_t i;
 
-	if (op->need > 1) {
-		pcsi_call_fail(op->call, PCSI_INVALID_ARGUMENT,
-			       "a cache volume cannot be made from a content source: the copy is "
-			       "made on the one node that holds the source");
-		return false;
-	}
 	if (!v) {
 		if (grace_left_s(op->c))
 			pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
@@ -399,6 +393,12 @@ static bool source_target(struct create_op *op)
 		else
 			pcsi_call_fail(op->call, PCSI_NOT_FOUND, "%s %.80s does not exist",
 				       snap ? "snapshot" : "volume", src);
+		return false;
+	}
+	if (op->need > 1) {
+		pcsi_call_fail(op->call, PCSI_INVALID_ARGUMENT,
+			       "a cache volume cannot be made from a content source: the copy is "
+			       "made on the one node that holds the source");
 		return false;
 	}
 	node = ready_holder(op->c, v);

@@ -64,7 +64,11 @@ VARIANTS = {
                         checks=[("volumes formatted as xfs", FORMAT, r"\bfs=xfs\b"),
                                 ("deleted volumes not erased whole (eraseafter: false)", DELETED,
                                  r"\berased=first 4 KiB\b")]),
-    "cache": dict(params={"persistencyModel": "cache", "cacheSize": "2"}, size=64 * MiB, checks=[]),
+    # A cache volume has copies on two nodes; a copy of a source can be made
+    # only on the node that holds the source, so the central controller
+    # refuses a cache volume with a content source (INVALID_ARGUMENT).
+    "cache": dict(params={"persistencyModel": "cache", "cacheSize": "2"}, size=64 * MiB, checks=[],
+                  args=["--ginkgo.skip=should create volume from an existing source"]),
     "cache1": dict(params={"persistencyModel": "cache", "cacheSize": "1"}, size=64 * MiB, checks=[]),
     "block": dict(params={}, size=64 * MiB, args=["--csi.testvolumeaccesstype=block"],
                   checks=[("raw block volumes are not formatted", FORMAT, None)]),
