@@ -450,6 +450,51 @@ START_TEST(resubmit_from_callback)
 }
 END_TEST
 
+/* Copy: both volumes are looked up (source first, then destination); the
+ * fake backend's volumes have no device, so nothing is copied, but every
+ * check of the front end runs. */
+static int copy(struct op *op, const char *dst, const char *src)
+{
+	memset(op, 0, sizeof(*op));
+	op->req.id = dst;
+	op->req.src = src;
+	submitting = true;
+	pcsi_backend_copy(be, &op->req, on_done, op);
+	submitting = false;
+	ck_assert_int_eq(op->calls, 0);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(op->calls, 1);
+	return op->req.error;
+}
+
+START_TEST(copy_checks)
+{
+	struct op op;
+
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "src", 8 * MiB), 0);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "big", 12 * MiB), 0);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "small", 4 * MiB), 0);
+	ck_assert_int_eq(copy(&op, "big", "src"), 0);
+	ck_assert_str_eq(op.req.from.id, "src");
+	ck_assert_uint_eq(op.req.from.size, 8 * MiB);
+	ck_assert_str_eq(op.req.vol.id, "big");
+	ck_assert_uint_eq(op.req.vol.size, 12 * MiB);
+	ck_assert(!ran_inside);
+	/* A destination smaller than the source. */
+	ck_assert_int_eq(copy(&op, "small", "src"), -EINVAL);
+	ck_assert_msg(strstr(op.req.msg, "less than"), "%s", op.req.msg);
+	/* Either volume missing. */
+	ck_assert_int_eq(copy(&op, "big", "nope"), -ENOENT);
+	ck_assert_msg(strstr(op.req.msg, "nope"), "%s", op.req.msg);
+	ck_assert_int_eq(copy(&op, "nope", "src"), -ENOENT);
+	/* Bad ids never reach the backend. */
+	ck_assert_int_eq(copy(&op, "big", "../x"), -EINVAL);
+	ck_assert_int_eq(copy(&op, "a/b", "src"), -EINVAL);
+	ck_assert_int_eq(copy(&op, "big", NULL), -EINVAL);
+}
+END_TEST
+
 static Suite *backend_suite(void)
 {
 	Suite *s = suite_create("backend");
@@ -471,6 +516,7 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, completion_in_submission_order);
 	tcase_add_test(tc, one_per_turn_in_order);
 	tcase_add_test(tc, resubmit_from_callback);
+	tcase_add_test(tc, copy_checks);
 	suite_add_tcase(s, tc);
 	return s;
 }

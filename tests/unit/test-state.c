@@ -411,6 +411,101 @@ START_TEST(many_in_flight)
 }
 END_TEST
 
+START_TEST(copy_fields_round_trip)
+{
+	struct pcsi_volrec rec, out;
+
+	memset(&rec, 0, sizeof(rec));
+	snprintf(rec.name, sizeof(rec.name), "snapshot-1");
+	snprintf(rec.source, sizeof(rec.source), "pvc-12-%056d", 0);
+	rec.snapshot = true;
+	rec.pending = true;
+	rec.erase_after = true;
+	rec.created_s = 1796000000;
+	rec.created_ns = 123456789;
+	ck_assert_int_eq(store("snap.x", &rec), 0);
+	garbage(&out);
+	ck_assert_int_eq(load("snap.x", &out), 0);
+	ck_assert_str_eq(out.source, rec.source);
+	ck_assert(out.snapshot && out.pending && out.erase_after);
+	ck_assert_int_eq(out.created_s, 1796000000);
+	ck_assert_int_eq(out.created_ns, 123456789);
+	/* Completed: the flag goes. A plain volume's record has none of it. */
+	rec.pending = false;
+	ck_assert_int_eq(store("snap.x", &rec), 0);
+	ck_assert_int_eq(load("snap.x", &out), 0);
+	ck_assert(!out.pending && out.snapshot);
+	write_record("plain", "{\"name\":\"p\",\"eraseafter\":false}");
+	garbage(&out);
+	ck_assert_int_eq(load("plain", &out), 0);
+	ck_assert(!out.snapshot && !out.pending && out.source[0] == '\0' && out.created_s == 0);
+	/* A source that is no valid id is dropped, not carried into a path. */
+	write_record("bad-src", "{\"source\":\"../etc\",\"pending\":true}");
+	ck_assert_int_eq(load("bad-src", &out), 0);
+	ck_assert_str_eq(out.source, "");
+	ck_assert(out.pending);
+}
+END_TEST
+
+struct listed {
+	int error, calls;
+	struct pcsi_volrec_entry *recs;
+	size_t n;
+};
+
+static void on_listed(int error, struct pcsi_volrec_entry *recs, size_t n, void *data)
+{
+	struct listed *l = data;
+
+	l->error = error;
+	l->recs = recs;
+	l->n = n;
+	l->calls++;
+}
+
+START_TEST(list_all_records)
+{
+	struct pcsi_volrec rec;
+	struct listed l = { 0 };
+	char path[200];
+	bool seen_a = false, seen_b = false;
+	size_t i;
+	FILE *f;
+
+	memset(&rec, 0, sizeof(rec));
+	rec.pending = true;
+	ck_assert_int_eq(store("vol-a", &rec), 0);
+	rec.pending = false;
+	snprintf(rec.source, sizeof(rec.source), "vol-a");
+	ck_assert_int_eq(store("vol-b", &rec), 0);
+	/* Skipped: a corrupt record, a temporary file, a name that is no id. */
+	write_record("vol-c", "{not json");
+	snprintf(path, sizeof(path), "%s/volumes/vol-d.json.tmp", tmp);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/volumes/-x.json", tmp);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fclose(f);
+	pcsi_volrec_list(&node, on_listed, &l);
+	ck_assert_int_eq(l.calls, 0);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(l.calls, 1);
+	ck_assert_int_eq(l.error, 0);
+	ck_assert_uint_eq(l.n, 2);
+	for (i = 0; i < l.n; i++) {
+		if (!strcmp(l.recs[i].id, "vol-a")) {
+			seen_a = true;
+			ck_assert(l.recs[i].rec.pending);
+		} else if (!strcmp(l.recs[i].id, "vol-b")) {
+			seen_b = true;
+			ck_assert_str_eq(l.recs[i].rec.source, "vol-a");
+		}
+	}
+	ck_assert(seen_a && seen_b);
+	free(l.recs);
+}
+END_TEST
+
 static Suite *state_suite(void)
 {
 	Suite *s = suite_create("state");
@@ -419,6 +514,8 @@ static Suite *state_suite(void)
 	tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, init_sets_up);
+	tcase_add_test(tc, copy_fields_round_trip);
+	tcase_add_test(tc, list_all_records);
 	tcase_add_test(tc, init_nested_and_existing);
 	tcase_add_test(tc, init_fails_under_a_file);
 	tcase_add_test(tc, init_refuses_a_file_as_state_dir);
