@@ -67,6 +67,11 @@ CI_SPECS = [
     r"volume from pods on the same node",
     r"\[Testpattern: Dynamic PV \(filesystem volmode\)\] multiVolume \[Slow\] should access to two volumes "
     r"with the same volume mode and retain data across pod recreation on the same node",
+    # Snapshots and clones: central mode (distributed claims none: see its
+    # testdriver).
+    r"\[Testpattern: Dynamic PV \(default fs\)\] provisioning should provision storage with snapshot data source "
+    r"\[Feature:VolumeSnapshotDataSource\]",
+    r"\[Testpattern: Dynamic PV \(default fs\)\] provisioning should provision storage with pvc data source$",
     # Expansion: central mode only (the distributed driver claims none).
     r"\[Testpattern: Dynamic PV \(default fs\)\(allowExpansion\)\] volume-expand should resize volume when "
     r"PVC is edited while pod is using it",
