@@ -288,6 +288,19 @@ static void on_source_found(struct pcsi_backend_req *req, void *data)
 	struct create_op *op = data;
 	uint64_t src_size = req->vol.size;
 
+	if (req->error == -ENOENT && op->in->accessibility_requirements) {
+		/* Placed here by a topology (the scheduler's pick, with late
+		 * binding): the source may live on another node, where the copy
+		 * can be made. RESOURCE_EXHAUSTED lets the provisioner place the
+		 * volume again. */
+		pcsi_call_fail(op->call, PCSI_RESOURCE_EXHAUSTED,
+			       "%s %s is not on node %s; a copy is made on the node that holds its "
+			       "source",
+			       op->from_snapshot ? "snapshot" : "volume", op->src,
+			       op->nc->node->cfg->node_id);
+		create_end(op);
+		return;
+	}
 	if (req->error == -ENOENT || (op->from_snapshot && op->src_rec.pending)) {
 		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "%s %s does not exist%s",
 			       op->from_snapshot ? "snapshot" : "volume", op->src,

@@ -256,6 +256,11 @@ def snapshots_spec(where, ctl):
     expect(ctl("CreateVolume", from_src("nope", snap="snap." + "0" * 56)), SC.NOT_FOUND, "unknown snapshot")
     expect(ctl("CreateVolume", from_src("nope", snap=v.volume_id)), SC.NOT_FOUND, "volume id as snapshot")
     expect(ctl("CreateVolume", from_src("nope", vol="pvc-99-" + "0" * 56)), SC.NOT_FOUND, "unknown volume")
+    # Placed on this node by a topology: the source may be on another node.
+    placed = from_src("nope", snap="snap." + "0" * 56)
+    placed.accessibility_requirements.requisite.add(segments={"pmem-csi.intel.com/node": "n1"})
+    code, details, _ = ctl("CreateVolume", placed)
+    pt.check(code == SC.RESOURCE_EXHAUSTED and "not on node n1" in details, "placed: %s %s" % (code, details))
     bad = create("nope")
     bad.volume_content_source.CopyFrom(csi.VolumeContentSource(volume=csi.VolumeContentSource.VolumeSource()))
     expect(ctl("CreateVolume", bad), SC.INVALID_ARGUMENT, "empty source id")
