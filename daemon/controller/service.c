@@ -797,15 +797,8 @@ static void ctl_create_snapshot(Csi__V1__Controller_Service *svc,
 	const char *node;
 	struct fanout *f;
 
-	if (!in->name || !*in->name) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "name is required");
+	if (!pcsi_snapshot_begin(call, in, id))
 		return;
-	}
-	if (!in->source_volume_id || !*in->source_volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "source_volume_id is required");
-		return;
-	}
-	pcsi_snapshot_id(in->name, id);
 	snap = known(c, id, true);
 	if (snap && strcmp(snap->source, in->source_volume_id)) {
 		pcsi_call_fail(call, PCSI_ALREADY_EXISTS,

@@ -626,6 +626,21 @@ static void snapshot_msg(const struct pcsi_snapshot_item *it, Csi__V1__Snapshot 
 	snap->ready_to_use = true;
 }
 
+bool pcsi_snapshot_begin(struct pcsi_call *call, const Csi__V1__CreateSnapshotRequest *in,
+			 char id[PCSI_VOLUME_ID_MAX + 1])
+{
+	if (!in->name || !*in->name) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "name is required");
+		return false;
+	}
+	if (!in->source_volume_id || !*in->source_volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "source_volume_id is required");
+		return false;
+	}
+	pcsi_snapshot_id(in->name, id);
+	return true;
+}
+
 void pcsi_reply_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it)
 {
 	Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;

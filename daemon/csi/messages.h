@@ -178,6 +178,11 @@ struct pcsi_snapshot_item {
 	int32_t created_ns;
 };
 
+/* The start of every CreateSnapshot: a name and a source_volume_id (else
+ * INVALID_ARGUMENT, the call ended, false); the snapshot's id in |id|. */
+bool pcsi_snapshot_begin(struct pcsi_call *call, const Csi__V1__CreateSnapshotRequest *in,
+			 char id[PCSI_VOLUME_ID_MAX + 1]);
+
 /* Replies to CreateSnapshot with |it|, ready to use. */
 void pcsi_reply_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it);
 

@@ -245,6 +245,25 @@ static void discard_copy(struct pcsi_node *n, const char *id, void (*then)(void 
 	pcsi_backend_delete(n->be, &d->breq, on_discarded, d);
 }
 
+/* The end of a copy into |id| (a filled volume, or a snapshot, |what|
+ * names it): a failed copy is removed with its record and |failed| runs; a
+ * complete one has its record marked complete, and |stored| runs with the
+ * result of that store. */
+static void finish_copy(struct pcsi_node *n, const struct pcsi_copy *c, const char *what,
+			const char *id, struct pcsi_volrec *rec, pcsi_volrec_cb stored,
+			void (*failed)(void *data), void *data)
+{
+	if (c->error) {
+		discard_copy(n, id, failed, data);
+		return;
+	}
+	pcsi_info(2, what, "volume=%s source=%s bytes=%llu frozen=%s elapsed_ms=%llu", id,
+		  rec->source, (unsigned long long)c->size, c->frozen ? "yes" : "no",
+		  (unsigned long long)c->elapsed_ms);
+	rec->pending = false;
+	pcsi_volrec_store(n, id, rec, stored, data);
+}
+
 static void on_fill_discarded(void *data)
 {
 	struct create_op *op = data;
@@ -258,17 +277,8 @@ static void on_filled(struct pcsi_copy *c, void *data)
 {
 	struct create_op *op = data;
 
-	if (c->error) {
-		discard_copy(op->nc->node, op->id, on_fill_discarded, op);
-		return;
-	}
-	pcsi_info(2, "volume filled from its source",
-		  "volume=%s source=%s bytes=%llu frozen=%s "
-		  "elapsed_ms=%llu",
-		  op->id, op->src, (unsigned long long)c->size, c->frozen ? "yes" : "no",
-		  (unsigned long long)c->elapsed_ms);
-	op->rec.pending = false;
-	pcsi_volrec_store(op->nc->node, op->id, &op->rec, on_pending_cleared, op);
+	finish_copy(op->nc->node, c, "volume filled from its source", op->id, &op->rec,
+		    on_pending_cleared, on_fill_discarded, op);
 }
 
 static void on_copy_rec_stored(int error, void *data)
@@ -827,17 +837,8 @@ static void on_snap_copied(struct pcsi_copy *c, void *data)
 {
 	struct snap_op *op = data;
 
-	if (c->error) {
-		discard_copy(op->nc->node, op->id, on_snap_discarded, op);
-		return;
-	}
-	pcsi_info(2, "snapshot created",
-		  "snapshot=%s source=%s bytes=%llu frozen=%s "
-		  "elapsed_ms=%llu",
-		  op->id, op->src, (unsigned long long)c->size, c->frozen ? "yes" : "no",
-		  (unsigned long long)c->elapsed_ms);
-	op->rec.pending = false;
-	pcsi_volrec_store(op->nc->node, op->id, &op->rec, on_snap_done, op);
+	finish_copy(op->nc->node, c, "snapshot created", op->id, &op->rec, on_snap_done,
+		    on_snap_discarded, op);
 }
 
 static void on_snap_made(struct pcsi_backend_req *req, void *data)
@@ -950,20 +951,13 @@ static void nctl_create_snapshot(Csi__V1__Controller_Service *svc,
 	struct snap_op *op;
 	char id[PCSI_VOLUME_ID_MAX + 1];
 
-	if (!in->name || !*in->name) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "name is required");
+	if (!pcsi_snapshot_begin(call, in, id))
 		return;
-	}
-	if (!in->source_volume_id || !*in->source_volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "source_volume_id is required");
-		return;
-	}
 	if (!pcsi_volume_id_ok(in->source_volume_id)) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist",
 			       in->source_volume_id);
 		return;
 	}
-	pcsi_snapshot_id(in->name, id);
 	if (pcsi_inflight_take(busy, id) < 0) {
 		pcsi_call_fail(call, PCSI_ABORTED, "an operation on snapshot \"%s\" is in progress",
 			       in->name);
