@@ -95,6 +95,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		   "volid: the validity of a derived id is not its prefix's");
 	pcsi_volume_id(s, again);
 	FUZZ_CHECK(!strcmp(id, again), "volid: the same name gave two ids");
+	FUZZ_CHECK(!pcsi_snapshot_id_is(id), "volid: a volume's id taken for a snapshot's");
+
+	/* Snapshot ids: never a volume in a CSI call, always a valid name. */
+	FUZZ_CHECK(!pcsi_snapshot_id_is(s) || (pcsi_volume_id_valid(s) && !pcsi_volume_id_ok(s) &&
+					       !pcsi_volume_id_is_derived(s)),
+		   "volid: a snapshot id that is a volume id too");
+	FUZZ_CHECK(pcsi_volume_id_ok(s) == (pcsi_volume_id_valid(s) && !pcsi_snapshot_id_is(s)),
+		   "volid: id_ok() breaks its rule");
+	pcsi_snapshot_id(s, id);
+	FUZZ_CHECK(pcsi_snapshot_id_is(id) && pcsi_volume_id_valid(id) && !pcsi_volume_id_ok(id),
+		   "volid: a snapshot's id without the snapshot shape");
 	free(s);
 	return 0;
 }
