@@ -314,8 +314,33 @@ def _():
         delete(v.id)
 
 
-@test("SIGKILL inside a snapshot's copy: after the restart nothing half made is listed or left on the "
-        "device, the source is thawed, a retry completes")
+# The driver's copy (backends/backend.c), not the dd that zeroes a new volume.
+COPY_DD = "^dd if=.* iflag=direct,count_bytes"
+
+
+def kill_when_copying(call, budget=120):
+    """Runs |call| in a thread and SIGKILLs the driver as soon as its copy
+    (dd) runs; True when the kill landed inside the copy. Restarts it."""
+    th = threading.Thread(target=call, daemon=True)
+    th.start()
+    deadline = time.monotonic() + budget
+    inside = False
+    while time.monotonic() < deadline and th.is_alive():
+        if subprocess.run(["pgrep", "-f", COPY_DD], capture_output=True).returncode == 0:
+            inside = True
+            break
+        time.sleep(0.01)
+    drv.kill()
+    th.join(30)
+    time.sleep(1)
+    copying = subprocess.run(["pgrep", "-f", COPY_DD], capture_output=True, text=True).stdout.split()
+    pt.check(not copying, "the copy outlived the driver: %r" % copying)
+    drv.start()
+    return inside
+
+
+@test("SIGKILL inside a snapshot's copy and inside a restore's: after the restart nothing half made is "
+      "listed or left on the device, the source is thawed, the retries complete")
 def _():
     cap0 = capacity()
     c = cap()
@@ -324,21 +349,8 @@ def _():
         f.write(os.urandom(16 * MiB))
     want = sha(os.path.join(src.target, "f"))
     sid = "snap." + hashlib.sha224(b"kill-snap").hexdigest()
-    log0 = len(drv.d.stderr_text())
-    th = threading.Thread(target=lambda: drv.call("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
-        name="kill-snap", source_volume_id=src.id)), daemon=True)
-    th.start()
-    deadline = time.monotonic() + 120
-    while "freezing a filesystem" not in drv.d.stderr_text()[log0:] and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.3)
-    inside = "snapshot created" not in drv.d.stderr_text()[log0:]
-    drv.kill()
-    th.join(30)
-    time.sleep(1)
-    copying = subprocess.run(["pgrep", "-f", "^dd if="], capture_output=True, text=True).stdout.split()
-    pt.check(not copying, "the copy outlived the driver: %r" % copying)
-    drv.start()
+    inside = kill_when_copying(lambda: drv.call("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
+        name="kill-snap", source_volume_id=src.id)))
     log = drv.d.stderr_text()
     pt.check(inside, "the kill came after the copy (too fast to hit)")
     pt.check("removed a copy that never completed" in log, "no recovery in the log")
@@ -350,6 +362,19 @@ def _():
     pt.check(r.returncode == 0, "the source's filesystem is still frozen (write: %d)" % r.returncode)
     s = snapshot("kill-snap", src.id)
     pt.check(s.snapshot_id == sid and s.ready_to_use, "retry %r" % s)
+    # A restore killed inside its copy: the half-filled volume is removed at
+    # the restart, never handed out.
+    rid = "kill-r-" + hashlib.sha224(b"kill-restored").hexdigest()
+    req = csi.CreateVolumeRequest(name="kill-restored", capacity_range=csi.CapacityRange(required_bytes=512 * MiB),
+                                  volume_capabilities=[c])
+    req.volume_content_source.snapshot.snapshot_id = sid
+    inside = kill_when_copying(lambda: drv.call("Controller", "CreateVolume", req))
+    pt.check(inside, "the kill came after the restore's copy (too fast to hit)")
+    listed = [e.volume.volume_id for e in ok_call("Controller", "ListVolumes", csi.ListVolumesRequest()).entries]
+    pt.check(rid not in listed and device(rid) is None, "a half-filled restore is left: listed %r, device %r"
+             % (rid in listed, device(rid)))
+    pt.check(capacity() == cap0 - 2 * src.vol.capacity_bytes, "capacity %d, want %d" %
+             (capacity(), cap0 - 2 * src.vol.capacity_bytes))
     rest = Published(create("kill-restored", 512 * MiB, c, snap=sid), c, "kill-restored")
     pt.check(sha(os.path.join(rest.target, "f")) == want, "restored checksum after the retry")
     rest.unpublish()
