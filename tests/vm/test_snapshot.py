@@ -18,6 +18,9 @@ import sys
 import threading
 import time
 
+# A test copies up to 1.5 GiB under TCG, next to whatever else the machine
+# runs: minutes, not the default 60 s.
+os.environ.setdefault("PCSI_TEST_TIMEOUT", "600")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
