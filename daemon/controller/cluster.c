@@ -297,6 +297,12 @@ static void on_list(struct pcsi_client_call *call, void *data)
 		reg_end(r, -ECANCELED, "node unregistered meanwhile");
 		return;
 	}
+	if (r->snapshots && call->status == PCSI_UNIMPLEMENTED) {
+		/* A node of an older release, which makes no snapshots. */
+		pcsi_client_call_done(call);
+		get_capacity(r->cl, n, on_reg_capacity, r);
+		return;
+	}
 	if (call->status != PCSI_OK) {
 		snprintf(msg, sizeof(msg), "cannot list the %s of node %s at %s: %s: %s",
 			 r->snapshots ? "snapshots" : "volumes", r->node_id, n->endpoint,

@@ -426,6 +426,52 @@ def _():
     pt.check(not ok_call("ListSnapshots", csi.ListSnapshotsRequest()).entries, "still listed")
 
 
+@t.test("a node of an older release (no ListSnapshots: UNIMPLEMENTED) still registers; its volumes are imported")
+def _():
+    def rd(path):
+        with open(path, "rb") as f:
+            return f.read()
+    old_vol = "old-vo-" + "1" * 56
+
+    def list_volumes(req, ctx):
+        return csi.ListVolumesResponse(entries=[csi.ListVolumesResponse.Entry(
+            volume=csi.Volume(volume_id=old_vol, capacity_bytes=8 * MiB))])
+
+    def get_capacity(req, ctx):
+        return csi.GetCapacityResponse(available_capacity=256 * MiB)
+    handlers = {
+        "ListVolumes": grpc.unary_unary_rpc_method_handler(
+            list_volumes, request_deserializer=csi.ListVolumesRequest.FromString,
+            response_serializer=csi.ListVolumesResponse.SerializeToString),
+        "GetCapacity": grpc.unary_unary_rpc_method_handler(
+            get_capacity, request_deserializer=csi.GetCapacityRequest.FromString,
+            response_serializer=csi.GetCapacityResponse.SerializeToString),
+    }
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("csi.v1.Controller", handlers),))
+    creds = grpc.ssl_server_credentials([(rd(C.node[1]), rd(C.node[0]))], root_certificates=rd(C.ca[0]),
+                                        require_client_auth=True)
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    server.start()
+    reg = pt.tls_channel(REG_PORT, ca=C.ca[0], cert=C.node[0], key=C.node[1])
+    try:
+        path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
+        code, details, _ = pt.call_code(reg, path, P.registry.RegisterNodeControllerRequest(
+            node_id="old-node", endpoint="tcp://127.0.0.1:%d" % port), resp)
+        pt.check(code == SC.OK, "registration: %s %s" % (code, details))
+        listed = ok_call("ListVolumes", csi.ListVolumesRequest())
+        pt.check([holders(e.volume) for e in listed.entries if e.volume.volume_id == old_vol] == [["old-node"]],
+                 "the old node's volume: %r" % listed)
+        code, _, capr = rpc("GetCapacity", csi.GetCapacityRequest(
+            accessible_topology=csi.Topology(segments={KEY: "old-node"})))
+        pt.check(code == SC.OK and capr.available_capacity == 256 * MiB, "capacity %s %r" % (code, capr))
+        path, _, resp = pt.rpc(P.registry, "Registry", "UnregisterNodeController")
+        pt.call_code(reg, path, P.registry.UnregisterNodeControllerRequest(node_id="old-node"), resp)
+    finally:
+        reg.close()
+        server.stop(0)
+
+
 @t.test("controller restart between create and delete: volumes re-imported from the nodes")
 def _():
     global ctl, ch
