@@ -68,7 +68,7 @@ VARIANTS = {
     # only on the node that holds the source, so the central controller
     # refuses a cache volume with a content source (INVALID_ARGUMENT).
     "cache": dict(params={"persistencyModel": "cache", "cacheSize": "2"}, size=64 * MiB, checks=[],
-                  args=["--ginkgo.skip=should create volume from an existing source"]),
+                  central_args=["--ginkgo.skip=should create volume from an existing source"]),
     "cache1": dict(params={"persistencyModel": "cache", "cacheSize": "1"}, size=64 * MiB, checks=[]),
     "block": dict(params={}, size=64 * MiB, args=["--csi.testvolumeaccesstype=block"],
                   checks=[("raw block volumes are not formatted", FORMAT, None)]),
@@ -203,7 +203,8 @@ for run in RUNS:
             "--csi.testvolumesize=%d" % v["size"],
             # Expansion specs grow the test volume to twice its size (csi-sanity's
             # default adds 1 GiB, more than the guest's PMEM has to spare).
-            "--csi.testvolumeexpandsize=%d" % (2 * v["size"])] + v.get("args", [])
+            "--csi.testvolumeexpandsize=%d" % (2 * v["size"])] + v.get("args", []) + \
+        (v.get("central_args", []) if MODE == "central" else [])
     if ctl_sock:
         args.append("--csi.controllerendpoint=unix://" + ctl_sock)
     if v["params"]:
