@@ -140,6 +140,19 @@ def logs_until(name, pattern, timeout=120):
     return found["out"]
 
 
+def delete_claims(pairs):
+    """Deletes each pod, then its PVC, and waits for the PV to go; afterwards
+    neither node keeps a logical volume."""
+    for pod, pvc in pairs:
+        k("delete", "pod", pod, "--wait=true", timeout=300)
+        pv = kj("get", "pvc", pvc)["spec"]["volumeName"]
+        k("delete", "pvc", pvc, "--wait=true", timeout=300)
+        wait_gone("pv", pv)
+    for n in ("node-x", "node-y"):
+        lvs = logical_volumes(n)
+        pt.check(lvs == [], "%s keeps %r" % (n, lvs))
+
+
 def timed(name):
     def deco(fn):
         def run():
@@ -246,13 +259,7 @@ def _():
 @t.test("central: pod and PVC deleted: the PV goes away and neither node keeps a logical volume")
 @timed("central delete")
 def _():
-    k("delete", "pod", "cache-app", "--wait=true", timeout=300)
-    pv = kj("get", "pvc", "cache-pvc")["spec"]["volumeName"]
-    k("delete", "pvc", "cache-pvc", "--wait=true", timeout=300)
-    wait_gone("pv", pv)
-    for n in ("node-x", "node-y"):
-        lvs = logical_volumes(n)
-        pt.check(lvs == [], "%s keeps %r" % (n, lvs))
+    delete_claims([("cache-app", "cache-pvc")])
 
 
 @t.test("central: `kubectl apply -k manifests/snapshot`; a VolumeSnapshot of a PVC in use becomes ready "
@@ -386,14 +393,7 @@ def _():
     rollout("daemonset", "pmem-csi-node")
     out = k("exec", "app-x", "--", "cat", "/data/f").stdout
     pt.check(out.strip() == "x", "app-x reads %r" % out)
-    for pod, pvc in (("app-x", "big-x"), ("app-any", "big-any"), ("app-blk", "blk"), ("app-xfs", "xfs-pvc")):
-        k("delete", "pod", pod, "--wait=true", timeout=300)
-        pv = kj("get", "pvc", pvc)["spec"]["volumeName"]
-        k("delete", "pvc", pvc, "--wait=true", timeout=300)
-        wait_gone("pv", pv)
-    for n in ("node-x", "node-y"):
-        lvs = logical_volumes(n)
-        pt.check(lvs == [], "%s keeps %r" % (n, lvs))
+    delete_claims([("app-x", "big-x"), ("app-any", "big-any"), ("app-blk", "blk"), ("app-xfs", "xfs-pvc")])
 
 
 def pvc_from(name, source_kind, source, size="64Mi"):
@@ -458,14 +458,7 @@ def snapshot_scenario(mode, node, snapshotter_logs):
     # before its clone.
     k("delete", "volumesnapshot", p + "snap", "--wait=true", timeout=300)
     wait(lambda: handle not in logical_volumes(node), 120, "the snapshot's LV to go")
-    for pod, pvc in ((p + "app", p + "src"), (p + "app-restored", p + "restored"), (p + "app-clone", p + "clone")):
-        k("delete", "pod", pod, "--wait=true", timeout=300)
-        pv = kj("get", "pvc", pvc)["spec"]["volumeName"]
-        k("delete", "pvc", pvc, "--wait=true", timeout=300)
-        wait_gone("pv", pv)
-    for n in ("node-x", "node-y"):
-        lvs = logical_volumes(n)
-        pt.check(lvs == [], "%s keeps %r" % (n, lvs))
+    delete_claims([(p + "app", p + "src"), (p + "app-restored", p + "restored"), (p + "app-clone", p + "clone")])
 
 
 @t.test("distributed: `kubectl apply -k manifests/snapshot`; a VolumeSnapshot of a PVC in use becomes ready "
