@@ -219,6 +219,9 @@ struct list_job {
 	struct pcsi_volrec_entry *recs;
 	size_t n;
 	int rc;
+	size_t n_bad; /* unreadable records: how many, the first one */
+	char bad_id[PCSI_VOLUME_ID_MAX + 1];
+	int bad_rc;
 	pcsi_volrec_list_cb cb;
 	void *data;
 };
@@ -251,9 +254,12 @@ static void on_list_job(uv_work_t *w)
 		rc = read_rec(path, &ent.rec);
 		free(path);
 		if (rc < 0) {
-			if (rc != -ENOENT) /* removed meanwhile: not worth a word */
-				pcsi_warn("unreadable volume record skipped", "volume=%s err=%s",
-					  ent.id, strerror(-rc));
+			/* Said on the loop (on_list_job_done); one removed
+			 * meanwhile is not worth a word. */
+			if (rc != -ENOENT && !j->n_bad++) {
+				snprintf(j->bad_id, sizeof(j->bad_id), "%s", ent.id);
+				j->bad_rc = rc;
+			}
 			continue;
 		}
 		if (j->n == cap) {
@@ -269,6 +275,9 @@ static void on_list_job_done(uv_work_t *w, int status)
 {
 	struct list_job *j = pcsi_container_of(w, struct list_job, work);
 
+	if (j->n_bad)
+		pcsi_warn("unreadable volume records skipped", "count=%zu first=%s err=%s",
+			  j->n_bad, j->bad_id, strerror(-j->bad_rc));
 	if (j->rc < 0) {
 		free(j->recs);
 		j->cb(j->rc, NULL, 0, j->data);
