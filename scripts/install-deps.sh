@@ -5,7 +5,7 @@
 set -eu
 
 PKGS="
-  build-essential meson ninja-build pkg-config clang-format clang
+  build-essential meson ninja-build pkg-config clang-format clang libclang-rt-14-dev
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev libssl-dev
   libh2o-dev libndctl-dev libdaxctl-dev libjson-c-dev libmount-dev libblkid-dev
   check valgrind openssl

@@ -61,9 +61,15 @@ echo "# stat::number_of_executed_units: ${execs:-?}"
 echo "# stat::average_exec_per_sec: ${rate:-?}"
 echo "# cov: ${cov:-?} (last status line: $(grep ' cov: ' "$tmp/log" | tail -1))"
 if [ "$rc" != 0 ] || [ "$crashes" != 0 ]; then
-	echo "# --- the end of libFuzzer's output ---"
-	tail -80 "$tmp/log" | sed 's/^/# /'
-	find "$artifacts" -name "$name-*" -newer "$tmp" | sed 's/^/# kept: /'
+	# On stderr too: meson prints a failed test's stderr, not its TAP.
+	{
+		echo "# --- the end of libFuzzer's output ---"
+		tail -80 "$tmp/log" | sed 's/^/# /'
+		find "$artifacts" -name "$name-*" -newer "$tmp" | sed 's/^/# kept: /'
+		find "$artifacts" -name "$name-*" -newer "$tmp" -size -4k | while read -r f; do
+			echo "# input (base64): $(base64 -w0 "$f")"
+		done
+	} | tee /dev/stderr
 	exit 1
 fi
 exit 0

@@ -67,8 +67,8 @@ CI_SPECS = [
     r"volume from pods on the same node",
     r"\[Testpattern: Dynamic PV \(filesystem volmode\)\] multiVolume \[Slow\] should access to two volumes "
     r"with the same volume mode and retain data across pod recreation on the same node",
-    # Snapshots and clones: central mode (distributed claims none: see its
-    # testdriver).
+    # Snapshots: central mode; clones: distributed mode (see the
+    # testdrivers: each claims what the suite can place deterministically).
     r"\[Testpattern: Dynamic PV \(default fs\)\] provisioning should provision storage with snapshot data source "
     r"\[Feature:VolumeSnapshotDataSource\]",
     r"\[Testpattern: Dynamic PV \(default fs\)\] provisioning should provision storage with pvc data source$",
