@@ -76,6 +76,14 @@ static bool has_queued(const struct pcsi_channel *chan)
 
 /* ---- completion ---------------------------------------------------------------- */
 
+/* Arms the idle timer of the ready connection once no call is left. */
+static void idle_check(struct pcsi_channel *chan)
+{
+	if (chan->opts.idle_timeout_ms && !chan->closing && chan->state == CH_READY && chan->conn &&
+	    pcsi_list_empty(&chan->calls))
+		pcsi_conn_set_timer(&chan->conn->c, chan->opts.idle_timeout_ms);
+}
+
 static void on_call_timer_closed(uv_handle_t *h)
 {
 	struct pcsi_client_call *call = pcsi_container_of(h, struct pcsi_client_call, timer);
@@ -115,6 +123,7 @@ static void complete(struct pcsi_client_call *call, enum pcsi_status status, con
 	if (msg && !call->message)
 		call->message = pcsi_xstrdup(msg);
 	pcsi_list_remove(&call->link);
+	idle_check(call->chan);
 	if (call->dec) {
 		pcsi_msgdec_done(call->dec);
 		free(call->dec);
@@ -350,6 +359,7 @@ static void start_stream(struct pcsi_client_call *call)
 	call->stream_id = id;
 	call->active = true;
 	call->conn = cc;
+	pcsi_conn_set_timer(&cc->c, 0); /* not idle */
 	pcsi_conn_kick(&cc->c);
 }
 
@@ -451,6 +461,7 @@ static int cconn_ready(struct pcsi_conn *c)
 		if (!call->active && !call->finishing)
 			start_stream(call);
 	}
+	idle_check(chan);
 	return 0;
 }
 
@@ -475,8 +486,30 @@ static void cconn_closed(struct pcsi_conn *c, const char *reason)
 	chan_maybe_free(chan);
 }
 
+/* Before the connection is ready, the timer is the connect timeout; after,
+ * the idle timeout (armed only while no call is open). */
+static void cconn_timer(struct pcsi_conn *c)
+{
+	struct cconn *cc = pcsi_container_of(c, struct cconn, c);
+	struct pcsi_channel *chan = cc->chan;
+
+	if (!cc->was_ready) {
+		pcsi_conn_close(c, "timeout");
+		return;
+	}
+	/* Detached first: a call made before the close completes connects anew
+	 * instead of landing on this connection. */
+	pcsi_info(5, "closing an idle connection", "endpoint=%s", chan->authority);
+	if (chan->conn == cc) {
+		chan->conn = NULL;
+		chan->state = CH_IDLE;
+	}
+	pcsi_conn_close(c, NULL);
+}
+
 static const struct pcsi_conn_ops cconn_ops = {
 	.on_ready = cconn_ready,
+	.on_timer = cconn_timer,
 	.on_close = cconn_closed,
 };
 

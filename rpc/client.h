@@ -6,7 +6,10 @@
  * the connection breaks, the channel waits before the next attempt with capped
  * exponential backoff (initial_backoff_ms doubling up to max_backoff_ms, with
  * +-20% jitter); calls made while it waits fail fast with UNAVAILABLE, calls
- * made while it connects wait for the outcome (or their deadline).
+ * made while it connects wait for the outcome (or their deadline). With an
+ * idle timeout, a connection that carried no call for that long is closed
+ * (an open HTTP/2 session costs some 17 KiB on each end); the channel is then
+ * idle again, not backing off, and the next call connects anew.
  *
  * Every call completes exactly once through its callback, always on a later
  * loop turn than the one that started it (never from inside
@@ -35,6 +38,8 @@ struct pcsi_channel_opts {
 	uint32_t max_backoff_ms;     /* default 30000 */
 	uint32_t connect_timeout_ms; /* TCP connect + TLS handshake, default 20000 */
 	size_t max_recv_msg;	     /* default 4 MiB */
+	uint32_t idle_timeout_ms;    /* close the connection after this long without a
+					call; the next call reconnects. 0: keep it open */
 };
 
 /* The call completed: call->status, call->message and (for OK) call->reply

@@ -105,6 +105,9 @@ struct pcsi_tls_ctx *pcsi_tls_ctx_new(bool server, const char *ca_file, const ch
 	else
 		SSL_CTX_set_alpn_protos(c, alpn_h2, sizeof(alpn_h2));
 	SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+	/* The record buffers (some 34 KiB per session) are freed while empty:
+	 * most links are idle between calls. */
+	SSL_CTX_set_mode(c, SSL_MODE_RELEASE_BUFFERS);
 
 	ctx = pcsi_xcalloc(1, sizeof(*ctx));
 	ctx->ssl_ctx = c;

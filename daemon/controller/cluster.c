@@ -200,6 +200,13 @@ struct cap_req {
 	void *data;
 };
 
+static void set_capacity(struct pcsi_cnode *n, const struct pcsi_cnode_capacity *cap)
+{
+	n->available = cap->available;
+	n->max_volume_size = cap->max_volume_size;
+	n->min_volume_size = cap->min_volume_size;
+}
+
 static void on_capacity(struct pcsi_client_call *call, void *data)
 {
 	struct cap_req *r = data;
@@ -208,9 +215,14 @@ static void on_capacity(struct pcsi_client_call *call, void *data)
 	pcsi_cluster_observe(r->node_id, call);
 	if (n && call->status == PCSI_OK && call->reply) {
 		const Csi__V1__GetCapacityResponse *c = (void *)call->reply;
-		n->available = c->available_capacity;
-		n->max_volume_size = c->maximum_volume_size ? c->maximum_volume_size->value : 0;
-		n->min_volume_size = c->minimum_volume_size ? c->minimum_volume_size->value : 0;
+		struct pcsi_cnode_capacity cap = {
+			.available = c->available_capacity,
+			.max_volume_size =
+				c->maximum_volume_size ? c->maximum_volume_size->value : 0,
+			.min_volume_size =
+				c->minimum_volume_size ? c->minimum_volume_size->value : 0,
+		};
+		set_capacity(n, &cap);
 	}
 	if (r->cb)
 		r->cb(0, NULL, r->data);
@@ -249,6 +261,8 @@ struct reg {
 	char *node_id;
 	char token[32];
 	bool snapshots; /* listing snapshots (after the volumes) */
+	bool has_cap;	/* the registration carried the capacity */
+	struct pcsi_cnode_capacity cap;
 	pcsi_cluster_cb cb;
 	void *data;
 };
@@ -283,6 +297,18 @@ static void on_reg_capacity(int error, const char *msg, void *data)
 	reg_end(r, 0, NULL);
 }
 
+/* The last step of a registration: the capacity it carried, or the node's
+ * GetCapacity. */
+static void reg_capacity(struct reg *r, struct pcsi_cnode *n)
+{
+	if (!r->has_cap) {
+		get_capacity(r->cl, n, on_reg_capacity, r);
+		return;
+	}
+	set_capacity(n, &r->cap);
+	on_reg_capacity(0, NULL, r);
+}
+
 static void on_list(struct pcsi_client_call *call, void *data)
 {
 	struct reg *r = data;
@@ -300,7 +326,7 @@ static void on_list(struct pcsi_client_call *call, void *data)
 	if (r->snapshots && call->status == PCSI_UNIMPLEMENTED) {
 		/* A node of an older release, which makes no snapshots. */
 		pcsi_client_call_done(call);
-		get_capacity(r->cl, n, on_reg_capacity, r);
+		reg_capacity(r, n);
 		return;
 	}
 	if (call->status != PCSI_OK) {
@@ -334,7 +360,7 @@ static void on_list(struct pcsi_client_call *call, void *data)
 		r->token[0] = '\0';
 	} else {
 		pcsi_client_call_done(call);
-		get_capacity(r->cl, n, on_reg_capacity, r);
+		reg_capacity(r, n);
 		return;
 	}
 	pcsi_client_call_done(call);
@@ -380,9 +406,16 @@ static void reply_later(struct pcsi_cluster *cl, int error, const char *msg, pcs
 	pcsi_later(cl->loop, on_reply_later, l);
 }
 
+/* A node link is closed after this long without a call (an open HTTP/2
+ * session costs some 17 KiB; a thousand nodes would hold 17 MiB for links
+ * used a few times a minute) and reopened by the next call, which then
+ * waits for one TCP + TLS handshake. */
+#define NODE_LINK_IDLE_MS 10000
+
 void pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id, const char *endpoint,
-			   pcsi_cluster_cb cb, void *data)
+			   const struct pcsi_cnode_capacity *cap, pcsi_cluster_cb cb, void *data)
 {
+	static const struct pcsi_channel_opts link_opts = { .idle_timeout_ms = NODE_LINK_IDLE_MS };
 	struct pcsi_cnode *n = pcsi_cluster_node(cl, node_id);
 	struct reg *r;
 	char err[256];
@@ -390,7 +423,10 @@ void pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id, const c
 	if (n && n->ready && !strcmp(n->endpoint, endpoint)) {
 		/* A heartbeat. */
 		n->registered_ms = pcsi_now_ms();
-		get_capacity(cl, n, NULL, NULL);
+		if (cap)
+			set_capacity(n, cap);
+		else
+			get_capacity(cl, n, NULL, NULL);
 		reply_later(cl, 0, NULL, cb, data);
 		return;
 	}
@@ -402,7 +438,7 @@ void pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id, const c
 	n = pcsi_xcalloc(1, sizeof(*n));
 	n->id = pcsi_xstrdup(node_id);
 	n->endpoint = pcsi_xstrdup(endpoint);
-	n->chan = pcsi_channel_new(cl->loop, endpoint, cl->tls, NULL, err, sizeof(err));
+	n->chan = pcsi_channel_new(cl->loop, endpoint, cl->tls, &link_opts, err, sizeof(err));
 	if (!n->chan) {
 		/* Validated by the registry already; kept as a guard. */
 		free(n->id);
@@ -418,6 +454,10 @@ void pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id, const c
 	r->node_id = pcsi_xstrdup(node_id);
 	r->cb = cb;
 	r->data = data;
+	if (cap) {
+		r->has_cap = true;
+		r->cap = *cap;
+	}
 	list_page(r);
 }
 

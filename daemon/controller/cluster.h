@@ -72,11 +72,18 @@ void pcsi_cluster_done(struct pcsi_cluster *cl);
 
 typedef void (*pcsi_cluster_cb)(int error, const char *msg, void *data);
 
-/* Registers |node_id| at |endpoint|; see above. |cb| gets 0, -EINVAL (a bad
- * endpoint) or -EAGAIN with a reason when the node's controller service could
- * not be reached (the node is then not registered). */
+/* A node's capacity as it reported it with its registration. */
+struct pcsi_cnode_capacity {
+	int64_t available, max_volume_size, min_volume_size;
+};
+
+/* Registers |node_id| at |endpoint|; see above. |cap| (NULL: the node did not
+ * send it) spares the call to the node's GetCapacity, which a heartbeat
+ * otherwise makes. |cb| gets 0, -EINVAL (a bad endpoint) or -EAGAIN with a
+ * reason when the node's controller service could not be reached (the node
+ * is then not registered). */
 void pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id, const char *endpoint,
-			   pcsi_cluster_cb cb, void *data);
+			   const struct pcsi_cnode_capacity *cap, pcsi_cluster_cb cb, void *data);
 
 /* Forgets a node (its volumes keep their other nodes). */
 void pcsi_cluster_unregister(struct pcsi_cluster *cl, const char *node_id);

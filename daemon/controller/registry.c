@@ -46,6 +46,7 @@ static void registry_register_node_controller(
 	Registry__V1__Registry_Service *svc, const Registry__V1__RegisterNodeControllerRequest *in,
 	Registry__V1__RegisterNodeControllerReply_Closure closure, void *call)
 {
+	struct pcsi_cnode_capacity cap;
 	struct pcsi_endpoint ep;
 	const char *why;
 	char err[320];
@@ -69,8 +70,18 @@ static void registry_register_node_controller(
 			       ep.is_unix ? "endpoint must be tcp://host:port" : err);
 		return;
 	}
-	pcsi_cluster_register(from_svc(svc)->cluster, in->node_id, in->endpoint, on_registered,
-			      call);
+	if (in->capacity) {
+		const Registry__V1__NodeCapacity *c = in->capacity;
+		if (c->available_capacity < 0 || c->maximum_volume_size < 0 ||
+		    c->minimum_volume_size < 0) {
+			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "negative capacity");
+			return;
+		}
+		cap = (struct pcsi_cnode_capacity){ c->available_capacity, c->maximum_volume_size,
+						    c->minimum_volume_size };
+	}
+	pcsi_cluster_register(from_svc(svc)->cluster, in->node_id, in->endpoint,
+			      in->capacity ? &cap : NULL, on_registered, call);
 }
 
 static void

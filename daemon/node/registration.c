@@ -12,11 +12,12 @@
 
 #define SVC "registry.v1.Registry"
 
-static void send_register(struct pcsi_registration *r);
+static void read_capacity(struct pcsi_registration *r);
+static void send_bye(struct pcsi_registration *r);
 
 static void on_timer(uv_timer_t *t)
 {
-	send_register(pcsi_container_of(t, struct pcsi_registration, timer));
+	read_capacity(pcsi_container_of(t, struct pcsi_registration, timer));
 }
 
 /* The longest wait before a retry: the heartbeat interval, at most a minute. */
@@ -55,29 +56,65 @@ static void on_registered(struct pcsi_client_call *call, void *data)
 	uv_timer_start(&r->timer, on_timer, r->registered ? r->interval_ms : r->backoff_ms, 0);
 }
 
-static void send_register(struct pcsi_registration *r)
+static void send_register(struct pcsi_registration *r, const struct pcsi_capacity *cap)
 {
 	Registry__V1__RegisterNodeControllerRequest in =
 		REGISTRY__V1__REGISTER_NODE_CONTROLLER_REQUEST__INIT;
+	Registry__V1__NodeCapacity c = REGISTRY__V1__NODE_CAPACITY__INIT;
 	const ProtobufCMethodDescriptor *m = protobuf_c_service_descriptor_get_method_by_name(
 		&registry__v1__registry__descriptor, "RegisterNodeController");
 
 	in.node_id = r->node_id;
 	in.endpoint = r->endpoint;
+	if (cap) {
+		/* What GetCapacity answers (daemon/node/controller.c). */
+		c.available_capacity = (int64_t)cap->available;
+		c.maximum_volume_size = (int64_t)cap->max_volume_size;
+		c.minimum_volume_size = (int64_t)cap->min_volume_size;
+		in.capacity = &c;
+	}
 	r->in_call = true;
 	pcsi_channel_call(r->chan, &r->call, SVC, m, &in.base, 60000, on_registered, r);
 }
 
+static void on_capacity(struct pcsi_backend_req *req, void *data)
+{
+	struct pcsi_registration *r = data;
+
+	r->in_capacity = false;
+	if (r->stopping) {
+		send_bye(r);
+		return;
+	}
+	if (req->error)
+		pcsi_info(4, "capacity not read; the controller will ask", "err=\"%s\"", req->msg);
+	send_register(r, req->error ? NULL : &req->cap);
+}
+
+static void read_capacity(struct pcsi_registration *r)
+{
+	if (!r->backend) {
+		send_register(r, NULL);
+		return;
+	}
+	r->in_capacity = true;
+	pcsi_backend_capacity(r->backend, &r->cap_req, on_capacity, r);
+}
+
 int pcsi_registration_start(struct pcsi_registration *r, uv_loop_t *loop, const char *registry,
-			    struct pcsi_tls_ctx *tls, const char *node_id, const char *endpoint,
-			    uint32_t interval_ms, char *err, size_t errlen)
+			    struct pcsi_tls_ctx *tls, struct pcsi_backend *backend,
+			    const char *node_id, const char *endpoint, uint32_t interval_ms,
+			    char *err, size_t errlen)
 {
 	/* Retries never wait longer than a heartbeat: after a controller restart
 	 * every node must be back well inside its registration grace window,
 	 * however often the registration failed before. */
 	uint32_t cap = max_backoff_ms(interval_ms);
+	/* A heartbeat is one call every interval, not a held session: the
+	 * connection closes a second after each one. */
 	struct pcsi_channel_opts o = { .initial_backoff_ms = PCSI_MIN(1000u, cap),
-				       .max_backoff_ms = cap };
+				       .max_backoff_ms = cap,
+				       .idle_timeout_ms = 1000 };
 
 	memset(r, 0, sizeof(*r));
 	r->loop = loop;
@@ -85,10 +122,11 @@ int pcsi_registration_start(struct pcsi_registration *r, uv_loop_t *loop, const 
 	r->chan = pcsi_channel_new(loop, registry, tls, &o, err, errlen);
 	if (!r->chan)
 		return -EINVAL;
+	r->backend = backend;
 	r->node_id = pcsi_xstrdup(node_id);
 	r->endpoint = pcsi_xstrdup(endpoint);
 	uv_timer_init(loop, &r->timer);
-	send_register(r);
+	read_capacity(r);
 	return 0;
 }
 
@@ -114,21 +152,27 @@ static void on_unregistered(struct pcsi_client_call *call, void *data)
 	uv_close((uv_handle_t *)&r->timer, on_timer_closed);
 }
 
-void pcsi_registration_stop(struct pcsi_registration *r, void (*cb)(void *data), void *data)
+static void send_bye(struct pcsi_registration *r)
 {
 	Registry__V1__UnregisterNodeControllerRequest in =
 		REGISTRY__V1__UNREGISTER_NODE_CONTROLLER_REQUEST__INIT;
 	const ProtobufCMethodDescriptor *m = protobuf_c_service_descriptor_get_method_by_name(
 		&registry__v1__registry__descriptor, "UnregisterNodeController");
 
+	in.node_id = r->node_id;
+	/* The call struct is reused only after the cancelled one completed: use a
+	 * second one for the goodbye. */
+	pcsi_channel_call(r->chan, &r->bye, SVC, m, &in.base, 2000, on_unregistered, r);
+}
+
+void pcsi_registration_stop(struct pcsi_registration *r, void (*cb)(void *data), void *data)
+{
 	r->stopping = true;
 	r->stopped_cb = cb;
 	r->stopped_data = data;
 	uv_timer_stop(&r->timer);
 	if (r->in_call)
 		pcsi_client_call_cancel(&r->call); /* its callback sees stopping */
-	in.node_id = r->node_id;
-	/* The call struct is reused only after the cancelled one completed: use a
-	 * second one for the goodbye. */
-	pcsi_channel_call(r->chan, &r->bye, SVC, m, &in.base, 2000, on_unregistered, r);
+	if (!r->in_capacity)
+		send_bye(r); /* else once the backend answered */
 }

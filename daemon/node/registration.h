@@ -1,8 +1,11 @@
 /* registration.h: a node keeps itself registered with the controller.
  *
- * RegisterNodeController{node_id, endpoint} is sent at start, then again every
- * |interval_ms| as a heartbeat (which also re-registers after a controller
- * restart, which forgets everything); a failed attempt is retried with capped
+ * RegisterNodeController{node_id, endpoint, capacity} is sent at start, then
+ * again every |interval_ms| as a heartbeat (which also re-registers after a
+ * controller restart, which forgets everything). The capacity is read from the
+ * backend just before each call (the controller then need not call the node
+ * back); when that read fails the call goes without it and the controller
+ * asks the node's GetCapacity. A failed attempt is retried with capped
  * exponential backoff (1 s doubling to 60 s). The reason of a failure is logged
  * once per change of reason, not at every retry. pcsi_registration_stop()
  * unregisters (with a short deadline) and closes the channel. */
@@ -12,15 +15,18 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "backends/backend.h"
 #include "rpc/client.h"
 
 struct pcsi_registration {
 	uv_loop_t *loop;
 	struct pcsi_channel *chan;
+	struct pcsi_backend *backend; /* borrowed; NULL: the capacity is not sent */
+	struct pcsi_backend_req cap_req;
 	char *node_id, *endpoint;
 	uv_timer_t timer;
 	struct pcsi_client_call call, bye;
-	bool in_call, stopping, registered;
+	bool in_call, in_capacity, stopping, registered;
 	uint32_t backoff_ms;
 	uint32_t interval_ms;
 	char last_reason[300];
@@ -30,10 +36,12 @@ struct pcsi_registration {
 
 /* Returns 0 or -EINVAL (bad registry URL, message in |err|). */
 int pcsi_registration_start(struct pcsi_registration *r, uv_loop_t *loop, const char *registry,
-			    struct pcsi_tls_ctx *tls, const char *node_id, const char *endpoint,
-			    uint32_t interval_ms, char *err, size_t errlen);
+			    struct pcsi_tls_ctx *tls, struct pcsi_backend *backend,
+			    const char *node_id, const char *endpoint, uint32_t interval_ms,
+			    char *err, size_t errlen);
 
-/* Unregisters and releases everything; |cb| runs once that is done. */
+/* Unregisters and releases everything (after a capacity read in flight has
+ * ended); |cb| runs once that is done. */
 void pcsi_registration_stop(struct pcsi_registration *r, void (*cb)(void *data), void *data);
 
 #endif

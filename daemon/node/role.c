@@ -71,8 +71,9 @@ static void on_recovered(void *data)
 	if (!cfg->registry_endpoint)
 		return;
 	if (pcsi_registration_start(&r->registration, r->env->loop, cfg->registry_endpoint,
-				    r->env->client_tls, cfg->node_id, cfg->controller_endpoint,
-				    cfg->registration_interval_s * 1000, err, sizeof(err)) == 0)
+				    r->env->client_tls, r->backend, cfg->node_id,
+				    cfg->controller_endpoint, cfg->registration_interval_s * 1000,
+				    err, sizeof(err)) == 0)
 		r->registering = true;
 	else
 		pcsi_err("cannot register", "err=\"%s\"", err);

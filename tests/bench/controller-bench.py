@@ -8,9 +8,15 @@ as the provisioner sees it (controller work plus one loopback round trip to a
 node), side by side with the round trip of a Probe to the same controller
 (the transport floor measured in the same run).
 
-usage: controller-bench.py PATH-TO-pmem-csi-driver [N=1000] [CALLS=2000]
-Plaintext (-insecure): TLS per node link adds OpenSSL's per-connection state,
-reported separately by running with --tls.
+The controller closes a node link that carried no call for 10 s (an open
+HTTP/2 session is some 17 KiB) and reopens it for the next call. Printed:
+memory per node once the links are idle; the first CreateVolume on a node
+after idleness (connect, and with --tls the handshake) next to the second
+one right after it on the open link; and the latency spread over all nodes.
+
+usage: controller-bench.py PATH-TO-pmem-csi-driver [N=1000] [CALLS=2000] [--tls]
+--tls: mutual TLS on the registry and on every node link (the certificates
+of manifests/certs/setup-ca.sh), as deployed; default plaintext (-insecure).
 """
 import os
 import sys
@@ -22,9 +28,13 @@ import grpc  # noqa: E402
 
 import pcsi_test as pt  # noqa: E402
 
-DRIVER = sys.argv[1]
-N = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
-CALLS = int(sys.argv[3]) if len(sys.argv) > 3 else 2000
+TLS = "--tls" in sys.argv
+ARGS = [a for a in sys.argv[1:] if a != "--tls"]
+DRIVER = ARGS[0]
+N = int(ARGS[1]) if len(ARGS) > 1 else 1000
+CALLS = int(ARGS[2]) if len(ARGS) > 2 else 2000
+IDLE_S = 10.0  # NODE_LINK_IDLE_MS in daemon/controller/cluster.c
+COLD = 20  # nodes whose first call after idleness is timed
 P = pt.protos()
 csi, reg = P.csi, P.registry
 
@@ -66,55 +76,88 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(len(xs) * p))]
 
 
+def rd(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def main():
     work = pt.mkdtemp("pcsi-bench-")
     node_port, reg_port = pt.free_port(), pt.free_port()
     srv = grpc.server(futures.ThreadPoolExecutor(8), options=[("grpc.max_concurrent_streams", 1000)])
     srv.add_generic_rpc_handlers((Nodes(),))
-    srv.add_insecure_port("127.0.0.1:%d" % node_port)
-    srv.start()
     sock = os.path.join(work, "c.sock")
-    ctl = pt.Daemon(DRIVER, ["-mode=controller", "-endpoint=unix://" + sock, "-insecure",
-                             "-registryEndpoint=tcp://127.0.0.1:%d" % reg_port, "-v=1", "-registrationGrace=0",
-                             "-maxConnections=4096"], name="controller").start()
+    args = ["-mode=controller", "-endpoint=unix://" + sock, "-registryEndpoint=tcp://127.0.0.1:%d" % reg_port,
+            "-v=1", "-registrationGrace=0", "-maxConnections=4096", "-serviceAccountDir="]
+    if TLS:
+        C = pt.certs()
+        srv.add_secure_port("127.0.0.1:%d" % node_port, grpc.ssl_server_credentials(
+            [(rd(C.node[1]), rd(C.node[0]))], root_certificates=rd(C.ca[0]), require_client_auth=True))
+        args += C.server_flags(C.registry)
+    else:
+        srv.add_insecure_port("127.0.0.1:%d" % node_port)
+        args.append("-insecure")
+    srv.start()
+    ctl = pt.Daemon(DRIVER, args, name="controller").start()
     pid = ctl.proc.pid
     base = rss_kib(pid)
-    rch = pt.insecure_channel(reg_port)
+    if TLS:
+        rch = pt.tls_channel(reg_port, ca=C.ca[0], cert=C.node[0], key=C.node[1])
+    else:
+        rch = pt.insecure_channel(reg_port)
     path = "/registry.v1.Registry/RegisterNodeController"
     t0 = time.monotonic()
     for i in range(N):
         # Every node its own id and its own link; all links lead to the one port.
         ep = "tcp://127.0.0.1:%d" % node_port
-        code, details, _ = pt.call_code(rch, path, reg.RegisterNodeControllerRequest(node_id="node-%04d" % i, endpoint=ep),
-                                        reg.RegisterNodeControllerReply, timeout=30)
+        req = reg.RegisterNodeControllerRequest(node_id="node-%04d" % i, endpoint=ep)
+        req.capacity.available_capacity = req.capacity.maximum_volume_size = 1 << 40  # as a node sends it
+        code, details, _ = pt.call_code(rch, path, req, reg.RegisterNodeControllerReply, timeout=30)
         if code != grpc.StatusCode.OK:
             sys.exit("registration %d failed: %s %s" % (i, code, details))
     reg_s = time.monotonic() - t0
-    time.sleep(1)
+    time.sleep(IDLE_S + 1)
     after = rss_kib(pid)
     cch = pt.unix_channel(sock)
     cpath, _, cresp = pt.rpc(csi, "Controller", "CreateVolume")
-    dpath, _, dresp = pt.rpc(csi, "Controller", "DeleteVolume")
     cap = csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type="ext4"),
                                access_mode=csi.VolumeCapability.AccessMode(mode=1))
+
+    def create(name, node=None):
+        req = csi.CreateVolumeRequest(name=name, volume_capabilities=[cap],
+                                      capacity_range=csi.CapacityRange(required_bytes=1 << 20))
+        if node:
+            req.accessibility_requirements.requisite.add(segments={"pmem-csi.intel.com/node": node})
+        t1 = time.monotonic()
+        code, details, _ = pt.call_code(cch, cpath, req, cresp, timeout=30)
+        if code != grpc.StatusCode.OK:
+            sys.exit("CreateVolume failed: %s %s" % (code, details))
+        return time.monotonic() - t1
+
+    pt.probe(cch)
+    # Every link is idle now: the first call to a node connects, the second
+    # one right after uses the open link.
+    cold, warm = [], []
+    for j in range(COLD):
+        cold.append(create("pvc-cold-%d" % j, "node-%04d" % j))
+        warm.append(create("pvc-warm-%d" % j, "node-%04d" % j))
     lat, floor = [], []
     for i in range(CALLS):
         t1 = time.monotonic()
         pt.probe(cch)
         floor.append(time.monotonic() - t1)
-        req = csi.CreateVolumeRequest(name="pvc-bench-%d" % i, volume_capabilities=[cap],
-                                      capacity_range=csi.CapacityRange(required_bytes=1 << 20))
-        t1 = time.monotonic()
-        code, details, r = pt.call_code(cch, cpath, req, cresp, timeout=30)
-        lat.append(time.monotonic() - t1)
-        if code != grpc.StatusCode.OK:
-            sys.exit("CreateVolume failed: %s %s" % (code, details))
-    print("controller with %d registered nodes (plaintext links; one simulated-node process)" % N)
-    print("  registration of %d nodes: %.1f s (%.2f ms each, including ListVolumes + GetCapacity to the node)"
-          % (N, reg_s, reg_s / N * 1000))
-    print("  controller RSS: %d KiB before, %d KiB after: %.2f KiB per registered node (with its open link)"
+        lat.append(create("pvc-bench-%d" % i))
+    links = "mutual TLS" if TLS else "plaintext"
+    print("controller with %d registered nodes (%s links; one simulated-node process)" % (N, links))
+    print("  registration of %d nodes: %.1f s (%.2f ms each, including ListVolumes + ListSnapshots on the "
+          "node)" % (N, reg_s, reg_s / N * 1000))
+    print("  controller RSS: %d KiB before, %d KiB with every link idle: %.2f KiB per registered node"
           % (base, after, (after - base) / N))
-    print("  CreateVolume as the provisioner sees it: p50 %.3f ms, p99 %.3f ms  (%d calls)"
+    print("  first CreateVolume on a node after idleness (%s connect): p50 %.3f ms, max %.3f ms; the next "
+          "one on the open link: p50 %.3f ms, max %.3f ms (%d nodes)"
+          % ("TCP + TLS" if TLS else "TCP", pct(cold, .5) * 1000, max(cold) * 1000, pct(warm, .5) * 1000,
+             max(warm) * 1000, COLD))
+    print("  CreateVolume as the provisioner sees it, spread over the nodes: p50 %.3f ms, p99 %.3f ms  (%d calls)"
           % (pct(lat, .5) * 1000, pct(lat, .99) * 1000, CALLS))
     print("  Probe to the same controller (transport floor): p50 %.3f ms, p99 %.3f ms"
           % (pct(floor, .5) * 1000, pct(floor, .99) * 1000))

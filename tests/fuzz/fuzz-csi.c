@@ -154,7 +154,8 @@ uint64_t pcsi_call_remaining_ms(const struct pcsi_call *call)
 /* ---- registering a node never connects ------------------------------------------ */
 
 void __wrap_pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id,
-				  const char *endpoint, pcsi_cluster_cb cb, void *data);
+				  const char *endpoint, const struct pcsi_cnode_capacity *cap,
+				  pcsi_cluster_cb cb, void *data);
 
 struct refusal {
 	pcsi_cluster_cb cb;
@@ -170,7 +171,8 @@ static void refuse(void *data)
 }
 
 void __wrap_pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id,
-				  const char *endpoint, pcsi_cluster_cb cb, void *data)
+				  const char *endpoint, const struct pcsi_cnode_capacity *cap,
+				  pcsi_cluster_cb cb, void *data)
 {
 	struct refusal *r = malloc(sizeof(*r));
 

@@ -472,6 +472,74 @@ def _():
         server.stop(0)
 
 
+@t.test("a registration that carries the node's capacity spares the call back to the node; one without "
+        "it (Intel's driver, an older release) gets a GetCapacity; a negative capacity is refused")
+def _():
+    def rd(path):
+        with open(path, "rb") as f:
+            return f.read()
+    asked = []
+
+    def list_volumes(req, ctx):
+        return csi.ListVolumesResponse()
+
+    def get_capacity(req, ctx):
+        asked.append(1)
+        return csi.GetCapacityResponse(available_capacity=64 * MiB)
+    handlers = {
+        "ListVolumes": grpc.unary_unary_rpc_method_handler(
+            list_volumes, request_deserializer=csi.ListVolumesRequest.FromString,
+            response_serializer=csi.ListVolumesResponse.SerializeToString),
+        "GetCapacity": grpc.unary_unary_rpc_method_handler(
+            get_capacity, request_deserializer=csi.GetCapacityRequest.FromString,
+            response_serializer=csi.GetCapacityResponse.SerializeToString),
+    }
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("csi.v1.Controller", handlers),))
+    creds = grpc.ssl_server_credentials([(rd(C.node[1]), rd(C.node[0]))], root_certificates=rd(C.ca[0]),
+                                        require_client_auth=True)
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    server.start()
+    reg = pt.tls_channel(REG_PORT, ca=C.ca[0], cert=C.node[0], key=C.node[1])
+    path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
+    ep = "tcp://127.0.0.1:%d" % port
+
+    def register(cap=None):
+        req = P.registry.RegisterNodeControllerRequest(node_id="cap-node", endpoint=ep)
+        if cap is not None:
+            req.capacity.available_capacity = cap
+            req.capacity.maximum_volume_size = cap
+        return pt.call_code(reg, path, req, resp)[:2]
+
+    def capacity():
+        code, _, capr = rpc("GetCapacity", csi.GetCapacityRequest(
+            accessible_topology=csi.Topology(segments={KEY: "cap-node"})))
+        pt.check(code == SC.OK, "GetCapacity: %s" % code)
+        return capr.available_capacity, capr.maximum_volume_size.value
+    try:
+        code, details = register(128 * MiB)
+        pt.check(code == SC.OK, "registration: %s %s" % (code, details))
+        pt.check(capacity() == (128 * MiB, 128 * MiB) and not asked,
+                 "first registration: %r, node asked %d times" % (capacity(), len(asked)))
+        code, details = register(96 * MiB)  # a heartbeat
+        pt.check(code == SC.OK and capacity() == (96 * MiB, 96 * MiB) and not asked,
+                 "heartbeat with capacity: %s %r, node asked %d times" % (code, capacity(), len(asked)))
+        code, details = register()  # a heartbeat of a node that sends none
+        pt.check(code == SC.OK, "heartbeat: %s %s" % (code, details))
+        deadline = time.monotonic() + 10
+        while not asked and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pt.check(len(asked) == 1 and capacity()[0] == 64 * MiB,
+                 "heartbeat without capacity: node asked %d times, %r" % (len(asked), capacity()))
+        code, details = register(-1)
+        pt.check(code == SC.INVALID_ARGUMENT and "negative" in details, "negative: %s %s" % (code, details))
+        path2, _, resp2 = pt.rpc(P.registry, "Registry", "UnregisterNodeController")
+        pt.call_code(reg, path2, P.registry.UnregisterNodeControllerRequest(node_id="cap-node"), resp2)
+    finally:
+        reg.close()
+        server.stop(0)
+
+
 @t.test("controller restart between create and delete: volumes re-imported from the nodes")
 def _():
     global ctl, ch

@@ -271,7 +271,7 @@ START_TEST(register_bad_endpoint)
 {
 	struct reg_result r = { .inside = true };
 
-	pcsi_cluster_register(&cl, "n1", "bogus://x", on_registered, &r);
+	pcsi_cluster_register(&cl, "n1", "bogus://x", NULL, on_registered, &r);
 	r.inside = false;
 	ck_assert_int_eq(r.calls, 0);
 	ck_assert_uint_eq(pcsi_cluster_n_nodes(&cl), 0);
@@ -292,8 +292,8 @@ START_TEST(register_unreachable)
 	struct pcsi_cnode *n;
 
 	pcsi_cluster_add(&cl, "v1", 1, "n1");
-	pcsi_cluster_register(&cl, "n1", "unix:///nonexistent-pcsi-test/csi.sock", on_registered,
-			      &r);
+	pcsi_cluster_register(&cl, "n1", "unix:///nonexistent-pcsi-test/csi.sock", NULL,
+			      on_registered, &r);
 	r.inside = false;
 	ck_assert_int_eq(r.calls, 0);
 	/* Known while its volumes are imported, but not ready. */

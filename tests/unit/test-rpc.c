@@ -1173,6 +1173,59 @@ START_TEST(test_idle_timeout_counts_from_last_activity)
 }
 END_TEST
 
+/* client.h: with an idle timeout the client closes a connection that carried
+ * no call that long (the server would keep it for 5 minutes); the channel is
+ * idle, not backing off, and the next call connects anew. */
+START_TEST(test_client_idle_timeout_closes_then_reconnects)
+{
+	struct pcsi_channel_opts o = { .idle_timeout_ms = 100 };
+	struct result r;
+	uint64_t t0;
+
+	start_server();
+	open_channel(&o);
+	warm_up();
+	ck_assert(pcsi_channel_is_connected(fx->chan));
+	t0 = uv_now(&fx->loop);
+	ck_assert_msg(RUN_UNTIL(!pcsi_channel_is_connected(fx->chan), 2000),
+		      "the client kept its idle connection");
+	ck_assert_msg(uv_now(&fx->loop) - t0 >= 90, "closed after %llu ms, before the timeout",
+		      (unsigned long long)(uv_now(&fx->loop) - t0));
+	start_call(&r, "GetPluginInfo", 5000);
+	WAIT_DONE(&r, 5000);
+	ASSERT_STATUS(&r, PCSI_OK);
+	ck_assert(pcsi_channel_is_connected(fx->chan));
+	ck_assert_int_eq(fx->info_calls, 2);
+}
+END_TEST
+
+/* A call in flight, or calls closer together than the timeout, keep it. */
+START_TEST(test_client_idle_timeout_spares_busy_connection)
+{
+	struct pcsi_channel_opts o = { .idle_timeout_ms = 300 };
+	struct result r;
+	int i;
+
+	fx->probe_delay_ms = 600;
+	start_server();
+	open_channel(&o);
+	warm_up();
+	start_call(&r, "Probe", 5000);
+	WAIT_DONE(&r, 5000);
+	ASSERT_STATUS(&r, PCSI_OK); /* 600 ms on a connection idle after 300 */
+	for (i = 0; i < 6; i++) {
+		struct result q;
+
+		run_for(100);
+		ck_assert_msg(pcsi_channel_is_connected(fx->chan),
+			      "closed while calls come every 100 ms (call %d)", i);
+		start_call(&q, "GetPluginInfo", 5000);
+		WAIT_DONE(&q, 5000);
+		ASSERT_STATUS(&q, PCSI_OK);
+	}
+}
+END_TEST
+
 START_TEST(test_max_connections)
 {
 	struct result r1, r2;
@@ -1875,6 +1928,8 @@ static Suite *rpc_suite(void)
 
 	TC("connections");
 	tcase_add_test(tc, test_idle_connection_closed_then_reconnected);
+	tcase_add_test(tc, test_client_idle_timeout_closes_then_reconnects);
+	tcase_add_test(tc, test_client_idle_timeout_spares_busy_connection);
 	tcase_add_test(tc, test_idle_timeout_spares_call_in_flight);
 	tcase_add_test(tc, test_idle_timeout_counts_from_last_activity);
 	tcase_add_test(tc, test_max_connections);
