@@ -235,6 +235,33 @@ class Cluster:
             time.sleep(interval)
         raise RuntimeError("timed out after %d s waiting for %s" % (timeout, what))
 
+    def deploy(self, mode, previous=None, ns="pmem-csi"):
+        """Deploys the driver from the shipped manifests in |mode| (central:
+        with the Secrets of make-secrets.sh; distributed), after removing the
+        |previous| mode's objects, and waits for its pods."""
+        def manifests(*p):
+            return os.path.join(TOP, "manifests", *p)
+
+        def rollout(kind, name):
+            self.kubectl("-n", ns, "rollout", "status", "%s/%s" % (kind, name), "--timeout=600s", timeout=630)
+        if previous:
+            self.kubectl("delete", "-k", manifests(previous), "--wait=true", "--ignore-not-found", timeout=600)
+            self.wait(lambda: self.kubectl("get", "namespace", ns, check=False).returncode != 0, 600,
+                      "namespace %s gone" % ns)
+        self.kubectl("label", "nodes", "node-x", "node-y", "storage=nvdimm", "--overwrite")
+        if mode == "central":
+            certs = os.path.join(self.work, "certs")
+            subprocess.run([manifests("certs", "setup-ca.sh"), certs], check=True, stdout=subprocess.DEVNULL)
+            secrets = subprocess.run([manifests("certs", "make-secrets.sh"), certs], check=True,
+                                     stdout=subprocess.PIPE, text=True).stdout
+            self.kubectl("apply", "-f", manifests("common", "namespace.yaml"))
+            self.kubectl("apply", "-f", "-", input=secrets)
+            self.kubectl("apply", "-k", manifests("central"))
+            rollout("deployment", "pmem-csi-controller")
+        else:
+            self.kubectl("apply", "-k", manifests("distributed"))
+        rollout("daemonset", "pmem-csi-node")
+
     def tail(self, name, n=30):
         try:
             return "".join(open(os.path.join(self.work, name)).readlines()[-n:])

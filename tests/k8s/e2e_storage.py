@@ -136,10 +136,6 @@ class Run:
     def wait(self, cond, timeout, what, interval=2):
         self.c.wait(cond, timeout, what, interval)
 
-    def rollout(self, kind, name, timeout=600):
-        self.k("-n", NS, "rollout", "status", "%s/%s" % (kind, name), "--timeout=%ds" % timeout,
-               timeout=timeout + 30)
-
     def timed(self, name, fn, *args):
         t0 = time.monotonic()
         try:
@@ -166,22 +162,7 @@ class Run:
                 for c in self.kj("-n", NS, "get", "csistoragecapacities")["items"] if c["storageClassName"] == sc}
 
     def deploy(self, mode):
-        if self.deployed:
-            self.k("delete", "-k", manifests(self.deployed), "--wait=true", "--ignore-not-found", timeout=600)
-            self.wait(lambda: self.k("get", "namespace", NS, check=False).returncode != 0, 600,
-                      "namespace %s gone" % NS)
-        if mode == "central":
-            certs = os.path.join(self.work, "certs")
-            subprocess.run([manifests("certs", "setup-ca.sh"), certs], check=True, stdout=subprocess.DEVNULL)
-            secrets = subprocess.run([manifests("certs", "make-secrets.sh"), certs], check=True,
-                                     stdout=subprocess.PIPE, text=True).stdout
-            self.k("apply", "-f", manifests("common", "namespace.yaml"))
-            self.k("apply", "-f", "-", input=secrets)
-            self.k("apply", "-k", manifests("central"))
-            self.rollout("deployment", "pmem-csi-controller")
-        else:
-            self.k("apply", "-k", manifests("distributed"))
-        self.rollout("daemonset", "pmem-csi-node")
+        self.c.deploy(mode, self.deployed, NS)
         self.deployed = mode
         self.wait(self.registered, 300, "CSINode objects naming the driver")
         self.wait(lambda: self.capacities("pmem-csi-sc") == set(kc.NODES), 300, "CSIStorageCapacity objects")
