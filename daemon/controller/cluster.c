@@ -14,6 +14,13 @@
 
 #define SVC "csi.v1.Controller"
 
+/* A node that may hold a volume (cluster.h, pcsi_cluster_maybe_add). */
+struct maybe {
+	struct pcsi_list link;
+	char *node; /* points into id[] */
+	char id[];  /* "<id>\0<node>\0" */
+};
+
 static const ProtobufCMethodDescriptor *method(const char *name)
 {
 	return protobuf_c_service_descriptor_get_method_by_name(&csi__v1__controller__descriptor,
@@ -28,6 +35,7 @@ void pcsi_cluster_init(struct pcsi_cluster *cl, uv_loop_t *loop, struct pcsi_tls
 	cl->start_ms = pcsi_now_ms();
 	pcsi_list_init(&cl->nodes);
 	pcsi_list_init(&cl->vols);
+	pcsi_list_init(&cl->maybe);
 	cl->rpc_timeout_ms = 30000;
 }
 
@@ -62,7 +70,76 @@ void pcsi_cluster_done(struct pcsi_cluster *cl)
 		pcsi_list_remove(p);
 		vol_free(pcsi_list_entry(p, struct pcsi_cvol, link));
 	}
-	cl->n_nodes = cl->n_vols = 0;
+	pcsi_list_foreach_safe (p, t, &cl->maybe) {
+		pcsi_list_remove(p);
+		free(pcsi_list_entry(p, struct maybe, link));
+	}
+	cl->n_nodes = cl->n_vols = cl->n_maybe = 0;
+}
+
+/* ---- nodes that may hold a volume ----------------------------------------------- */
+
+static struct maybe *maybe_find(struct pcsi_cluster *cl, const char *id, const char *node_id)
+{
+	struct pcsi_list *p;
+
+	pcsi_list_foreach (p, &cl->maybe) {
+		struct maybe *m = pcsi_list_entry(p, struct maybe, link);
+		if (!strcmp(m->id, id) && !strcmp(m->node, node_id))
+			return m;
+	}
+	return NULL;
+}
+
+void pcsi_cluster_maybe_add(struct pcsi_cluster *cl, const char *id, const char *node_id)
+{
+	size_t il = strlen(id) + 1, nl = strlen(node_id) + 1;
+	struct maybe *m;
+
+	if (maybe_find(cl, id, node_id))
+		return;
+	if (cl->n_maybe >= PCSI_CLUSTER_MAYBE_MAX) {
+		m = pcsi_list_entry(cl->maybe.next, struct maybe, link);
+		pcsi_warn("forgetting a node that may hold a volume (too many)",
+			  "volume=%s node=%s", m->id, m->node);
+		pcsi_list_remove(&m->link);
+		free(m);
+		cl->n_maybe--;
+	}
+	m = pcsi_xmalloc(sizeof(*m) + il + nl);
+	memcpy(m->id, id, il);
+	m->node = m->id + il;
+	memcpy(m->node, node_id, nl);
+	pcsi_list_add_tail(&cl->maybe, &m->link);
+	cl->n_maybe++;
+}
+
+void pcsi_cluster_maybe_clear(struct pcsi_cluster *cl, const char *id, const char *node_id)
+{
+	struct maybe *m = maybe_find(cl, id, node_id);
+
+	if (!m)
+		return;
+	pcsi_list_remove(&m->link);
+	free(m);
+	cl->n_maybe--;
+}
+
+bool pcsi_cluster_is_maybe(struct pcsi_cluster *cl, const char *id, const char *node_id)
+{
+	return maybe_find(cl, id, node_id) != NULL;
+}
+
+void pcsi_cluster_foreach_maybe(struct pcsi_cluster *cl, const char *id,
+				void (*fn)(const char *node_id, void *data), void *data)
+{
+	struct pcsi_list *p, *t;
+
+	pcsi_list_foreach_safe (p, t, &cl->maybe) {
+		struct maybe *m = pcsi_list_entry(p, struct maybe, link);
+		if (!strcmp(m->id, id))
+			fn(m->node, data);
+	}
 }
 
 struct pcsi_cnode *pcsi_cluster_node(struct pcsi_cluster *cl, const char *node_id)

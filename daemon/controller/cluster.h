@@ -63,6 +63,8 @@ struct pcsi_cluster {
 	/* private */
 	struct pcsi_list nodes, vols;
 	size_t n_nodes, n_vols;
+	struct pcsi_list maybe; /* struct pcsi_cmaybe */
+	size_t n_maybe;
 };
 
 void pcsi_cluster_init(struct pcsi_cluster *cl, uv_loop_t *loop, struct pcsi_tls_ctx *tls);
@@ -111,6 +113,20 @@ void pcsi_cluster_add_snapshot(struct pcsi_cluster *cl, const Csi__V1__Snapshot 
 			       const char *node_id);
 /* Records that |node_id| no longer holds |id|; the volume goes when no node does. */
 void pcsi_cluster_remove(struct pcsi_cluster *cl, const char *id, const char *node_id);
+
+/* Nodes that may hold volume |id| without the index knowing: a CreateVolume
+ * there ended without an answer (deadline, cancel, lost connection), and the
+ * node may have made the volume after all. A retry asks such a node first and
+ * a delete asks it too, so a volume made that way is found or removed, never
+ * left behind. The oldest entries go beyond PCSI_CLUSTER_MAYBE_MAX. */
+#define PCSI_CLUSTER_MAYBE_MAX 4096
+void pcsi_cluster_maybe_add(struct pcsi_cluster *cl, const char *id, const char *node_id);
+/* The node answered for |id| (it holds it, or it does not): forget the entry. */
+void pcsi_cluster_maybe_clear(struct pcsi_cluster *cl, const char *id, const char *node_id);
+bool pcsi_cluster_is_maybe(struct pcsi_cluster *cl, const char *id, const char *node_id);
+/* Calls |fn| for each node that may hold |id|. */
+void pcsi_cluster_foreach_maybe(struct pcsi_cluster *cl, const char *id,
+				void (*fn)(const char *node_id, void *data), void *data);
 
 /* True when volume |v| is held by |node_id|. */
 bool pcsi_cvol_on(const struct pcsi_cvol *v, const char *node_id);

@@ -172,6 +172,22 @@ static void pick_targets(struct create_op *op)
 	}
 }
 
+/* Nodes that may hold the volume already (an earlier attempt got no answer
+ * there) are asked first, in the order they had. */
+static void maybe_first(struct create_op *op)
+{
+	char *t[MAX_TARGETS];
+	size_t i, n = 0;
+
+	for (i = 0; i < op->n_targets; i++)
+		if (pcsi_cluster_is_maybe(op->c->cluster, op->id, op->targets[i]))
+			t[n++] = op->targets[i];
+	for (i = 0; i < op->n_targets; i++)
+		if (!pcsi_cluster_is_maybe(op->c->cluster, op->id, op->targets[i]))
+			t[n++] = op->targets[i];
+	memcpy(op->targets, t, n * sizeof(*t));
+}
+
 static void create_reply(struct create_op *op)
 {
 	struct pcsi_controller *c = op->c;
@@ -267,6 +283,9 @@ static void on_node_created(struct pcsi_client_call *call, void *data)
 
 	op->asking = false;
 	pcsi_cluster_observe(node, call);
+	if (call->status != PCSI_UNAVAILABLE && call->status != PCSI_DEADLINE_EXCEEDED &&
+	    call->status != PCSI_CANCELLED)
+		pcsi_cluster_maybe_clear(op->c->cluster, op->id, node); /* it answered */
 	switch (call->status) {
 	case PCSI_OK:
 		pcsi_cluster_add(op->c->cluster, op->id, r->volume ? r->volume->capacity_bytes : 0,
@@ -280,12 +299,29 @@ static void on_node_created(struct pcsi_client_call *call, void *data)
 		op->exhausted++;
 		break;
 	case PCSI_UNAVAILABLE:
-	case PCSI_DEADLINE_EXCEEDED:
-	case PCSI_CANCELLED:
+		/* Not connected, or the connection broke: the node may have made
+		 * the volume before it did. */
+		pcsi_cluster_maybe_add(op->c->cluster, op->id, node);
 		op->unreachable++;
 		pcsi_warn("node unreachable during CreateVolume", "node=%s status=%s msg=\"%s\"",
 			  node, pcsi_status_name((int)call->status),
 			  call->message ? call->message : "");
+		break;
+	case PCSI_DEADLINE_EXCEEDED:
+	case PCSI_CANCELLED:
+		/* No answer: the node may still make the volume (a create it has
+		 * begun runs to its end). Asking another node could leave a copy
+		 * here that nobody knows of: end the call; the retry asks this node
+		 * first and finds the volume, and a delete asks it too. */
+		pcsi_cluster_maybe_add(op->c->cluster, op->id, node);
+		if (!op->cancelled) {
+			op->fatal = call->status;
+			snprintf(op->fatal_msg, sizeof(op->fatal_msg),
+				 "node %s did not answer in time (%s); the retry asks it again",
+				 node,
+				 call->message ? call->message
+					       : pcsi_status_name((int)call->status));
+		}
 		break;
 	default:
 		/* The request itself is wrong for this volume (e.g. an existing one of
@@ -477,6 +513,7 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 		}
 	} else {
 		pick_targets(op);
+		maybe_first(op);
 	}
 	pcsi_call_on_cancel(call, create_cancelled, op);
 	create_next(op);
@@ -647,6 +684,24 @@ static void fanout_start(struct fanout *f)
 static void delete_on_ok(struct fanout *f, const char *node, const ProtobufCMessage *reply)
 {
 	pcsi_cluster_remove(f->c->cluster, f->id, node);
+	pcsi_cluster_maybe_clear(f->c->cluster, f->id, node);
+}
+
+/* A registered node that may hold the volume is asked too (one that is not
+ * registered is not waited for: it brings what it holds when it registers). */
+static void add_maybe_node(const char *node, void *data)
+{
+	struct fanout *f = data;
+	const struct pcsi_cnode *n = pcsi_cluster_node(f->c->cluster, node);
+	size_t i;
+
+	if (!n || !n->ready)
+		return;
+	for (i = 0; i < f->n_nodes; i++)
+		if (!strcmp(f->nodes[i], node))
+			return;
+	f->nodes = pcsi_xrealloc(f->nodes, (f->n_nodes + 1) * sizeof(*f->nodes));
+	f->nodes[f->n_nodes++] = pcsi_xstrdup(node);
 }
 
 static void delete_reply(struct fanout *f)
@@ -702,6 +757,8 @@ static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
 		/* Unknown: whoever has it deletes it; nodes answer OK otherwise. */
 		f->nodes = pcsi_xcalloc(pcsi_cluster_n_nodes(cl) + 1, sizeof(*f->nodes));
 		pcsi_cluster_foreach_node(cl, add_delete_node, f);
+	} else {
+		pcsi_cluster_foreach_maybe(cl, f->id, add_maybe_node, f);
 	}
 	fanout_start(f);
 }

@@ -52,6 +52,17 @@ class Bench:
         return self.k("-n", NS, "exec", pods[0]["metadata"]["name"], "-c", "pmem-driver", "--", *cmd,
                       timeout=timeout).stdout
 
+    def save_logs(self, mode):
+        for p in self.kj("-n", NS, "get", "pods")["items"]:
+            name = p["metadata"]["name"]
+            out = self.k("-n", NS, "logs", name, "-c", "pmem-driver", check=False).stdout
+            with open(os.path.join(WORK, "%s-%s.log" % (mode, name)), "w") as f:
+                f.write(out)
+            if "controller" in name:
+                out = self.k("-n", NS, "logs", name, "-c", "csi-provisioner", check=False).stdout
+                with open(os.path.join(WORK, "%s-%s-provisioner.log" % (mode, name)), "w") as f:
+                    f.write(out)
+
     def immediate_class(self, name):
         sc = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
               "provisioner": "pmem-csi.intel.com", "volumeBindingMode": "Immediate",
@@ -85,7 +96,8 @@ class Bench:
         for n in ("node-x", "node-y"):
             lvs = self.driver_exec(n, "lvs", "--noheadings", "-o", "lv_name").split()
             if lvs:
-                sys.exit("%s: %s keeps %r" % (mode, n, lvs))
+                self.save_logs(mode)
+                sys.exit("%s: %s keeps %r (driver logs in %s)" % (mode, n, lvs, WORK))
         return total, pct(list(bound.values()), .5), pct(list(bound.values()), .99), deleted
 
     def raw(self):

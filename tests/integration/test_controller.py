@@ -540,6 +540,76 @@ def _():
         server.stop(0)
 
 
+@t.test("a node that answers CreateVolume too late (it made the volume after the controller gave up): the retry "
+        "asks that node first and finds the volume there instead of making a copy on the node with the most "
+        "room; DeleteVolume reaches it")
+def _():
+    import hashlib
+
+    def rd(path):
+        with open(path, "rb") as f:
+            return f.read()
+    held, deleted = {}, []
+
+    def vid(name):
+        return name[:6] + "-" + hashlib.sha224(name.encode()).hexdigest()
+
+    def create_volume(req, ctx):
+        i = vid(req.name)
+        if i not in held:
+            time.sleep(3)  # past the caller's deadline, then made all the same
+            held[i] = req.capacity_range.required_bytes
+        return csi.CreateVolumeResponse(volume=csi.Volume(volume_id=i, capacity_bytes=held[i]))
+
+    def delete_volume(req, ctx):
+        held.pop(req.volume_id, None)
+        deleted.append(req.volume_id)
+        return csi.DeleteVolumeResponse()
+
+    def list_volumes(req, ctx):
+        return csi.ListVolumesResponse(entries=[csi.ListVolumesResponse.Entry(
+            volume=csi.Volume(volume_id=i, capacity_bytes=b)) for i, b in held.items()])
+    handlers = {
+        "CreateVolume": grpc.unary_unary_rpc_method_handler(
+            create_volume, request_deserializer=csi.CreateVolumeRequest.FromString,
+            response_serializer=csi.CreateVolumeResponse.SerializeToString),
+        "DeleteVolume": grpc.unary_unary_rpc_method_handler(
+            delete_volume, request_deserializer=csi.DeleteVolumeRequest.FromString,
+            response_serializer=csi.DeleteVolumeResponse.SerializeToString),
+        "ListVolumes": grpc.unary_unary_rpc_method_handler(
+            list_volumes, request_deserializer=csi.ListVolumesRequest.FromString,
+            response_serializer=csi.ListVolumesResponse.SerializeToString),
+    }
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("csi.v1.Controller", handlers),))
+    creds = grpc.ssl_server_credentials([(rd(C.node[1]), rd(C.node[0]))], root_certificates=rd(C.ca[0]),
+                                        require_client_auth=True)
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    server.start()
+    reg = pt.tls_channel(REG_PORT, ca=C.ca[0], cert=C.node[0], key=C.node[1])
+    path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
+    req = P.registry.RegisterNodeControllerRequest(node_id="slow-node", endpoint="tcp://127.0.0.1:%d" % port)
+    req.capacity.available_capacity = req.capacity.maximum_volume_size = 64 * MiB  # the least room
+    try:
+        code, details, _ = pt.call_code(reg, path, req, resp)
+        pt.check(code == SC.OK, "registration: %s %s" % (code, details))
+        code, details, _ = rpc("CreateVolume", create("pvc-slow", 16 * MiB, preferred=["slow-node"]), timeout=1.5)
+        pt.check(code in (SC.DEADLINE_EXCEEDED, SC.CANCELLED), "first attempt: %s %s" % (code, details))
+        deadline = time.monotonic() + 10
+        while not held and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pt.check(list(held) == [vid("pvc-slow")], "the stand-in made %r" % held)
+        v = ok_call("CreateVolume", create("pvc-slow", 16 * MiB)).volume  # the provisioner's retry, no topology
+        pt.check(holders(v) == ["slow-node"], "the retry made the volume on %r (slow-node has it)" % holders(v))
+        ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+        pt.check(deleted == [v.volume_id] and not held, "deleted %r, left %r" % (deleted, held))
+        path2, _, resp2 = pt.rpc(P.registry, "Registry", "UnregisterNodeController")
+        pt.call_code(reg, path2, P.registry.UnregisterNodeControllerRequest(node_id="slow-node"), resp2)
+    finally:
+        reg.close()
+        server.stop(0)
+
+
 @t.test("controller restart between create and delete: volumes re-imported from the nodes")
 def _():
     global ctl, ch

@@ -246,6 +246,44 @@ START_TEST(done_frees_everything)
 }
 END_TEST
 
+static void count_maybe(const char *node_id, void *data)
+{
+	(*(int *)data)++;
+}
+
+/* cluster.h: nodes that may hold a volume, per (id, node), once each; the
+ * oldest go beyond PCSI_CLUSTER_MAYBE_MAX; done frees them. */
+START_TEST(maybe_holders)
+{
+	char id[32];
+	int n = 0, i;
+
+	pcsi_cluster_maybe_add(&cl, "v1", "n1");
+	pcsi_cluster_maybe_add(&cl, "v1", "n1");
+	pcsi_cluster_maybe_add(&cl, "v1", "n2");
+	pcsi_cluster_maybe_add(&cl, "v2", "n1");
+	ck_assert(pcsi_cluster_is_maybe(&cl, "v1", "n1"));
+	ck_assert(!pcsi_cluster_is_maybe(&cl, "v1", "n3"));
+	pcsi_cluster_foreach_maybe(&cl, "v1", count_maybe, &n);
+	ck_assert_int_eq(n, 2);
+	pcsi_cluster_maybe_clear(&cl, "v1", "n1");
+	pcsi_cluster_maybe_clear(&cl, "v1", "n1");
+	ck_assert(!pcsi_cluster_is_maybe(&cl, "v1", "n1"));
+	ck_assert(pcsi_cluster_is_maybe(&cl, "v1", "n2"));
+	ck_assert(pcsi_cluster_is_maybe(&cl, "v2", "n1"));
+	for (i = 0; i < PCSI_CLUSTER_MAYBE_MAX; i++) {
+		snprintf(id, sizeof(id), "w%d", i);
+		pcsi_cluster_maybe_add(&cl, id, "n9");
+	}
+	ck_assert_uint_eq(cl.n_maybe, PCSI_CLUSTER_MAYBE_MAX);
+	ck_assert(!pcsi_cluster_is_maybe(&cl, "v1", "n2")); /* the oldest went */
+	ck_assert(pcsi_cluster_is_maybe(&cl, "w0", "n9"));
+	pcsi_cluster_done(&cl);
+	ck_assert_uint_eq(cl.n_maybe, 0);
+	ck_assert(!pcsi_cluster_is_maybe(&cl, "w0", "n9"));
+}
+END_TEST
+
 /* ---- registration without a network ---------------------------------------- */
 
 struct reg_result {
@@ -329,6 +367,7 @@ static Suite *cluster_suite(void)
 	tcase_add_test(tc, foreach_volume);
 	tcase_add_test(tc, derived_ids);
 	tcase_add_test(tc, done_frees_everything);
+	tcase_add_test(tc, maybe_holders);
 	suite_add_tcase(s, tc);
 	tcase_add_checked_fixture(tr, setup, teardown);
 	tcase_add_test(tr, register_bad_endpoint);
