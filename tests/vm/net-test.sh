@@ -59,11 +59,11 @@ EOF
 # so retry until the answer is right.
 cat >"$tmp/client.sh" <<'EOF'
 addr=$1 port=$2 who=$3
-for ((try = 1; try <= 240; try++)); do
+for ((try = 1; try <= 500; try++)); do
 	if exec 3<>"/dev/tcp/$addr/$port"; then
 		printf 'ping %s\n' "$who" >&3
 		reply=
-		read -r -t 10 reply <&3
+		read -r -t 30 reply <&3
 		exec 3<&-
 		if [ "$reply" = "pong $who" ]; then
 			echo "client $who: got '$reply' from $addr:$port (attempt $try)"
