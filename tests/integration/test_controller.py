@@ -426,11 +426,30 @@ def _():
     pt.check(not ok_call("ListSnapshots", csi.ListSnapshotsRequest()).entries, "still listed")
 
 
-@t.test("a node of an older release (no ListSnapshots: UNIMPLEMENTED) still registers; its volumes are imported")
-def _():
+def stand_in_node(**methods):
+    """A python csi.v1.Controller over mutual TLS with the node's certificate,
+    serving |methods| (name=function(request, context)); returns the server,
+    its endpoint and a registry channel with the node's certificate."""
     def rd(path):
         with open(path, "rb") as f:
             return f.read()
+    handlers = {}
+    for name, fn in methods.items():
+        _, req_cls, resp_cls = pt.rpc(csi, "Controller", name)
+        handlers[name] = grpc.unary_unary_rpc_method_handler(
+            fn, request_deserializer=req_cls.FromString, response_serializer=resp_cls.SerializeToString)
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("csi.v1.Controller", handlers),))
+    creds = grpc.ssl_server_credentials([(rd(C.node[1]), rd(C.node[0]))], root_certificates=rd(C.ca[0]),
+                                        require_client_auth=True)
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    server.start()
+    reg = pt.tls_channel(REG_PORT, ca=C.ca[0], cert=C.node[0], key=C.node[1])
+    return server, "tcp://127.0.0.1:%d" % port, reg
+
+
+@t.test("a node of an older release (no ListSnapshots: UNIMPLEMENTED) still registers; its volumes are imported")
+def _():
     old_vol = "old-vo-" + "1" * 56
 
     def list_volumes(req, ctx):
@@ -439,25 +458,11 @@ def _():
 
     def get_capacity(req, ctx):
         return csi.GetCapacityResponse(available_capacity=256 * MiB)
-    handlers = {
-        "ListVolumes": grpc.unary_unary_rpc_method_handler(
-            list_volumes, request_deserializer=csi.ListVolumesRequest.FromString,
-            response_serializer=csi.ListVolumesResponse.SerializeToString),
-        "GetCapacity": grpc.unary_unary_rpc_method_handler(
-            get_capacity, request_deserializer=csi.GetCapacityRequest.FromString,
-            response_serializer=csi.GetCapacityResponse.SerializeToString),
-    }
-    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("csi.v1.Controller", handlers),))
-    creds = grpc.ssl_server_credentials([(rd(C.node[1]), rd(C.node[0]))], root_certificates=rd(C.ca[0]),
-                                        require_client_auth=True)
-    port = server.add_secure_port("127.0.0.1:0", creds)
-    server.start()
-    reg = pt.tls_channel(REG_PORT, ca=C.ca[0], cert=C.node[0], key=C.node[1])
+    server, ep, reg = stand_in_node(ListVolumes=list_volumes, GetCapacity=get_capacity)
     try:
         path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
         code, details, _ = pt.call_code(reg, path, P.registry.RegisterNodeControllerRequest(
-            node_id="old-node", endpoint="tcp://127.0.0.1:%d" % port), resp)
+            node_id="old-node", endpoint=ep), resp)
         pt.check(code == SC.OK, "registration: %s %s" % (code, details))
         listed = ok_call("ListVolumes", csi.ListVolumesRequest())
         pt.check([holders(e.volume) for e in listed.entries if e.volume.volume_id == old_vol] == [["old-node"]],
@@ -475,9 +480,6 @@ def _():
 @t.test("a registration that carries the node's capacity spares the call back to the node; one without "
         "it (Intel's driver, an older release) gets a GetCapacity; a negative capacity is refused")
 def _():
-    def rd(path):
-        with open(path, "rb") as f:
-            return f.read()
     asked = []
 
     def list_volumes(req, ctx):
@@ -486,23 +488,8 @@ def _():
     def get_capacity(req, ctx):
         asked.append(1)
         return csi.GetCapacityResponse(available_capacity=64 * MiB)
-    handlers = {
-        "ListVolumes": grpc.unary_unary_rpc_method_handler(
-            list_volumes, request_deserializer=csi.ListVolumesRequest.FromString,
-            response_serializer=csi.ListVolumesResponse.SerializeToString),
-        "GetCapacity": grpc.unary_unary_rpc_method_handler(
-            get_capacity, request_deserializer=csi.GetCapacityRequest.FromString,
-            response_serializer=csi.GetCapacityResponse.SerializeToString),
-    }
-    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("csi.v1.Controller", handlers),))
-    creds = grpc.ssl_server_credentials([(rd(C.node[1]), rd(C.node[0]))], root_certificates=rd(C.ca[0]),
-                                        require_client_auth=True)
-    port = server.add_secure_port("127.0.0.1:0", creds)
-    server.start()
-    reg = pt.tls_channel(REG_PORT, ca=C.ca[0], cert=C.node[0], key=C.node[1])
+    server, ep, reg = stand_in_node(ListVolumes=list_volumes, GetCapacity=get_capacity)
     path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
-    ep = "tcp://127.0.0.1:%d" % port
 
     def register(cap=None):
         req = P.registry.RegisterNodeControllerRequest(node_id="cap-node", endpoint=ep)
@@ -545,10 +532,6 @@ def _():
         "room; DeleteVolume reaches it")
 def _():
     import hashlib
-
-    def rd(path):
-        with open(path, "rb") as f:
-            return f.read()
     held, deleted = {}, []
 
     def vid(name):
@@ -569,26 +552,10 @@ def _():
     def list_volumes(req, ctx):
         return csi.ListVolumesResponse(entries=[csi.ListVolumesResponse.Entry(
             volume=csi.Volume(volume_id=i, capacity_bytes=b)) for i, b in held.items()])
-    handlers = {
-        "CreateVolume": grpc.unary_unary_rpc_method_handler(
-            create_volume, request_deserializer=csi.CreateVolumeRequest.FromString,
-            response_serializer=csi.CreateVolumeResponse.SerializeToString),
-        "DeleteVolume": grpc.unary_unary_rpc_method_handler(
-            delete_volume, request_deserializer=csi.DeleteVolumeRequest.FromString,
-            response_serializer=csi.DeleteVolumeResponse.SerializeToString),
-        "ListVolumes": grpc.unary_unary_rpc_method_handler(
-            list_volumes, request_deserializer=csi.ListVolumesRequest.FromString,
-            response_serializer=csi.ListVolumesResponse.SerializeToString),
-    }
-    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("csi.v1.Controller", handlers),))
-    creds = grpc.ssl_server_credentials([(rd(C.node[1]), rd(C.node[0]))], root_certificates=rd(C.ca[0]),
-                                        require_client_auth=True)
-    port = server.add_secure_port("127.0.0.1:0", creds)
-    server.start()
-    reg = pt.tls_channel(REG_PORT, ca=C.ca[0], cert=C.node[0], key=C.node[1])
+    server, ep, reg = stand_in_node(CreateVolume=create_volume, DeleteVolume=delete_volume,
+                                    ListVolumes=list_volumes)
     path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
-    req = P.registry.RegisterNodeControllerRequest(node_id="slow-node", endpoint="tcp://127.0.0.1:%d" % port)
+    req = P.registry.RegisterNodeControllerRequest(node_id="slow-node", endpoint=ep)
     req.capacity.available_capacity = req.capacity.maximum_volume_size = 64 * MiB  # the least room
     try:
         code, details, _ = pt.call_code(reg, path, req, resp)
