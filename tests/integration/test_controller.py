@@ -318,9 +318,16 @@ def _():
     pt.check(node_sizes(v.volume_id) == {"n1": 40 * MiB, "n2": 40 * MiB}, "on the nodes: %r" % node_sizes(v.volume_id))
     lv = [e.volume for e in ok_call("ListVolumes", csi.ListVolumesRequest()).entries if e.volume.volume_id == v.volume_id]
     pt.check(lv and lv[0].capacity_bytes == 40 * MiB, "ListVolumes: %r" % lv)
+    # The controller's capacity is each node's last report, asked for again
+    # after every call it made there (without waiting for the answer).
     for n in ("n1", "n2"):
-        free = ok_call("GetCapacity", csi.GetCapacityRequest(
-            accessible_topology=csi.Topology(segments={KEY: n}))).available_capacity
+        deadline = time.monotonic() + 10
+        while True:
+            free = ok_call("GetCapacity", csi.GetCapacityRequest(
+                accessible_topology=csi.Topology(segments={KEY: n}))).available_capacity
+            if free == free0[n] - 24 * MiB or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         pt.check(free == free0[n] - 24 * MiB, "%s: free %d, was %d" % (n, free, free0[n]))
     # Idempotent, never shrinks, raw block needs no node step.
     code, details, r = expand(v.volume_id, 8 * MiB, block=True)
