@@ -1001,6 +1001,25 @@ static void ctl_list_volumes(Csi__V1__Controller_Service *svc,
 
 /* ---- GetCapacity ----------------------------------------------------------------- */
 
+struct cap_op {
+	struct pcsi_call *call;
+	struct pcsi_client_call ccall;
+};
+
+static void on_node_capacity(struct pcsi_client_call *call, void *data)
+{
+	struct cap_op *op = data;
+
+	if (call->status == PCSI_OK)
+		pcsi_call_reply(op->call, call->reply);
+	else
+		pcsi_call_fail(op->call,
+			       call->status == PCSI_UNAVAILABLE ? PCSI_UNAVAILABLE : call->status,
+			       "GetCapacity on the node: %s", call->message ? call->message : "");
+	pcsi_client_call_done(call);
+	free(op);
+}
+
 /* The cluster's capacity from the nodes' last answers: the sum of what is
  * free, the largest volume one node can make (a volume lives on one node,
  * or on several as copies), the smallest minimum. */
@@ -1040,16 +1059,20 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 			return;
 		}
 	if (in->accessible_topology) {
-		/* One node's segment: its last report (its heartbeat, or its answer
-		 * after a volume call), as for the whole cluster; asking the node
-		 * would open its link for every poll of the provisioner. */
 		const char *node = topo_node(c, in->accessible_topology);
+		struct cap_op *op;
 		n = node ? pcsi_cluster_node(c->cluster, node) : NULL;
-		if (n) /* else not a node of ours: nothing there */
-			add_capacity(n, &sum);
-	} else {
-		pcsi_cluster_foreach_node(c->cluster, add_capacity, &sum);
+		if (!n || !n->ready) {
+			pcsi_call_reply(call, &out.base); /* not a node of ours: nothing there */
+			return;
+		}
+		op = pcsi_xcalloc(1, sizeof(*op));
+		op->call = call;
+		pcsi_channel_call(n->chan, &op->ccall, SVC, method("GetCapacity"), &in->base,
+				  node_timeout(c->cluster, call), on_node_capacity, op);
+		return;
 	}
+	pcsi_cluster_foreach_node(c->cluster, add_capacity, &sum);
 	out.available_capacity = sum.available;
 	max.value = sum.max;
 	min.value = sum.min;
