@@ -30,8 +30,8 @@ set -eu
 # One line per tool: name, module@version (pinned), package to build, and
 # optionally more `go build` flags (e.g. build tags). A name ending in "*" is
 # built on demand only (`go-tools.sh NAME`, without the "*"), not by the
-# default run that install-deps.sh does (none is, today: suite k8s-e2e needs
-# e2e.test, agnhost and the ginkgo runner in CI).
+# default run that install-deps.sh does: grpc-goref, which only the
+# benchmark tests/bench/probe-bench.sh uses (it builds it on first use).
 # Choose a pin with `go-tools.sh --versions NAME`. A module named local:DIR is
 # a small module of this repository (DIR, relative to the repository: go.mod
 # with every pin, go.sum, main.go, and optionally "ldflags"); its binary is
@@ -47,7 +47,7 @@ csi-snapshotter  local:tests/k8s/tools/snapshotter@v8.7.0                    git
 snapshot-controller local:tests/k8s/tools/snapshotter@v8.7.0                 github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
 kube             local:tests/k8s/tools/kube@v1.36.1                           .
 coredns          local:tests/k8s/tools/coredns@v1.14.7                        .
-grpc-goref       local:tests/bench/goref@v1.85.0                              .
+grpc-goref*      local:tests/bench/goref@v1.85.0                              .
 prometheus       github.com/prometheus/prometheus@v0.316.0                    github.com/prometheus/prometheus/cmd/prometheus  -tags=remove_all_sd,enable_kubernetes_sd
 e2e.test         local:tests/k8s/tools/e2e@v1.36.1                            .
 agnhost          local:tests/k8s/tools/e2e@v1.36.1                            k8s.io/kubernetes/test/images/agnhost

@@ -284,7 +284,7 @@ class Cluster:
         for n, (ip, cidr) in NODES.items():
             cmd = self.nsexec() + [
                 os.path.join(TOP, "tests", "vm", "vm-run"), "--name=" + n, "--nvdimms=1", "--nvdimm-size=" + self.nvdimm_size,
-                "--mem=" + self.guest_mem, "--cpus=2", "--timeout=%d" % self.timeout,
+                "--mem=" + self.guest_mem, "--cpus=1", "--timeout=%d" % self.timeout,
                 "--tap=tap-%s,%s/24,%s" % (n[-1], ip, BRIDGE_IP), "--rw-dir=" + self.work,
                 "--console=" + os.path.join(self.work, n + ".console.log"),
                 os.path.join(HERE, "node.sh"), n, self.work]

@@ -119,10 +119,13 @@ def manifests(*p):
 
 
 class Run:
-    def __init__(self, driver, work):
+    """e2e.test against a cluster: a new one of its own (|cluster| None), or
+    one test_k8s.py brought up (with e2e_images) and deployed itself."""
+
+    def __init__(self, driver, work, cluster=None):
         self.work = work
-        self.c = kc.Cluster(work, driver, timeout=int(os.environ.get("PCSI_E2E_GUEST_TIMEOUT", "86400")),
-                            e2e_images=True)
+        self.c = cluster or kc.Cluster(work, driver, timeout=int(os.environ.get("PCSI_E2E_GUEST_TIMEOUT", "86400")),
+                                       e2e_images=True)
         self.e2e = kc.go_tool("e2e.test")
         self.ginkgo = kc.go_tool("ginkgo")
         self.deployed = None
@@ -225,6 +228,27 @@ class Run:
             log("%s: %d specs done: %d passed, %d failed, %d skipped"
                 % (mode, sum(c.values()), c["passed"], c["failed"], c["skipped"]))
 
+    def run_mode(self, mode, tap=tap):
+        """e2e.test for |mode| (deployed), its summary as TAP lines through
+        |tap|, then a check that the driver's PVs and LVs are gone. Returns
+        0 when nothing failed."""
+        rc, report, out = self.timed("%s e2e" % mode, self.run_e2e, mode)
+        log("e2e.test for %s mode exited %d after %.0f s" % (mode, rc, timings["%s e2e" % mode]))
+        status = summarize(mode, report, rc, tap)
+        t0 = time.monotonic()
+        try:
+            self.wait(lambda: not self.pvs(), 600, "the driver's PVs to go")
+        except RuntimeError:
+            pass
+        pvs, lvs = self.pvs(), self.lvs()
+        timings["%s cleanup" % mode] = time.monotonic() - t0
+        tap(not pvs and not any(lvs.values()), "%s: after the suite no PV of the driver is left and no "
+            "node keeps a logical volume" % mode)
+        if pvs or any(lvs.values()):
+            print("#   left behind: PVs %r, LVs %r" % (pvs, lvs), flush=True)
+            return 1
+        return status
+
     def pvs(self):
         return [p["metadata"]["name"] for p in self.kj("get", "pv")["items"]
                 if (p["spec"].get("csi") or {}).get("driver") == DRV]
@@ -242,7 +266,7 @@ class Run:
         return lvs
 
 
-def summarize(mode, report, rc):
+def summarize(mode, report, rc, tap=tap):
     """A TAP line per spec that ran or was skipped at run time, from
     report.json (JUnit has the same), and the counts, in all and per test
     pattern. Specs the focus
@@ -335,21 +359,7 @@ def main():
                 status = 1
                 continue
             log("%s mode deployed in %.0f s" % (mode, timings["%s deploy" % mode]))
-            rc, report, out = run.timed("%s e2e" % mode, run.run_e2e, mode)
-            log("e2e.test for %s mode exited %d after %.0f s" % (mode, rc, timings["%s e2e" % mode]))
-            status |= summarize(mode, report, rc)
-            t0 = time.monotonic()
-            try:
-                run.wait(lambda: not run.pvs(), 600, "the driver's PVs to go")
-            except RuntimeError:
-                pass
-            pvs, lvs = run.pvs(), run.lvs()
-            timings["%s cleanup" % mode] = time.monotonic() - t0
-            tap(not pvs and not any(lvs.values()), "%s: after the suite no PV of the driver is left and no "
-                "node keeps a logical volume" % mode)
-            if pvs or any(lvs.values()):
-                status = 1
-                print("#   left behind: PVs %r, LVs %r" % (pvs, lvs), flush=True)
+            status |= run.run_mode(mode)
     finally:
         print("1..%d" % tap_n, flush=True)
         t0 = time.monotonic()

@@ -4,8 +4,14 @@
 the driver together, driven through PVCs and pods. TAP output, one test per
 step; each scenario uses the cluster as the previous one left it.
 
+After each mode's scenarios, Kubernetes' own storage e2e tests run on the
+same cluster (e2e_storage.py: the CI subset, PCSI_E2E_SUBSET=ci, unless
+PCSI_E2E_SUBSET or PCSI_E2E_FOCUS says otherwise), one TAP line per spec;
+PCSI_K8S_E2E=0 leaves them out (and the images they need).
+
 usage: test_k8s.py PATH-TO-pmem-csi-driver (the shipped build)
-Environment: PCSI_K8S_WORK (keep the work directory there), PCSI_CACHE.
+Environment: PCSI_K8S_WORK (keep the work directory there), PCSI_CACHE,
+PCSI_K8S_E2E, the PCSI_E2E_* variables of e2e_storage.py.
 """
 import json
 import os
@@ -22,8 +28,15 @@ sys.path.insert(0, os.path.join(TOP, "tests", "integration"))
 sys.path.insert(0, HERE)
 # One step can take minutes under software emulation (the cluster's start
 # ~2-4 min, a rollout, a volume formatted in a guest).
-os.environ.setdefault("PCSI_TEST_TIMEOUT", "1200")
+# An e2e subset takes 10-20 min.
+os.environ.setdefault("PCSI_TEST_TIMEOUT", "2400")
+E2E = os.environ.get("PCSI_K8S_E2E", "1") != "0"
+if E2E and not os.environ.get("PCSI_E2E_FOCUS"):
+    os.environ.setdefault("PCSI_E2E_SUBSET", "ci")
+os.environ.setdefault("PCSI_E2E_TIMEOUT", "40m")
+os.environ.setdefault("PCSI_E2E_PROGRESS", "120")
 import cluster as kc  # noqa: E402
+import e2e_storage  # noqa: E402
 import pcsi_test as pt  # noqa: E402
 
 DRIVER = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else sys.exit(__doc__)
@@ -35,7 +48,7 @@ timings = {}
 
 
 def _up():
-    c = kc.Cluster(WORK, DRIVER)
+    c = kc.Cluster(WORK, DRIVER, e2e_images=E2E)
     try:
         timings["cluster start"] = c.up(os.path.join(WORK, "images"))
     except Exception:
@@ -291,6 +304,35 @@ def _():
     wait_gone("pv", pv)
 
 
+def e2e_subset(mode):
+    """Kubernetes' storage e2e tests (e2e_storage.py) in |mode|, deployed by
+    the scenarios before: a TAP line per spec, then a check that the
+    driver's PVs and LVs are gone."""
+    if not E2E:
+        raise pt.Skip("PCSI_K8S_E2E=0")
+    run = e2e_storage.Run(DRIVER, WORK, cl.get())
+
+    def tap(ok, desc, directive=""):
+        desc = "e2e " + re.sub(r"\s+", " ", desc).replace("#", "\\#")
+        if directive.startswith("SKIP"):
+            t.skip(desc, directive[len("SKIP "):])
+        elif ok:
+            t.ok(desc)
+        else:
+            t.not_ok(desc)
+    status = run.run_mode(mode, tap)
+    for name in ("%s e2e" % mode, "%s cleanup" % mode):
+        if name in e2e_storage.timings:
+            timings[name] = e2e_storage.timings[name]
+    pt.check(status == 0, "%s mode: e2e.test failed or left volumes behind (the lines above)" % mode)
+
+
+@t.test("central: Kubernetes' storage e2e tests, the CI subset (e2e.test with tests/k8s/testdriver-central.yaml), "
+        "on this cluster and deployment")
+def _():
+    e2e_subset("central")
+
+
 # ---------------------------------------------------------------------------- distributed mode
 
 def capacities(sc):
@@ -302,6 +344,9 @@ def capacities(sc):
         node = c["nodeTopology"]["matchLabels"].get("%s/node" % DRV)
         out[node] = (quantity(c.get("capacity", "0")), quantity(c.get("maximumVolumeSize", "0")))
     return out
+
+
+big = {}  # the size of the PVCs that fill more than half of a node
 
 
 def quantity(q):
@@ -329,22 +374,24 @@ def _():
 @timed("distributed volume")
 def _():
     before = capacities("pmem-csi-sc")["node-x"][0]
-    k("apply", "-f", "-", input=pvc_yaml("big-x", "pmem-csi-sc", "1100Mi"))
+    # More than half of a node's PMEM: a second one does not fit next to it.
+    big["size"] = "%dMi" % (before * 6 // 10 >> 22 << 2)
+    k("apply", "-f", "-", input=pvc_yaml("big-x", "pmem-csi-sc", big["size"]))
     time.sleep(5)
     pt.check(kj("get", "pvc", "big-x")["status"].get("phase") == "Pending", "bound before a consumer")
     k("apply", "-f", "-", input=pod_yaml("app-x", "node-x", claim="big-x",
                                          cmd="echo x > /data/f && cat /data/f && exec sleep 100000"))
     wait_pod_running("app-x")
     pt.check(kj("get", "pod", "app-x")["spec"]["nodeName"] == "node-x", "app-x not on node-x")
-    wait(lambda: capacities("pmem-csi-sc")["node-x"][0] <= before - 1100 * (1 << 20), 180,
+    wait(lambda: capacities("pmem-csi-sc")["node-x"][0] <= before - quantity(big["size"]), 180,
          "node-x's capacity to go down by the volume")
 
 
 @t.test("distributed: a pod that needs more PMEM than node-x has free lands on node-y")
 def _():
     free_x = capacities("pmem-csi-sc")["node-x"][0]
-    pt.check(free_x < 1100 << 20, "node-x still has %d bytes free" % free_x)
-    k("apply", "-f", "-", input=pvc_yaml("big-any", "pmem-csi-sc", "1100Mi"))
+    pt.check(free_x < quantity(big["size"]), "node-x still has %d bytes free" % free_x)
+    k("apply", "-f", "-", input=pvc_yaml("big-any", "pmem-csi-sc", big["size"]))
     k("apply", "-f", "-", input=pod_yaml("app-any", None, claim="big-any",
                                          cmd="echo y > /data/f && exec sleep 100000"))
     wait_pod_running("app-any")
@@ -502,6 +549,12 @@ def _():
         node = r["metric"]["node"]
         pt.check(int(float(r["value"][1])) == caps[node][0],
                  "%s: gauge %s, CSIStorageCapacity %d" % (node, r["value"][1], caps[node][0]))
+
+
+@t.test("distributed: Kubernetes' storage e2e tests, the CI subset (e2e.test with "
+        "tests/k8s/testdriver-distributed.yaml), on this cluster and deployment")
+def _():
+    e2e_subset("distributed")
 
 
 def teardown():
