@@ -33,7 +33,7 @@ os.environ.setdefault("PCSI_TEST_TIMEOUT", "2400")
 E2E = os.environ.get("PCSI_K8S_E2E", "1") != "0"
 if E2E and not os.environ.get("PCSI_E2E_FOCUS"):
     os.environ.setdefault("PCSI_E2E_SUBSET", "ci")
-os.environ.setdefault("PCSI_E2E_TIMEOUT", "40m")
+os.environ.setdefault("PCSI_E2E_TIMEOUT", "30m")  # ends before the step's own 40 min
 os.environ.setdefault("PCSI_E2E_PROGRESS", "120")
 import cluster as kc  # noqa: E402
 import e2e_storage  # noqa: E402
