@@ -14,6 +14,7 @@
 #include "daemon/config.h"
 #include "daemon/controller/role.h"
 #include "daemon/core/log.h"
+#include "daemon/core/memtrim.h"
 #include "daemon/csi/identity.h"
 #include "daemon/csi/messages.h"
 #include "daemon/csi/role.h"
@@ -32,6 +33,7 @@ struct daemon {
 	struct pcsi_controller_role controller; /* -mode=controller */
 	struct pcsi_http *http;			/* -metricsListen */
 	uv_signal_t sigterm, sigint;
+	struct pcsi_memtrim memtrim;
 	bool stopping;
 };
 
@@ -46,6 +48,7 @@ static void on_server_closed(struct pcsi_server *srv, void *data)
 
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
+	pcsi_memtrim_stop(&d->memtrim);
 	if (is_node(d))
 		pcsi_node_role_close(&d->node);
 	else
@@ -171,6 +174,7 @@ int main(int argc, char **argv)
 	d.sigterm.data = d.sigint.data = &d;
 	uv_signal_start(&d.sigterm, on_signal, SIGTERM);
 	uv_signal_start(&d.sigint, on_signal, SIGINT);
+	pcsi_memtrim_start(&d.memtrim, d.env.loop);
 
 	rc = is_node(&d) ? pcsi_node_role_start(&d.node)
 			 : pcsi_controller_role_start(&d.controller, &d.env);
