@@ -8,9 +8,15 @@
 
 #include "daemon/core/memtrim.h"
 
+/* ASan's allocator is not glibc's: nothing to trim there. */
 #if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1 /* ASan's allocator is not glibc's: nothing to trim */
-#else
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
 #define UNDER_ASAN 0
 #endif
 
