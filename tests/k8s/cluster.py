@@ -282,9 +282,12 @@ class Cluster:
             for k, v in env.items():
                 f.write("%s='%s'\n" % (k, v))
         for n, (ip, cidr) in NODES.items():
+            # Two vCPUs: a node runs kubelet, containerd, runc and the pods'
+            # processes at once. With one vCPU each `kubectl exec` into a
+            # pod took some 20 s and an e2e multiVolume spec 465 s.
             cmd = self.nsexec() + [
                 os.path.join(TOP, "tests", "vm", "vm-run"), "--name=" + n, "--nvdimms=1", "--nvdimm-size=" + self.nvdimm_size,
-                "--mem=" + self.guest_mem, "--cpus=1", "--timeout=%d" % self.timeout,
+                "--mem=" + self.guest_mem, "--cpus=2", "--timeout=%d" % self.timeout,
                 "--tap=tap-%s,%s/24,%s" % (n[-1], ip, BRIDGE_IP), "--rw-dir=" + self.work,
                 "--console=" + os.path.join(self.work, n + ".console.log"),
                 os.path.join(HERE, "node.sh"), n, self.work]

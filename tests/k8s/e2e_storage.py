@@ -45,42 +45,56 @@ import cluster as kc  # noqa: E402
 NS = "pmem-csi"
 DRV = "pmem-csi.intel.com"
 MODES = ("central", "distributed")
-# The fixed subset CI runs (PCSI_E2E_SUBSET=ci, suite k8s-e2e): one or two
-# specs of each test suite that runs for the driver, in both modes.
+# The fixed subset CI runs (PCSI_E2E_SUBSET=ci, suite k8s-e2e): one spec of
+# each test suite that runs for the driver, each in the modes named after
+# it. What a node does the same way in both modes (a volume's life on it)
+# runs once, in distributed mode, the shipped default; central mode runs
+# what is its own (Immediate binding, capacity for it, snapshots,
+# expansion) and the basic volume kinds.
+BOTH, CENTRAL, DISTRIBUTED = ("central", "distributed"), ("central",), ("distributed",)
 CI_SPECS = [
-    r"\[Testpattern: Dynamic PV \(default fs\)\] volumes should store data",
-    r"\[Testpattern: Dynamic PV \(xfs\)\] \[Slow\] volumes should store data",
-    r"\[Testpattern: Dynamic PV \(block volmode\)\] volumes should store data",
-    r"\[Testpattern: Dynamic PV \(default fs\)\] volumeIO should write files",
-    r"\[Testpattern: Dynamic PV \(default fs\)\] capacity provides storage capacity information",
-    r"\[Testpattern: Dynamic PV \(filesystem volmode\)\] volumeMode should fail to use a volume in a pod "
-    r"with mismatched mode",
-    r"\[Testpattern: CSI Ephemeral-volume \(default fs\)\] ephemeral should create read/write inline",
-    r"\[Testpattern: Generic Ephemeral-volume \(default fs\) \(late-binding\)\] ephemeral should create "
-    r"read/write inline",
-    r"\[Testpattern: Dynamic PV \(delayed binding\)\] topology should provision a volume and schedule a pod",
-    r"\[Testpattern: Dynamic PV \(default fs\)\] read-write-once-pod should block a second pod",
-    r"\[Testpattern: Dynamic PV \(default fs\)\] subPath should support existing directory$",
-    r"\[Testpattern: Dynamic PV \(default fs\)\] fsgroupchangepolicy \(OnRootMismatch\).*, pod created with "
-    r"an initial fsgroup, new pod fsgroup applied",
-    r"\[Testpattern: Dynamic PV \(ext4\)\] multiVolume \[Slow\] should concurrently access the single "
-    r"volume from pods on the same node",
-    r"\[Testpattern: Dynamic PV \(filesystem volmode\)\] multiVolume \[Slow\] should access to two volumes "
-    r"with the same volume mode and retain data across pod recreation on the same node",
+    (r"\[Testpattern: Dynamic PV \(default fs\)\] volumes should store data", BOTH),
+    (r"\[Testpattern: Dynamic PV \(xfs\)\] \[Slow\] volumes should store data", DISTRIBUTED),
+    (r"\[Testpattern: Dynamic PV \(block volmode\)\] volumes should store data", BOTH),
+    (r"\[Testpattern: Dynamic PV \(default fs\)\] volumeIO should write files", DISTRIBUTED),
+    (r"\[Testpattern: Dynamic PV \(default fs\)\] capacity provides storage capacity information", BOTH),
+    (r"\[Testpattern: Dynamic PV \(filesystem volmode\)\] volumeMode should fail to use a volume in a pod "
+     r"with mismatched mode", DISTRIBUTED),
+    (r"\[Testpattern: CSI Ephemeral-volume \(default fs\)\] ephemeral should create read/write inline", BOTH),
+    (r"\[Testpattern: Generic Ephemeral-volume \(default fs\) \(late-binding\)\] ephemeral should create "
+     r"read/write inline", DISTRIBUTED),
+    (r"\[Testpattern: Dynamic PV \(delayed binding\)\] topology should provision a volume and schedule a pod",
+     DISTRIBUTED),
+    (r"\[Testpattern: Dynamic PV \(default fs\)\] read-write-once-pod should block a second pod", DISTRIBUTED),
+    (r"\[Testpattern: Dynamic PV \(default fs\)\] subPath should support existing directory$", DISTRIBUTED),
+    (r"\[Testpattern: Dynamic PV \(default fs\)\] fsgroupchangepolicy \(OnRootMismatch\).*, pod created with "
+     r"an initial fsgroup, new pod fsgroup applied", DISTRIBUTED),
+    (r"\[Testpattern: Dynamic PV \(ext4\)\] multiVolume \[Slow\] should concurrently access the single "
+     r"volume from pods on the same node", DISTRIBUTED),
+    (r"\[Testpattern: Dynamic PV \(filesystem volmode\)\] multiVolume \[Slow\] should access to two volumes "
+     r"with the same volume mode and retain data across pod recreation on the same node", DISTRIBUTED),
     # Snapshots: central mode; clones: distributed mode (see the
     # testdrivers: each claims what the suite can place deterministically).
-    r"\[Testpattern: Dynamic PV \(default fs\)\] provisioning should provision storage with snapshot data source "
-    r"\[Feature:VolumeSnapshotDataSource\]",
-    r"\[Testpattern: Dynamic PV \(default fs\)\] provisioning should provision storage with pvc data source$",
+    (r"\[Testpattern: Dynamic PV \(default fs\)\] provisioning should provision storage with snapshot data "
+     r"source \[Feature:VolumeSnapshotDataSource\]", CENTRAL),
+    (r"\[Testpattern: Dynamic PV \(default fs\)\] provisioning should provision storage with pvc data source$",
+     DISTRIBUTED),
     # Expansion: central mode only (the distributed driver claims none).
-    r"\[Testpattern: Dynamic PV \(default fs\)\(allowExpansion\)\] volume-expand should resize volume when "
-    r"PVC is edited while pod is using it",
-    r"\[Testpattern: Dynamic PV \(block volmode\)\(allowExpansion\)\] volume-expand Verify if offline PVC "
-    r"expansion works",
+    (r"\[Testpattern: Dynamic PV \(default fs\)\(allowExpansion\)\] volume-expand should resize volume when "
+     r"PVC is edited while pod is using it", CENTRAL),
+    (r"\[Testpattern: Dynamic PV \(block volmode\)\(allowExpansion\)\] volume-expand Verify if offline PVC "
+     r"expansion works", CENTRAL),
 ]
-if os.environ.get("PCSI_E2E_SUBSET") == "ci":
-    os.environ.setdefault("PCSI_E2E_FOCUS", "|".join(CI_SPECS))
-FOCUS = os.environ.get("PCSI_E2E_FOCUS", "External.Storage")
+
+
+def focus_for(mode):
+    """-ginkgo.focus for |mode|: PCSI_E2E_FOCUS, else the CI subset's specs
+    for that mode (PCSI_E2E_SUBSET=ci), else every External Storage test."""
+    if os.environ.get("PCSI_E2E_FOCUS"):
+        return os.environ["PCSI_E2E_FOCUS"]
+    if os.environ.get("PCSI_E2E_SUBSET") == "ci":
+        return "|".join(spec for spec, modes in CI_SPECS if mode in modes)
+    return "External.Storage"
 SKIP = os.environ.get("PCSI_E2E_SKIP", r"\[Disruptive\]|\[Serial\]")
 # Left out per mode, with the reason (README, "Kubernetes' storage e2e tests").
 MODE_SKIP = {
@@ -188,7 +202,7 @@ class Run:
         # specs out and merges their reports: most of a spec's time here is
         # waiting for pods and volumes, not CPU.
         cmd = [self.ginkgo, "run", "--procs=%d" % procs,
-               "--focus=" + FOCUS, "--skip=" + skip_for(mode),
+               "--focus=" + focus_for(mode), "--skip=" + skip_for(mode),
                "--timeout=" + os.environ.get("PCSI_E2E_TIMEOUT", "12h"),
                "--no-color", "-v", "--output-dir=" + report,
                "--junit-report=junit_01.xml", "--json-report=report.json",
@@ -200,7 +214,7 @@ class Run:
                "-node-os-distro=debian",
                ] + shlex.split(os.environ.get("PCSI_E2E_ARGS", ""))
         out = os.path.join(self.work, "e2e-%s.log" % mode)
-        log("e2e.test for %s mode, focus %r, skip %r; log %s" % (mode, FOCUS, skip_for(mode), out))
+        log("e2e.test for %s mode, focus %r, skip %r; log %s" % (mode, focus_for(mode), skip_for(mode), out))
         done = threading.Event()
         progress = threading.Thread(target=self.progress, args=(mode, out, done), daemon=True)
         with open(out, "w") as f:
@@ -280,7 +294,7 @@ def summarize(mode, report, rc, tap=tap):
     per_pattern = collections.defaultdict(collections.Counter)
     reasons = collections.Counter()
     failed = []
-    focus, skip = re.compile(FOCUS), re.compile(skip_for(mode))
+    focus, skip = re.compile(focus_for(mode)), re.compile(skip_for(mode))
     for suite in json.load(open(path)):
         for s in suite.get("SpecReports") or []:
             if s.get("LeafNodeType") != "It":
