@@ -283,27 +283,6 @@ def _():
     snapshot_scenario("central", "node-x", lambda: ["deployment/pmem-csi-controller"])
 
 
-@t.test("central: the controller pod is replaced: the new one asks the API server which nodes may hold "
-        "volumes, ends its 90 s registration grace period once node-x and node-y re-registered, a new PVC binds")
-@timed("central controller restart")
-def _():
-    sel = "app.kubernetes.io/name=pmem-csi-controller"
-    k("-n", NS, "delete", "pod", "-l", sel, "--wait=true", timeout=180)
-    t0 = time.monotonic()
-    rollout("deployment", "pmem-csi-controller")
-    k("apply", "-f", "-", input=pvc_yaml("after-restart", "pmem-csi-sc-cache", "64Mi", "ReadWriteMany"))
-    wait(lambda: kj("get", "pvc", "after-restart")["status"].get("phase") == "Bound", 300, "after-restart bound")
-    took = time.monotonic() - t0
-    log = k("-n", NS, "logs", "-l", sel, "-c", "pmem-driver", "--tail=-1").stdout
-    ended = [l for l in log.splitlines() if "registration grace period ended early" in l]
-    pt.check(ended and "all 2 nodes" in ended[0],
-             "the grace period did not end early:\n" + "\n".join(log.splitlines()[-30:]))
-    t.diag("controller replaced: PVC bound %.0f s after the old pod was gone; %s" % (took, ended[0]))
-    pv = kj("get", "pvc", "after-restart")["spec"]["volumeName"]
-    k("delete", "pvc", "after-restart", "--wait=true", timeout=300)
-    wait_gone("pv", pv)
-
-
 def e2e_subset(mode):
     """Kubernetes' storage e2e tests (e2e_storage.py) in |mode|, deployed by
     the scenarios before: a TAP line per spec, then a check that the
@@ -331,6 +310,27 @@ def e2e_subset(mode):
         "on this cluster and deployment")
 def _():
     e2e_subset("central")
+
+
+@t.test("central: the controller pod is replaced: the new one asks the API server which nodes may hold "
+        "volumes, ends its 90 s registration grace period once node-x and node-y re-registered, a new PVC binds")
+@timed("central controller restart")
+def _():
+    sel = "app.kubernetes.io/name=pmem-csi-controller"
+    k("-n", NS, "delete", "pod", "-l", sel, "--wait=true", timeout=180)
+    t0 = time.monotonic()
+    rollout("deployment", "pmem-csi-controller")
+    k("apply", "-f", "-", input=pvc_yaml("after-restart", "pmem-csi-sc-cache", "64Mi", "ReadWriteMany"))
+    wait(lambda: kj("get", "pvc", "after-restart")["status"].get("phase") == "Bound", 300, "after-restart bound")
+    took = time.monotonic() - t0
+    log = k("-n", NS, "logs", "-l", sel, "-c", "pmem-driver", "--tail=-1").stdout
+    ended = [l for l in log.splitlines() if "registration grace period ended early" in l]
+    pt.check(ended and "all 2 nodes" in ended[0],
+             "the grace period did not end early:\n" + "\n".join(log.splitlines()[-30:]))
+    t.diag("controller replaced: PVC bound %.0f s after the old pod was gone; %s" % (took, ended[0]))
+    pv = kj("get", "pvc", "after-restart")["spec"]["volumeName"]
+    k("delete", "pvc", "after-restart", "--wait=true", timeout=300)
+    wait_gone("pv", pv)
 
 
 # ---------------------------------------------------------------------------- distributed mode
