@@ -47,7 +47,7 @@ DRV = "pmem-csi.intel.com"
 MODES = ("central", "distributed")
 # Fixed subsets: PCSI_E2E_SUBSET=wide runs one spec of each test suite that
 # runs for the driver, each in the modes named second; PCSI_E2E_SUBSET=ci
-# (suite k8s-e2e, on the k8s suite's cluster) runs the three per mode named
+# (suite k8s-e2e, on the k8s suite's cluster) runs the two per mode named
 # third: on two TCG nodes a spec takes minutes and CI has 90 in all.
 # In the wide subset, what a node does the same way in both modes (a
 # volume's life on it) runs once, in distributed mode, the shipped default;
@@ -57,7 +57,7 @@ BOTH, CENTRAL, DISTRIBUTED = ("central", "distributed"), ("central",), ("distrib
 CI_SPECS = [
     (r"\[Testpattern: Dynamic PV \(default fs\)\] volumes should store data", BOTH, DISTRIBUTED),
     (r"\[Testpattern: Dynamic PV \(xfs\)\] \[Slow\] volumes should store data", DISTRIBUTED),
-    (r"\[Testpattern: Dynamic PV \(block volmode\)\] volumes should store data", BOTH, CENTRAL),
+    (r"\[Testpattern: Dynamic PV \(block volmode\)\] volumes should store data", BOTH),
     (r"\[Testpattern: Dynamic PV \(default fs\)\] volumeIO should write files", DISTRIBUTED),
     # Central mode: left out since 2026-12-01, when it failed once on the
     # shared cluster (no CSIStorageCapacity for a new Immediate class within
@@ -69,7 +69,7 @@ CI_SPECS = [
     (r"\[Testpattern: Generic Ephemeral-volume \(default fs\) \(late-binding\)\] ephemeral should create "
      r"read/write inline", DISTRIBUTED),
     (r"\[Testpattern: Dynamic PV \(delayed binding\)\] topology should provision a volume and schedule a pod",
-     DISTRIBUTED, DISTRIBUTED),
+     DISTRIBUTED),
     (r"\[Testpattern: Dynamic PV \(default fs\)\] read-write-once-pod should block a second pod", DISTRIBUTED),
     (r"\[Testpattern: Dynamic PV \(default fs\)\] subPath should support existing directory$", DISTRIBUTED),
     (r"\[Testpattern: Dynamic PV \(default fs\)\] fsgroupchangepolicy \(OnRootMismatch\).*, pod created with "
