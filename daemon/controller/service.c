@@ -1013,9 +1013,8 @@ static void on_node_capacity(struct pcsi_client_call *call, void *data)
 	if (call->status == PCSI_OK)
 		pcsi_call_reply(op->call, call->reply);
 	else
-		pcsi_call_fail(op->call,
-			       call->status == PCSI_UNAVAILABLE ? PCSI_UNAVAILABLE : call->status,
-			       "GetCapacity on the node: %s", call->message ? call->message : "");
+		pcsi_call_fail(op->call, call->status, "GetCapacity on the node: %s",
+			       call->message ? call->message : "");
 	pcsi_client_call_done(call);
 	free(op);
 }

@@ -13,7 +13,6 @@ size_t pcsi_memtrim_check(struct pcsi_memtrim *t)
 	if (mi.fordblks >= PCSI_MEMTRIM_MIN_FREE) {
 		malloc_trim(0);
 		t->trims++;
-		t->trimmed += mi.fordblks;
 		pcsi_info(5, "returned free heap pages to the kernel",
 			  "free_bytes=%zu in_use_bytes=%zu", mi.fordblks, mi.uordblks);
 	}
@@ -32,7 +31,6 @@ static void on_timer(uv_timer_t *h)
 void pcsi_memtrim_start(struct pcsi_memtrim *t, uv_loop_t *loop)
 {
 	t->trims = 0;
-	t->trimmed = 0;
 	uv_timer_init(loop, &t->timer);
 	t->timer.data = t;
 	uv_timer_start(&t->timer, on_timer, PCSI_MEMTRIM_PERIOD_MS, PCSI_MEMTRIM_PERIOD_MS);

@@ -19,8 +19,7 @@
 
 struct pcsi_memtrim {
 	uv_timer_t timer;
-	size_t trimmed; /* bytes of free heap at the trims so far (for tests and logs) */
-	unsigned trims;
+	unsigned trims; /* how many checks trimmed (for tests) */
 };
 
 /* Starts the periodic check; the timer does not keep the loop alive. */

@@ -120,10 +120,15 @@ timings = collections.OrderedDict()
 tap_n = 0
 
 
+def tap_desc(desc):
+    """A spec's name as a TAP description: one line, no directive marker."""
+    return re.sub(r"\s+", " ", desc).replace("#", "\\#")
+
+
 def tap(ok, desc, directive=""):
     global tap_n
     tap_n += 1
-    desc = re.sub(r"\s+", " ", desc).replace("#", "\\#")
+    desc = tap_desc(desc)
     print("%s %d - %s%s" % ("ok" if ok else "not ok", tap_n, desc, " # " + directive if directive else ""),
           flush=True)
 

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(TOP, "tests", "integration"))
 sys.path.insert(0, HERE)
 # One step can take minutes under software emulation (the cluster's start
 # ~2-4 min, a rollout, a volume formatted in a guest).
-# An e2e subset takes 10-20 min.
+# An e2e subset on this cluster: minutes per spec.
 os.environ.setdefault("PCSI_TEST_TIMEOUT", "2400")
 E2E = os.environ.get("PCSI_K8S_E2E", "1") != "0"
 if E2E and not os.environ.get("PCSI_E2E_FOCUS"):
@@ -297,7 +297,7 @@ def e2e_subset(mode):
     run = e2e_storage.Run(DRIVER, WORK, cl.get())
 
     def tap(ok, desc, directive=""):
-        desc = "e2e " + re.sub(r"\s+", " ", desc).replace("#", "\\#")
+        desc = "e2e " + e2e_storage.tap_desc(desc)
         if directive.startswith("SKIP"):
             t.skip(desc, directive[len("SKIP "):])
         elif ok:
