@@ -864,6 +864,10 @@ class TAP:
         self._emit("not ok %d - %s" % (self.n, name))
         if why:
             self.diag(why)
+            # Also on stderr, which a test harness shows for a failed test
+            # where it may show only the tail of stdout.
+            sys.stderr.write("# failed: %d - %s: %s\n" % (self.n, name, str(why).strip().split("\n")[0][:500]))
+            sys.stderr.flush()
 
     def skip(self, name, reason):
         self.n += 1
