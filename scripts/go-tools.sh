@@ -38,7 +38,12 @@ set -eu
 # keyed by the version and a hash of those files, so an edit rebuilds it. Its
 # package is "." or a package of a module it requires (listed as a `tool` in
 # its go.mod); a "." with only _test.go files is built with `go test -c` (a
-# test binary, like Kubernetes' e2e.test).
+# test binary, like Kubernetes' e2e.test). A package starting with "./" is
+# built inside the module's own released source (its go.mod, replace
+# directives and go.sum as they are), with cgo, after the patches in
+# tests/tools/patches/NAME-VERSION/*.patch (patch -p1, in name order; the
+# binary is keyed by their hash): Intel's PMEM-CSI, the peer of the takeover
+# test (tests/vm/test_takeover.py), links libndctl.
 TOOLS='
 csi-sanity       github.com/kubernetes-csi/csi-test/v5@v5.6.0                github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
 csi-provisioner  github.com/kubernetes-csi/external-provisioner/v6@v6.3.0    github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
@@ -50,6 +55,7 @@ coredns          local:tests/k8s/tools/coredns@v1.14.7                        .
 grpc-goref*      local:tests/bench/goref@v1.85.0                              .
 prometheus       github.com/prometheus/prometheus@v0.316.0                    github.com/prometheus/prometheus/cmd/prometheus  -tags=remove_all_sd,enable_kubernetes_sd
 e2e.test         local:tests/k8s/tools/e2e@v1.36.1                            .
+intel-pmem-csi   github.com/intel/pmem-csi@v1.1.0                             ./cmd/pmem-csi-driver
 agnhost          local:tests/k8s/tools/e2e@v1.36.1                            k8s.io/kubernetes/test/images/agnhost
 ginkgo           local:tests/k8s/tools/e2e@v1.36.1                            github.com/onsi/ginkgo/v2/ginkgo
 '
@@ -79,7 +85,29 @@ lookup() {
 		bin=$bin-$(cat "$local_dir"/* | sha256sum | cut -c1-12)
 		;;
 	esac
+	patch_dir=
+	case $pkg in
+	./*)
+		patch_dir=$top/tests/tools/patches/$name-$ver
+		[ -d "$patch_dir" ] && bin=$bin-$(cat "$patch_dir"/*.patch | sha256sum | cut -c1-12)
+		;;
+	esac
 }
+
+# from_source NAME: builds $pkg inside a patched copy of $mod@$ver's source.
+from_source() (
+	src=$cache/go/src/$1-$ver
+	dir=$("$gobin" mod download -json "$mod@$ver" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
+	[ -d "$dir" ] || { echo "no source for $mod@$ver"; return 1; }
+	rm -rf "$src" && mkdir -p "$(dirname "$src")" && cp -r "$dir" "$src" && chmod -R u+w "$src" &&
+		cd "$src" || return 1
+	if [ -d "$patch_dir" ]; then
+		for p in "$patch_dir"/*.patch; do
+			patch -p1 --forward --batch <"$p" || { echo "$p does not apply"; return 1; }
+		done
+	fi
+	CGO_ENABLED=1 "$gobin" build -mod=mod -trimpath -ldflags="-s -w" -o "$tmp/$(basename "$pkg")" "$pkg"
+)
 
 # from_local NAME: builds a module of this repository (a copy in the cache).
 from_local() (
@@ -154,6 +182,12 @@ build() {
 			die "building $1 $ver failed"
 		fi
 		pkg=$1
+	elif [ -n "$patch_dir" ]; then
+		if ! from_source "$1" >"$log" 2>&1; then
+			cat "$log" >&2
+			rm -rf "$tmp"
+			die "building $1 $ver failed"
+		fi
 	elif [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || ! GOBIN=$tmp "$gobin" install -trimpath $flags "$pkg@$ver" >"$log" 2>&1; then
 		if [ -n "${PCSI_GO_TOOLS_MODULE:-}" ] || grep -q -e 'replace directive' -e 'exclude directive' -e 'loading deprecation' "$log"; then
 			echo "$prog: ${PCSI_GO_TOOLS_MODULE:+PCSI_GO_TOOLS_MODULE is set: }building $1 from a throw-away module" >&2

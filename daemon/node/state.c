@@ -13,6 +13,7 @@
 
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
+#include "daemon/csi/params.h"
 
 static int mkdir_p(const char *path)
 {
@@ -66,6 +67,7 @@ void pcsi_node_done(struct pcsi_node *n)
 struct job {
 	uv_work_t work;
 	char *path;
+	char *legacy_path; /* Intel PMEM-CSI's record of the same volume */
 	bool store, remove;
 	struct pcsi_volrec rec;	 /* store: copy */
 	struct pcsi_volrec *out; /* load: caller's */
@@ -151,18 +153,61 @@ static int read_rec(const char *path, struct pcsi_volrec *out)
 	return 0;
 }
 
+/* A record Intel's PMEM-CSI (v0.7 and later) wrote for a volume it made:
+ * <statePath>/<id>.json, {"id": ..., "size": ..., "parameters": {"name": ...,
+ * "eraseafter": "false", "persistencyModel": ..., ...}}, the parameters as
+ * strings. Only read: a volume taken over keeps its record where Intel's
+ * driver finds it again after a rollback, until the volume is deleted. */
+static int read_legacy_rec(const char *path, struct pcsi_volrec *out)
+{
+	json_object *o = json_object_from_file(path), *p, *v;
+	const char *s;
+
+	defaults(out);
+	if (!o)
+		return access(path, F_OK) == 0 ? -EIO : -ENOENT;
+	if (!json_object_is_type(o, json_type_object) ||
+	    !json_object_object_get_ex(o, "parameters", &p) ||
+	    !json_object_is_type(p, json_type_object)) {
+		json_object_put(o);
+		return -EIO;
+	}
+	if (json_object_object_get_ex(p, "name", &v))
+		snprintf(out->name, sizeof(out->name), "%s", json_object_get_string(v));
+	/* An unparsable value keeps the default: erase. */
+	if (json_object_object_get_ex(p, "eraseafter", &v) &&
+	    pcsi_parse_bool(json_object_get_string(v), &out->erase_after) < 0)
+		out->erase_after = true;
+	if (json_object_object_get_ex(p, "persistencyModel", &v)) {
+		s = json_object_get_string(v);
+		out->cache = !strcmp(s, "cache");
+		out->ephemeral = !strcmp(s, "ephemeral");
+	}
+	json_object_put(o);
+	return 0;
+}
+
 static void do_load(struct job *j)
 {
 	j->rc = read_rec(j->path, j->out);
+	if (j->rc == -ENOENT)
+		j->rc = read_legacy_rec(j->legacy_path, j->out);
+}
+
+static int unlink_rec(const char *path)
+{
+	return unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
 }
 
 static void on_job(uv_work_t *w)
 {
 	struct job *j = pcsi_container_of(w, struct job, work);
 
-	if (j->remove)
-		j->rc = unlink(j->path) == 0 || errno == ENOENT ? 0 : -errno;
-	else if (j->store)
+	if (j->remove) {
+		j->rc = unlink_rec(j->path);
+		if (j->rc == 0)
+			j->rc = unlink_rec(j->legacy_path);
+	} else if (j->store)
 		do_store(j);
 	else
 		do_load(j);
@@ -174,6 +219,7 @@ static void on_job_done(uv_work_t *w, int status)
 
 	j->cb(j->rc, j->data);
 	free(j->path);
+	free(j->legacy_path);
 	free(j);
 }
 
@@ -181,6 +227,7 @@ static void submit(struct pcsi_node *n, struct job *j, const char *id)
 {
 	/* Ids are validated by the services (pcsi_volume_id_valid: no '/'). */
 	j->path = pcsi_xasprintf("%s/%s.json", n->state_dir, id);
+	j->legacy_path = pcsi_xasprintf("%s/%s.json", n->cfg->state_path, id);
 	uv_queue_work(n->loop, &j->work, on_job, on_job_done);
 }
 

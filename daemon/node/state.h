@@ -6,7 +6,10 @@
  * later (eraseafter at DeleteVolume, cache, ephemeral). Records are small JSON
  * files in <statePath>/volumes/<id>.json, written atomically (temp file,
  * fsync, rename) on the thread pool. A missing record means defaults, erase
- * included: losing one never loses data, only an erase shortcut.
+ * included: losing one never loses data, only an erase shortcut. Where a
+ * volume has no record of ours, the one Intel's PMEM-CSI kept in
+ * <statePath>/<id>.json is read instead (its name, eraseafter and
+ * persistencyModel), and removed with the volume.
  *
  * Serialisation: |busy| holds the volume ids with an operation in progress
  * (inflight.h); a second operation on the same volume gets ABORTED. */

@@ -143,6 +143,75 @@ static bool record_exists(const char *id)
 	return access(path, F_OK) == 0;
 }
 
+/* Writes |text| as the record Intel's PMEM-CSI keeps of |id|. */
+static void write_legacy_record(const char *id, const char *text)
+{
+	char path[160];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s.json", tmp, id);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fputs(text, f) >= 0, 1);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static bool legacy_record_exists(const char *id)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "%s/%s.json", tmp, id);
+	return access(path, F_OK) == 0;
+}
+
+/* A volume Intel's driver made: its record is read where ours is missing,
+ * ours wins where both exist, and removing the volume's record removes both. */
+START_TEST(intel_record_is_read)
+{
+	struct pcsi_volrec rec;
+
+	write_legacy_record("pvc-12-0123abcd",
+			    "{\"id\":\"pvc-12-0123abcd\",\"size\":4294967296,"
+			    "\"parameters\":{\"deviceMode\":\"lvm\",\"eraseafter\":\"false\","
+			    "\"name\":\"pvc-12\",\"persistencyModel\":\"normal\"}}\n");
+	garbage(&rec);
+	ck_assert_int_eq(load("pvc-12-0123abcd", &rec), 0);
+	ck_assert_str_eq(rec.name, "pvc-12");
+	ck_assert(!rec.erase_after);
+	ck_assert(!rec.cache);
+	ck_assert(!rec.ephemeral);
+
+	/* Go's ParseBool spellings; anything else keeps the erase. */
+	write_legacy_record("e1", "{\"parameters\":{\"eraseafter\":\"F\"}}");
+	ck_assert_int_eq(load("e1", &rec), 0);
+	ck_assert(!rec.erase_after);
+	write_legacy_record("e2", "{\"parameters\":{\"eraseafter\":\"no\"}}");
+	ck_assert_int_eq(load("e2", &rec), 0);
+	ck_assert(rec.erase_after);
+	write_legacy_record("e3", "{\"parameters\":{\"persistencyModel\":\"ephemeral\"}}");
+	ck_assert_int_eq(load("e3", &rec), 0);
+	ck_assert(rec.ephemeral);
+	ck_assert(rec.erase_after);
+	/* Not Intel's shape: an error, not defaults (the erase stays). */
+	write_legacy_record("e4", "{\"parameters\":[1]}");
+	ck_assert_int_eq(load("e4", &rec), -EIO);
+
+	/* Ours first. */
+	write_record("pvc-12-0123abcd", "{\"name\":\"ours\",\"eraseafter\":true}");
+	ck_assert_int_eq(load("pvc-12-0123abcd", &rec), 0);
+	ck_assert_str_eq(rec.name, "ours");
+	ck_assert(rec.erase_after);
+
+	ck_assert_int_eq(store("pvc-12-0123abcd", NULL), 0);
+	ck_assert(!record_exists("pvc-12-0123abcd"));
+	ck_assert(!legacy_record_exists("pvc-12-0123abcd"));
+	ck_assert_int_eq(store("e1", NULL), 0);
+	ck_assert(!legacy_record_exists("e1"));
+	ck_assert_int_eq(load("e1", &rec), -ENOENT);
+	check_defaults(&rec);
+}
+END_TEST
+
 START_TEST(init_sets_up)
 {
 	char dir[128];
@@ -524,6 +593,7 @@ static Suite *state_suite(void)
 	tcase_add_test(tc, longest_name);
 	tcase_add_test(tc, missing_record_gives_defaults);
 	tcase_add_test(tc, remove_record);
+	tcase_add_test(tc, intel_record_is_read);
 	tcase_add_test(tc, no_temp_file_left);
 	tcase_add_test(tc, corrupt_record_is_eio);
 	tcase_add_test(tc, non_object_record_is_eio);

@@ -1,0 +1,435 @@
+#!/usr/bin/python3
+"""Taking over from Intel's PMEM-CSI (issue 17), inside the QEMU guest as root,
+for one backend: Intel's driver (v1.1.0, built by scripts/go-tools.sh, node
+mode, its own flags) makes volumes of every kind it can on the emulated
+NVDIMM, stages and publishes some and writes data; it is stopped with one
+volume still published and an inline ephemeral volume in use; ours starts on
+the same node with the same driver name and state directory. Ours must list
+them all with their sizes, report the same capacity, publish the published
+one again (kubelet does after a restart), stage and publish each with the
+data intact, expand and snapshot an adopted LVM volume, remove the ephemeral
+volume at its unpublish, and delete every volume with the erase Intel
+recorded (checked on the medium for LVM: the freed extents still hold the
+data of an `eraseafter: "false"` volume and are zero for the others). Then
+the other way: a volume ours made is left alone by Intel's driver (not
+listed, a DeleteVolume of it does not touch it), and ours finds it again
+with its data. TAP output.
+
+usage: test_takeover.py PATH-TO-pmem-csi-driver direct|lvm
+Intel's driver: $PCSI_INTEL_PMEM_CSI, else the one scripts/go-tools.sh built
+(intel-pmem-csi; $PCSI_GO_TOOLS names that script); missing, the test bails
+out.
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+
+DRIVER, BACKEND = sys.argv[1], sys.argv[2]
+T0 = time.monotonic()
+
+
+def intel_driver():
+    p = os.environ.get("PCSI_INTEL_PMEM_CSI")
+    if not p:
+        tools = os.environ.get("PCSI_GO_TOOLS") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                "..", "..", "scripts", "go-tools.sh")
+        r = subprocess.run(["sh", tools, "--path", "intel-pmem-csi"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, universal_newlines=True)
+        p = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    if not p or not os.access(p, os.X_OK):
+        print("Bail out! Intel's PMEM-CSI is not built (%s): run `scripts/go-tools.sh intel-pmem-csi` "
+              "(scripts/install-deps.sh does), or set PCSI_INTEL_PMEM_CSI" % (p or "no path"), flush=True)
+        sys.exit(1)
+    return p
+
+
+INTEL = intel_driver()
+t = pt.TAP()
+SC = grpc.StatusCode
+MiB = 1 << 20
+LVM = BACKEND == "lvm"
+NODE = "takeover-" + BACKEND
+WORK = pt.mkdtemp("pcsi-takeover-")
+STATE = os.path.join(WORK, "state")
+P = pt.protos()
+csi = P.csi
+AM = csi.VolumeCapability.AccessMode
+MARK = 1 * MiB  # where a raw block volume's data is written: past the 4 KiB always zeroed
+
+# name -> what Intel's driver is asked for. Sizes are multiples of 16 MiB:
+# Intel's direct mode aligns namespaces to 16 MiB here, LVM to 4 MiB.
+VOLUMES = {
+    "vol-ext4": dict(fs="ext4", size=96 * MiB, params={}),
+    # Intel's mkfs.xfs options (-d su=2m,sw=1) need more than 512 MiB with
+    # Debian 12's xfsprogs 6.1 ("Log size must be at least 64MB").
+    "vol-xfs": dict(fs="xfs", size=576 * MiB, params={"eraseafter": "false"}),
+    "vol-block-erase": dict(block=True, size=32 * MiB, params={"eraseafter": "true"}),
+    "vol-block-keep": dict(block=True, size=48 * MiB, params={"eraseafter": "false"}),
+}
+EPHEMERAL_HANDLE = "csi-4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a99"
+
+
+def sh(*cmd):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    pt.check(r.returncode == 0, "%s: exit %d: %s" % (" ".join(cmd), r.returncode, r.stdout[-2000:]))
+    return r.stdout
+
+
+def cap(v):
+    if v.get("block"):
+        return csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(),
+                                    access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
+    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type=v["fs"]),
+                                access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
+
+
+class Driver:
+    """One of the two drivers, node mode, on the same socket and state."""
+
+    def __init__(self, which):
+        self.which = which
+        sock = os.path.join(WORK, "csi.sock")
+        if os.path.exists(sock):
+            os.unlink(sock)
+        common = ["-mode=node", "-endpoint=unix://" + sock, "-nodeid=" + NODE, "-deviceManager=" + BACKEND,
+                  "-statePath=" + STATE, "-drivername=pmem-csi.intel.com"]
+        if which == "intel":
+            # Its Probe leaves "ready" unset (the spec: ready), which
+            # Daemon.start() does not take for ready: wait here.
+            self.d = pt.Daemon(INTEL, common + ["-v=5"], name="intel-" + BACKEND).start(wait=False)
+            path, _, resp = pt.rpc(csi, "Identity", "Probe")
+            deadline = time.monotonic() + 120
+            while True:
+                pt.check(self.d.running(), "Intel's driver exited:\n" + self.d.stderr_text()[-3000:])
+                if os.path.exists(sock):
+                    with pt.unix_channel(sock) as ch:
+                        code, details, r = pt.call_code(ch, path, csi.ProbeRequest(), resp, timeout=5)
+                    if code == SC.OK and (not r.HasField("ready") or r.ready.value):
+                        break
+                pt.check(time.monotonic() < deadline, "Intel's driver not ready in 120 s")
+                time.sleep(0.2)
+        else:
+            self.d = pt.Daemon(DRIVER, common + ["-v=5"], name="ours-" + BACKEND).start(timeout=180)
+        self.ch = pt.unix_channel(sock)
+
+    def rpc(self, service, method, req, timeout=300):
+        path, _, resp = pt.rpc(csi, service, method)
+        return pt.call_code(self.ch, path, req, resp, timeout=timeout)
+
+    def ok(self, service, method, req):
+        code, details, r = self.rpc(service, method, req)
+        pt.check(code == SC.OK, "%s %s: %s %s" % (self.which, method, code, details))
+        return r
+
+    def stop(self):
+        self.ch.close()
+        rc = self.d.stop(timeout=60)
+        pt.check(rc is not None, "%s did not stop on SIGTERM" % self.which)
+        return self.d.stderr_text()
+
+    def listed(self):
+        r = self.ok("Controller", "ListVolumes", csi.ListVolumesRequest())
+        return {e.volume.volume_id: e.volume.capacity_bytes for e in r.entries}
+
+    def capacity(self):
+        return self.ok("Controller", "GetCapacity", csi.GetCapacityRequest()).available_capacity
+
+    def paths(self, name):
+        return os.path.join(WORK, name + "-staging"), os.path.join(WORK, name + "-target")
+
+    def stage_publish(self, name, vid, v):
+        st, tg = self.paths(name)
+        os.makedirs(st, exist_ok=True)
+        self.ok("Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
+            volume_id=vid, staging_target_path=st, volume_capability=cap(v)))
+        self.publish(name, vid, v)
+        return tg
+
+    def publish(self, name, vid, v):
+        st, tg = self.paths(name)
+        self.ok("Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
+            volume_id=vid, staging_target_path=st, target_path=tg, volume_capability=cap(v)))
+
+    def unpublish_unstage(self, name, vid):
+        st, tg = self.paths(name)
+        self.ok("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tg))
+        self.ok("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=st))
+
+
+def payload(name, size=MiB):
+    """Deterministic bytes for |name|."""
+    out, i = b"", 0
+    while len(out) < size:
+        out += hashlib.sha256(("%s-%d" % (name, i)).encode()).digest()
+        i += 1
+    return out[:size]
+
+
+def write_data(name, target, v):
+    data = payload(name)
+    if v.get("block"):
+        with open(target, "r+b") as f:
+            f.seek(MARK)
+            f.write(data)
+            os.fsync(f.fileno())
+    else:
+        with open(os.path.join(target, "data"), "wb") as f:
+            f.write(data)
+            os.fsync(f.fileno())
+
+
+def data_intact(name, target, v):
+    if v.get("block"):
+        with open(target, "rb") as f:
+            f.seek(MARK)
+            got = f.read(MiB)
+    else:
+        with open(os.path.join(target, "data"), "rb") as f:
+            got = f.read()
+    return got == payload(name)
+
+
+def mounted(path):
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+def lv_location(vid):
+    """(PV device, byte offset of the LV's first extent) on the medium, for
+    an LV of one segment (one row per segment)."""
+    rep = json.loads(sh("lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o",
+                        "lv_name,vg_name,seg_pe_ranges,vg_extent_size", "--select", "lv_name=" + vid))
+    lvs = rep["report"][0]["lv"]
+    pt.check(len(lvs) == 1, "lvs %s: %r" % (vid, lvs))
+    pv, rng = lvs[0]["seg_pe_ranges"].split()[0].rsplit(":", 1)
+    pe0 = int(rng.split("-")[0])
+    ext = int(lvs[0]["vg_extent_size"])
+    pvr = json.loads(sh("pvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "pv_name,pe_start"))
+    start = [int(p["pe_start"]) for p in pvr["report"][0]["pv"] if p["pv_name"] == pv]
+    pt.check(len(start) == 1, "pvs: no %s" % pv)
+    return pv, start[0] + pe0 * ext
+
+
+def read_at(dev, off, n):
+    fd = os.open(dev, os.O_RDONLY)
+    try:
+        return os.pread(fd, n, off)
+    finally:
+        os.close(fd)
+
+
+def devices():
+    """Volume ids present on the medium (LV names / namespace names)."""
+    if LVM:
+        rep = json.loads(sh("lvs", "--reportformat", "json", "-o", "lv_name"))
+        return {lv["lv_name"] for lv in rep["report"][0]["lv"]}
+    out = subprocess.run(["ndctl", "list", "-N"], stdout=subprocess.PIPE, universal_newlines=True).stdout
+    nss = json.loads(out) if out.strip() else []
+    nss = [nss] if isinstance(nss, dict) else nss
+    return {ns.get("name", "") for ns in nss} - {"", "pmem-csi"}
+
+
+ids = {}  # name -> volume id (Intel's)
+sizes = {}  # volume id -> capacity Intel reported
+intel_capacity = [None]
+eph_id = [None]
+locations = {}  # volume id -> (PV, offset) of LVM volumes, before delete
+cur = [None]  # the driver running
+
+
+@t.test("Intel PMEM-CSI makes volumes of each kind, publishes and writes")
+def _():
+    out = subprocess.run([INTEL, "-version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True).stdout.strip()
+    t.diag("peer: %s (%s)" % (os.path.basename(INTEL), out.splitlines()[-1] if out else "?"))
+    d = cur[0] = Driver("intel")
+    for name, v in VOLUMES.items():
+        r = d.ok("Controller", "CreateVolume", csi.CreateVolumeRequest(
+            name=name, capacity_range=csi.CapacityRange(required_bytes=v["size"]),
+            volume_capabilities=[cap(v)], parameters=v["params"]))
+        ids[name] = r.volume.volume_id
+        sizes[r.volume.volume_id] = r.volume.capacity_bytes
+        tg = d.stage_publish(name, ids[name], v)
+        write_data(name, tg, v)
+        if name != "vol-ext4":  # stays published across the switch
+            d.unpublish_unstage(name, ids[name])
+    # An inline ephemeral volume, in use at the switch.
+    tg = os.path.join(WORK, "eph-target")
+    d.ok("Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
+        volume_id=EPHEMERAL_HANDLE, target_path=tg, volume_capability=cap(dict(fs="ext4")),
+        volume_context={"csi.storage.k8s.io/ephemeral": "true", "size": "64Mi"}))
+    write_data("eph", tg, dict(fs="ext4"))
+    intel_capacity[0] = d.capacity()
+    listed = d.listed()
+    eph = set(listed) - set(ids.values())
+    pt.check(len(eph) == 1, "Intel lists %r besides %r" % (listed, ids))
+    eph_id[0] = eph.pop()
+    t.diag("Intel's volume ids: %s; ephemeral %s; capacity %d" % (
+        ", ".join("%s=%s" % kv for kv in ids.items()), eph_id[0], intel_capacity[0]))
+    t.diag("Intel's state files: %s" % sorted(os.listdir(STATE)))
+    pt.check(set(ids.values()) | {eph_id[0]} <= devices(), "not on the medium: %r" % devices())
+
+
+@t.test("the image is switched: Intel's driver stops, ours starts on the same node and state")
+def _():
+    cur[0].stop()
+    cur[0] = Driver("ours")
+    pt.check(mounted(cur[0].paths("vol-ext4")[1]), "the published volume is no longer mounted")
+
+
+@t.test("ours lists every volume Intel made, with its size, and the same capacity")
+def _():
+    d = cur[0]
+    listed = d.listed()
+    for vid, size in sizes.items():
+        pt.check(listed.get(vid) == size, "%s: listed %r, Intel said %d" % (vid, listed.get(vid), size))
+    pt.check(eph_id[0] in listed, "the ephemeral volume %s is not listed: %r" % (eph_id[0], listed))
+    c = d.capacity()
+    pt.check(c == intel_capacity[0], "GetCapacity: ours %d, Intel's %d" % (c, intel_capacity[0]))
+
+
+@t.test("the volume published at the switch is published again (kubelet's retry), data intact")
+def _():
+    d = cur[0]
+    v = VOLUMES["vol-ext4"]
+    d.publish("vol-ext4", ids["vol-ext4"], v)
+    tg = d.paths("vol-ext4")[1]
+    pt.check(data_intact("vol-ext4", tg, v), "data changed")
+    opts = [line.split() for line in open("/proc/self/mountinfo") if line.split()[4] == tg]
+    pt.check(opts and "dax" in " ".join(opts[-1]), "not a DAX mount: %r" % opts)
+    d.unpublish_unstage("vol-ext4", ids["vol-ext4"])
+    pt.check(not mounted(tg) and not mounted(d.paths("vol-ext4")[0]), "still mounted after unstage")
+
+
+@t.test("each volume Intel made stages and publishes with ours, data intact")
+def _():
+    d = cur[0]
+    for name, v in VOLUMES.items():
+        tg = d.stage_publish(name, ids[name], v)
+        pt.check(data_intact(name, tg, v), "%s: data changed" % name)
+        d.unpublish_unstage(name, ids[name])
+
+
+@t.test("an adopted volume grows and is snapshotted (lvm), or expansion is refused (direct)")
+def _():
+    d = cur[0]
+    name, v = "vol-ext4", VOLUMES["vol-ext4"]
+    vid = ids[name]
+    new = v["size"] + 64 * MiB
+    # Online, as Kubernetes does it for a volume in use.
+    tg = d.stage_publish(name, vid, v)
+    before = os.statvfs(tg).f_blocks * os.statvfs(tg).f_frsize
+    code, details, r = d.rpc("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+        volume_id=vid, capacity_range=csi.CapacityRange(required_bytes=new), volume_capability=cap(v)))
+    if not LVM:
+        pt.check(code == SC.UNIMPLEMENTED, "direct expansion: %s %s" % (code, details))
+        pt.check(data_intact(name, tg, v), "data changed by the refused expansion")
+        d.unpublish_unstage(name, vid)
+        return
+    pt.check(code == SC.OK and r.capacity_bytes == new, "ControllerExpandVolume: %s %s %r" % (code, details, r))
+    d.ok("Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
+        volume_id=vid, volume_path=tg, staging_target_path=d.paths(name)[0],
+        capacity_range=csi.CapacityRange(required_bytes=new), volume_capability=cap(v)))
+    after = os.statvfs(tg).f_blocks * os.statvfs(tg).f_frsize
+    pt.check(after > before + 48 * MiB, "ext4 %d bytes before, %d after" % (before, after))
+    pt.check(data_intact(name, tg, v), "data changed by the expansion")
+    snap = d.ok("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(source_volume_id=vid, name="takeover-snap"))
+    pt.check(snap.snapshot.ready_to_use, "snapshot not ready: %r" % snap)
+    d.unpublish_unstage(name, vid)
+    # Restored, it holds the same data.
+    rv = d.ok("Controller", "CreateVolume", csi.CreateVolumeRequest(
+        name="takeover-restored", capacity_range=csi.CapacityRange(required_bytes=new), volume_capabilities=[cap(v)],
+        volume_content_source=csi.VolumeContentSource(snapshot=csi.VolumeContentSource.SnapshotSource(
+            snapshot_id=snap.snapshot.snapshot_id)))).volume
+    tg = d.stage_publish("takeover-restored", rv.volume_id, v)
+    pt.check(data_intact(name, tg, v), "the restored copy differs")
+    d.unpublish_unstage("takeover-restored", rv.volume_id)
+    d.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=rv.volume_id))
+    d.ok("Controller", "DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=snap.snapshot.snapshot_id))
+    sizes[vid] = new
+
+
+@t.test("the inline ephemeral volume Intel made is removed at its unpublish by ours")
+def _():
+    d = cur[0]
+    tg = os.path.join(WORK, "eph-target")
+    pt.check(data_intact("eph", tg, dict(fs="ext4")), "ephemeral volume data changed")
+    d.ok("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=EPHEMERAL_HANDLE, target_path=tg))
+    pt.check(not mounted(tg), "still mounted")
+    pt.check(eph_id[0] not in d.listed(), "still listed")
+    pt.check(eph_id[0] not in devices(), "still on the medium")
+    pt.check(not os.path.exists(os.path.join(STATE, eph_id[0] + ".json")), "Intel's record is left")
+
+
+@t.test("ours deletes Intel's volumes with the erase Intel recorded")
+def _():
+    d = cur[0]
+    for name in VOLUMES:
+        if LVM and VOLUMES[name].get("block"):
+            locations[ids[name]] = lv_location(ids[name])
+        d.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=ids[name]))
+    log = d.d.stderr_text()
+    for name, v in VOLUMES.items():
+        vid = ids[name]
+        keep = v["params"].get("eraseafter") == "false"
+        said = [line for line in log.splitlines() if "volume deleted" in line and vid in line]
+        pt.check(said and ("first 4 KiB" if keep else "whole") in said[-1],
+                 "%s (eraseafter %s): %r" % (name, not keep, said))
+        pt.check(not os.path.exists(os.path.join(STATE, vid + ".json")), "%s: Intel's record is left" % name)
+        if LVM and v.get("block"):
+            pv, off = locations[vid]
+            got = read_at(pv, off + MARK, MiB)
+            if keep:
+                pt.check(got == payload(name), "%s: eraseafter false, but the data is gone" % name)
+            else:
+                pt.check(got == bytes(MiB), "%s: erased, but the freed extents are not zero" % name)
+    left = devices() & set(ids.values())
+    pt.check(not left, "left on the medium: %r" % left)
+    pt.check(not d.listed(), "still listed: %r" % d.listed())
+
+
+ours_vol = {}
+
+
+@t.test("rollback: a volume ours made is left alone by Intel's driver")
+def _():
+    d = cur[0]
+    v = dict(fs="ext4", size=64 * MiB, params={})
+    r = d.ok("Controller", "CreateVolume", csi.CreateVolumeRequest(
+        name="made-by-ours", capacity_range=csi.CapacityRange(required_bytes=v["size"]),
+        volume_capabilities=[cap(v)]))
+    vid = ours_vol["id"] = r.volume.volume_id
+    tg = d.stage_publish("made-by-ours", vid, v)
+    write_data("made-by-ours", tg, v)
+    d.unpublish_unstage("made-by-ours", vid)
+    d.stop()
+    d = cur[0] = Driver("intel")
+    listed = d.listed()
+    pt.check(vid not in listed, "Intel lists %s: %r" % (vid, listed))
+    d.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
+    pt.check(vid in devices(), "Intel's DeleteVolume removed a volume it did not make")
+    d.stop()
+    d = cur[0] = Driver("ours")
+    pt.check(vid in d.listed(), "ours no longer lists %s" % vid)
+    tg = d.stage_publish("made-by-ours", vid, v)
+    pt.check(data_intact("made-by-ours", tg, v), "data changed")
+    d.unpublish_unstage("made-by-ours", vid)
+    d.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
+    pt.check(vid not in devices(), "not deleted")
+
+
+def teardown():
+    t.diag("%s: %.0f s in all" % (BACKEND, time.monotonic() - T0))
+    if cur[0] is not None and cur[0].d.running():
+        cur[0].d.stop(timeout=30)
+
+
+sys.exit(t.main(teardown))
