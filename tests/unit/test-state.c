@@ -122,46 +122,51 @@ static void check_defaults(const struct pcsi_volrec *rec)
 	ck_assert(!rec->ephemeral);
 }
 
-/* Writes |text| as the record file of |id|. */
-static void write_record(const char *id, const char *text)
+/* The record file of |id|: ours, or the one Intel's PMEM-CSI keeps. */
+static void record_path(char *path, size_t len, bool intel, const char *id)
+{
+	snprintf(path, len, "%s%s/%s.json", tmp, intel ? "" : "/volumes", id);
+}
+
+static void write_at(bool intel, const char *id, const char *text)
 {
 	char path[160];
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/volumes/%s.json", tmp, id);
+	record_path(path, sizeof(path), intel, id);
 	f = fopen(path, "w");
 	ck_assert_ptr_nonnull(f);
 	ck_assert_int_eq(fputs(text, f) >= 0, 1);
 	ck_assert_int_eq(fclose(f), 0);
+}
+
+static bool exists_at(bool intel, const char *id)
+{
+	char path[160];
+
+	record_path(path, sizeof(path), intel, id);
+	return access(path, F_OK) == 0;
+}
+
+/* Writes |text| as our record file of |id|. */
+static void write_record(const char *id, const char *text)
+{
+	write_at(false, id, text);
 }
 
 static bool record_exists(const char *id)
 {
-	char path[160];
-
-	snprintf(path, sizeof(path), "%s/volumes/%s.json", tmp, id);
-	return access(path, F_OK) == 0;
+	return exists_at(false, id);
 }
 
-/* Writes |text| as the record Intel's PMEM-CSI keeps of |id|. */
 static void write_legacy_record(const char *id, const char *text)
 {
-	char path[160];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s.json", tmp, id);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_eq(fputs(text, f) >= 0, 1);
-	ck_assert_int_eq(fclose(f), 0);
+	write_at(true, id, text);
 }
 
 static bool legacy_record_exists(const char *id)
 {
-	char path[160];
-
-	snprintf(path, sizeof(path), "%s/%s.json", tmp, id);
-	return access(path, F_OK) == 0;
+	return exists_at(true, id);
 }
 
 /* A volume Intel's driver made: its record is read where ours is missing,
