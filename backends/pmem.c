@@ -45,6 +45,10 @@ struct pcsi_pmem {
 
 static void on_ndctl_log(struct ndctl_ctx *ctx, int priority, const char *file, int line,
 			 const char *fn, const char *format, va_list args)
+	__attribute__((format(printf, 6, 0)));
+
+static void on_ndctl_log(struct ndctl_ctx *ctx, int priority, const char *file, int line,
+			 const char *fn, const char *format, va_list args)
 {
 	struct pcsi_pmem *p = ndctl_get_userdata(ctx);
 	size_t n;

@@ -91,6 +91,10 @@ static void add_fields(json_object *obj, const char *s)
 
 static void vemit(enum pcsi_log_level level, const char *file, int line, unsigned suppressed,
 		  const char *msg, const char *fields, va_list ap)
+	__attribute__((format(printf, 6, 0)));
+
+static void vemit(enum pcsi_log_level level, const char *file, int line, unsigned suppressed,
+		  const char *msg, const char *fields, va_list ap)
 {
 	static const char letters[] = { 'E', 'W', 'I' };
 	static const char *names[] = { "error", "warning", "info" };
