@@ -15,9 +15,12 @@ usage: soak.py controller|node DRIVER SECONDS INTERVAL OUTDIR
               write, unpublish, unstage, delete) and stats, capacity, list
 Every client also runs Probe; a separate prober measures its latency.
 "Steady": idle (clients stopped, calls done) after the first quarter of the
-run and idle at its end, RSS differs by at most PCSI_RSS_SLACK_KIB
-(default 512 KiB; negative: not checked, for sanitizer builds) and the
-descriptor count has not grown.
+run and idle at its end, the anonymous RSS (heap, stacks: RssAnon, where a
+leak shows) differs by at most PCSI_RSS_SLACK_KIB (default 512 KiB;
+negative: not checked, for sanitizer builds) and the descriptor count has
+not grown. The whole RSS is printed too, and which mappings grew: library
+code first run late in the run (libmount, libblkid: seen +250 KiB each)
+adds file pages that are shared and no leak.
 """
 import json
 import os
@@ -47,6 +50,12 @@ SLACK_KIB = int(os.environ.get("PCSI_RSS_SLACK_KIB", "512"))
 PAUSE = float(os.environ.get("PCSI_SOAK_PAUSE", "0"))  # seconds between a client's rounds
 # Answers that a busy driver gives by design and clients retry.
 EXPECTED = {SC.ABORTED, SC.RESOURCE_EXHAUSTED}
+# A client process starting in a loaded guest (Python, gRPC, the protos) can
+# miss gRPC's 20 s connect deadline while the prober, on the same socket, is
+# answered within a second or two: counted and printed, retried like kubelet
+# and the sidecars retry UNAVAILABLE; the prober's Probe latency is the
+# measure of the driver's responsiveness.
+CONNECT_SLOW = "before receiving SETTINGS frame"
 
 
 def cap():
@@ -60,12 +69,15 @@ class Stats:
         self.lock = threading.Lock()
         self.calls = 0
         self.unexpected = []
+        self.slow_connects = 0
         self.probe_ms = []
 
     def count(self, method, code, details):
         with self.lock:
             self.calls += 1
-            if code != SC.OK and code not in EXPECTED:
+            if code == SC.UNAVAILABLE and CONNECT_SLOW in (details or ""):
+                self.slow_connects += 1
+            elif code != SC.OK and code not in EXPECTED:
                 self.unexpected.append("%s: %s %s" % (method, code, details))
 
     def take_probes(self):
@@ -147,10 +159,10 @@ if MODE != "client":
     PID = target.proc.pid
 
 
-def rss_kib():
+def rss_kib(field="VmRSS"):
     with open("/proc/%d/status" % PID) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
 
@@ -160,6 +172,12 @@ def fds():
 
 
 # ---- clients -----------------------------------------------------------------------------
+
+def round_done(k, i):
+    """Client k has completed i rounds (read by warmed_up())."""
+    with open(os.path.join(WORK, "rounds-%d" % k), "w") as f:
+        f.write(str(i))
+
 
 def controller_client(k):
     ch = pt.unix_channel(SOCK)
@@ -177,6 +195,7 @@ def controller_client(k):
         call(ch, "Identity", "Probe", csi.ProbeRequest())
         if v:
             until_ok(ch, "Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume.volume_id))
+        round_done(k, i)
         time.sleep(PAUSE)
     ch.close()
 
@@ -217,13 +236,14 @@ def node_client(k):
                 if code == SC.OK:
                     break
                 time.sleep(0.2)
+        round_done(k, i)
     ch.close()
 
 
 if MODE == "client":
     (controller_client if KIND == "controller" else node_client)(K)
     print(json.dumps({"calls": stats.calls, "unexpected": stats.unexpected[:5],
-                      "n_unexpected": len(stats.unexpected)}))
+                      "n_unexpected": len(stats.unexpected), "slow_connects": stats.slow_connects}))
     sys.exit(0)
 
 
@@ -249,21 +269,52 @@ def p99(v):
 
 
 rows = []
-idle = []  # (RSS, fds) with no call in flight: after the warm-up, at the end
+idle = []  # (RSS, fds, anonymous RSS) with no call in flight: after the warm-up, at the end
 IDLE_WAIT = 2.0  # for the calls in flight to end
 TRIM_S = 5  # daemon/core/memtrim.c: free heap goes back to the kernel at most this long after it is freed
 
 
+def smaps_kib():
+    """RSS per mapping name ("[heap]", "[anon]", a library's path...)."""
+    out, name = {}, None
+    with open("/proc/%d/smaps" % PID) as f:
+        for line in f:
+            parts = line.split()
+            if "-" in parts[0] and len(parts) >= 5 and ":" not in parts[0]:
+                name = parts[5] if len(parts) > 5 else "[anon]"
+            elif parts[0] == "Rss:":
+                out[name] = out.get(name, 0) + int(parts[1])
+    return out
+
+
+idle_maps = []  # smaps_kib() at each idle sample
+
+
 def idle_sample():
-    """(RSS, fds) at rest: the lowest of samples taken each second over one
+    """(RSS, fds, anonymous RSS) at rest: the lowest of samples taken each second over one
     memtrim period, so that both ends of the run are measured after a trim
     (the RSS of a single sample depends on where it falls in the period)."""
     time.sleep(IDLE_WAIT)
     got = []
     for _ in range(TRIM_S + 2):
-        got.append((rss_kib(), fds()))
+        got.append((rss_kib(), fds(), rss_kib("RssAnon")))
         time.sleep(1.0)
-    return min(g[0] for g in got), min(g[1] for g in got)
+    idle_maps.append(smaps_kib())
+    return tuple(min(g[i] for g in got) for i in range(3))
+
+
+def warmed_up():
+    """Every client has completed a round: each code path (and the library
+    code and tables it sets up once, such as OpenSSL's for the volume ids'
+    SHA-224: about 2 MiB anonymous, 1.8 MiB of libcrypto pages) has run."""
+    for k in range(CLIENTS):
+        try:
+            with open(os.path.join(WORK, "rounds-%d" % k)) as f:
+                if int(f.read() or 0) < 1:
+                    return False
+        except (OSError, ValueError):
+            return False
+    return True
 
 
 @t.test("%s: %.0f s of mixed calls from %d clients, sampled every %.0f s" % (MODE, SECONDS, CLIENTS, INTERVAL))
@@ -279,15 +330,21 @@ def _():
     warm_at = t0 + SECONDS / 4
     while time.monotonic() < t0 + SECONDS:
         time.sleep(max(0.0, min(next_at, warm_at if not idle else next_at) - time.monotonic()))
-        if not idle and time.monotonic() >= warm_at:
-            # After the warm-up, with the clients stopped and their calls
-            # done: the baseline the end is held to.
+        if not idle and time.monotonic() >= warm_at and warmed_up():
+            # After the warm-up (a quarter of the run, and every client
+            # through a round: slow to start in a loaded guest), with the
+            # clients stopped and their calls done: the baseline the end is
+            # held to.
             for c in clients:
                 c.send_signal(signal.SIGSTOP)
             idle.append(idle_sample())
             for c in clients:
                 c.send_signal(signal.SIGCONT)
             continue
+        if not idle and time.monotonic() >= warm_at:
+            time.sleep(min(1.0, max(0.0, next_at - time.monotonic())))
+            if time.monotonic() < next_at:
+                continue
         next_at += INTERVAL
         pt.check(target.proc.poll() is None, "the driver exited: %r" % target.proc.returncode)
         with stats.lock:
@@ -301,8 +358,10 @@ def _():
         r = json.loads(out.strip().splitlines()[-1])
         stats.client_calls = getattr(stats, "client_calls", 0) + r["calls"]
         stats.unexpected += r["unexpected"] * (1 if r["n_unexpected"] else 0)
+        stats.slow_connects += r["slow_connects"]
     idle.append(idle_sample())
-    t.diag("%d calls from %d clients, %d Probes from the prober" % (stats.client_calls, CLIENTS, stats.calls))
+    t.diag("%d calls from %d clients, %d Probes from the prober; %d connects missed gRPC's 20 s deadline "
+           "(retried)" % (stats.client_calls, CLIENTS, stats.calls, stats.slow_connects))
 
 
 @t.test("%s: the table and the plot" % MODE)
@@ -338,18 +397,25 @@ def _():
 
 @t.test("%s: steady RSS and descriptors after the warm-up, no unexpected error" % MODE)
 def _():
-    pt.check(len(rows) >= 4 and len(idle) == 2, "too few samples: %d, %d" % (len(rows), len(idle)))
-    (rss0, fd0), (rss1, fd1) = idle
-    t.diag("%s: idle after the warm-up RSS %d KiB, %d fds; idle at the end RSS %d KiB, %d fds; under load RSS max "
-           "%d KiB, Probe p99 max %.2f ms" % (MODE, rss0, fd0, rss1, fd1, max(r[1] for r in rows),
-                                              max(r[3] for r in rows)))
+    pt.check(len(idle) == 2, "no warm-up: a client completed no round in %.0f s" % SECONDS)
+    pt.check(len(rows) >= 4, "too few samples: %d" % len(rows))
+    (rss0, fd0, anon0), (rss1, fd1, anon1) = idle
+    t.diag("%s: idle after the warm-up RSS %d KiB (anonymous %d), %d fds; idle at the end RSS %d KiB "
+           "(anonymous %d), %d fds; under load RSS max %d KiB, Probe p99 max %.2f ms"
+           % (MODE, rss0, anon0, fd0, rss1, anon1, fd1, max(r[1] for r in rows), max(r[3] for r in rows)))
+    if len(idle_maps) == 2:
+        grew = sorted(((idle_maps[1].get(k, 0) - idle_maps[0].get(k, 0), k)
+                       for k in set(idle_maps[0]) | set(idle_maps[1])), reverse=True)
+        t.diag("RSS change per mapping between the idle samples (KiB): " +
+               ", ".join("%s %+d" % (k, d) for d, k in grew if abs(d) >= 16) or "none of 16 KiB or more")
     pt.check(not stats.unexpected, "%d unexpected answers, e.g. %s" % (len(stats.unexpected),
                                                                        stats.unexpected[:3]))
     if SLACK_KIB < 0:
         t.diag("RSS not held to a bound (PCSI_RSS_SLACK_KIB < 0: a sanitizer build, whose "
                "quarantine keeps freed memory)")
     else:
-        pt.check(rss1 <= rss0 + SLACK_KIB, "idle RSS grew from %d to %d KiB" % (rss0, rss1))
+        pt.check(anon1 <= anon0 + SLACK_KIB, "idle anonymous RSS grew from %d to %d KiB (RSS %d to %d KiB)"
+                 % (anon0, anon1, rss0, rss1))
     pt.check(fd1 <= fd0, "idle descriptors grew from %d to %d" % (fd0, fd1))
 
 
