@@ -304,9 +304,10 @@ def idle_sample():
 
 
 def warmed_up():
-    """Every client has completed a round: each code path (and the library
-    code and tables it sets up once, such as OpenSSL's for the volume ids'
-    SHA-224: about 2 MiB anonymous, 1.8 MiB of libcrypto pages) has run."""
+    """Every client has completed a round: each code path has run once, with
+    what it sets up once (thread-pool threads, OpenSSL for the volume ids'
+    SHA-224: a run whose baseline came before that grew 2 MiB anonymous and
+    1.8 MiB of libcrypto pages afterwards)."""
     for k in range(CLIENTS):
         try:
             with open(os.path.join(WORK, "rounds-%d" % k)) as f:
