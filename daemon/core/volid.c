@@ -1,8 +1,9 @@
 /* volid.c: see volid.h. */
 #include "daemon/core/volid.h"
 
-#include <openssl/evp.h>
 #include <string.h>
+
+#include "daemon/core/sha224.h"
 
 #define HEX_LEN	   56 /* sha224: 28 bytes */
 #define PREFIX_MAX 6
@@ -14,14 +15,14 @@ static void derive(const char *name, const char *prefix, size_t prefix_len,
 		   char out[PCSI_VOLUME_ID_MAX + 1])
 {
 	static const char hex[] = "0123456789abcdef";
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int mdlen = 0, i;
+	uint8_t md[PCSI_SHA224_LEN];
 	char *o = out;
+	size_t i;
 
-	EVP_Digest(name, strlen(name), md, &mdlen, EVP_sha224(), NULL);
+	pcsi_sha224(name, strlen(name), md);
 	memcpy(o, prefix, prefix_len);
 	o += prefix_len;
-	for (i = 0; i < mdlen; i++) {
+	for (i = 0; i < sizeof(md); i++) {
 		*o++ = hex[md[i] >> 4];
 		*o++ = hex[md[i] & 15];
 	}
