@@ -119,17 +119,29 @@ static void do_store(struct job *j)
 	free(tmp);
 }
 
-static int read_rec(const char *path, struct pcsi_volrec *out)
+/* Sets |out| to the defaults and parses the JSON object in |path| into |*o|
+ * (the caller puts it): 0, -ENOENT (no file) or -EIO (unreadable, not an
+ * object). */
+static int open_rec(const char *path, struct pcsi_volrec *out, json_object **o)
 {
-	json_object *o = json_object_from_file(path), *v;
-
 	defaults(out);
-	if (!o)
+	*o = json_object_from_file(path);
+	if (!*o)
 		return access(path, F_OK) == 0 ? -EIO : -ENOENT;
-	if (!json_object_is_type(o, json_type_object)) {
-		json_object_put(o);
+	if (!json_object_is_type(*o, json_type_object)) {
+		json_object_put(*o);
 		return -EIO;
 	}
+	return 0;
+}
+
+static int read_rec(const char *path, struct pcsi_volrec *out)
+{
+	json_object *o, *v;
+	int rc = open_rec(path, out, &o);
+
+	if (rc < 0)
+		return rc;
 	if (json_object_object_get_ex(o, "name", &v))
 		snprintf(out->name, sizeof(out->name), "%s", json_object_get_string(v));
 	if (json_object_object_get_ex(o, "eraseafter", &v))
@@ -160,14 +172,13 @@ static int read_rec(const char *path, struct pcsi_volrec *out)
  * driver finds it again after a rollback, until the volume is deleted. */
 static int read_legacy_rec(const char *path, struct pcsi_volrec *out)
 {
-	json_object *o = json_object_from_file(path), *p, *v;
+	json_object *o, *p, *v;
 	const char *s;
+	int rc = open_rec(path, out, &o);
 
-	defaults(out);
-	if (!o)
-		return access(path, F_OK) == 0 ? -EIO : -ENOENT;
-	if (!json_object_is_type(o, json_type_object) ||
-	    !json_object_object_get_ex(o, "parameters", &p) ||
+	if (rc < 0)
+		return rc;
+	if (!json_object_object_get_ex(o, "parameters", &p) ||
 	    !json_object_is_type(p, json_type_object)) {
 		json_object_put(o);
 		return -EIO;

@@ -215,6 +215,15 @@ def _message_class(module, desc):
     return obj
 
 
+def capability(csi, fs="ext4", block=False):
+    """A SINGLE_NODE_WRITER VolumeCapability: a raw block volume, or a
+    filesystem of type |fs|."""
+    am = csi.VolumeCapability.AccessMode(mode=csi.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)
+    if block:
+        return csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(), access_mode=am)
+    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type=fs), access_mode=am)
+
+
 def rpc(module, service, method):
     """(path, request class, response class) of `service`.`method` in a generated module.
 

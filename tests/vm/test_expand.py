@@ -29,7 +29,6 @@ WORK = pt.mkdtemp("pcsi-expand-")
 SOCK = os.path.join(WORK, "csi.sock")
 P = pt.protos()
 csi = P.csi
-AM = csi.VolumeCapability.AccessMode
 LVM = BACKEND == "lvm"
 
 daemon = pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=" + NODE,
@@ -50,11 +49,7 @@ def ok_call(service, method, req):
 
 
 def cap(fs="ext4", block=False):
-    if block:
-        return csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(),
-                                    access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
-    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type=fs),
-                                access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
+    return pt.capability(csi, fs, block)
 
 
 class Published:

@@ -37,7 +37,6 @@ SOCK = os.path.join(WORK, "csi.sock")
 ARGS = ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=node-snap", "-deviceManager=" + BACKEND,
         "-statePath=" + os.path.join(WORK, "state"), "-v=5"]
 csi = pt.protos().csi
-AM = csi.VolumeCapability.AccessMode
 
 
 class Driver:
@@ -69,11 +68,7 @@ def ok_call(service, method, req):
 
 
 def cap(fs="ext4", block=False):
-    if block:
-        return csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(),
-                                    access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
-    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type=fs),
-                                access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
+    return pt.capability(csi, fs, block)
 
 
 # What a test made, so that a failed test leaves nothing that the next one

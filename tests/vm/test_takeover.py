@@ -61,7 +61,6 @@ WORK = pt.mkdtemp("pcsi-takeover-")
 STATE = os.path.join(WORK, "state")
 P = pt.protos()
 csi = P.csi
-AM = csi.VolumeCapability.AccessMode
 MARK = 1 * MiB  # where a raw block volume's data is written: past the 4 KiB always zeroed
 
 # name -> what Intel's driver is asked for. Sizes are multiples of 16 MiB:
@@ -84,11 +83,7 @@ def sh(*cmd):
 
 
 def cap(v):
-    if v.get("block"):
-        return csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(),
-                                    access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
-    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type=v["fs"]),
-                                access_mode=AM(mode=AM.SINGLE_NODE_WRITER))
+    return pt.capability(csi, v.get("fs", "ext4"), v.get("block", False))
 
 
 class Driver:
