@@ -45,9 +45,10 @@ build() { # dir, meson options...
 run() { # dir, label, meson test args...
 	local dir=$1 label=$2
 	shift 2
-	echo "=== $label ==="
+	echo "=== $label ($(date -u +%H:%M:%S), ${SECONDS}s in) ==="
 	meson test -C "$dir" --print-errorlogs --num-processes 2 "$@"
 	local rc=$?
+	echo "=== $label: ended $(date -u +%H:%M:%S), ${SECONDS}s in ==="
 	[ $rc = 0 ] || status=1
 	cp "$dir/meson-logs/testlog.json" "$dir/meson-logs/testlog-$(echo "$label" | tr -c 'a-z0-9' '-').json"
 	results+=("$dir/meson-logs/testlog-$(echo "$label" | tr -c 'a-z0-9' '-').json")

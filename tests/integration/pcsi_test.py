@@ -886,6 +886,7 @@ class TAP:
     def run_one(self, name, fn):
         old = signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(TEST_TIMEOUT)
+        t0 = time.monotonic()
         try:
             fn()
         except Skip as e:
@@ -905,6 +906,9 @@ class TAP:
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old)
+            took = time.monotonic() - t0
+            if took >= 10:  # where a slow suite's time goes
+                self.diag("%d took %.0f s" % (self.n, took))
 
     def main(self, teardown=None):
         """Runs all tests, then `teardown`; prints the plan; returns the exit status."""
