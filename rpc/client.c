@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "daemon/core/log.h"
+#include "daemon/core/slab.h"
 #include "daemon/core/util.h"
 #include "rpc/conn.h"
 #include "rpc/endpoint.h"
@@ -37,8 +38,8 @@ struct pcsi_channel {
 	struct pcsi_list calls; /* every call not yet completed, oldest first */
 	int pending;		/* async things that refer to the channel */
 	bool closing;
-	char authority[300];
-	char last_error[400];
+	char *last_error; /* why the last connect failed (slab.h); NULL before one did */
+	char authority[sizeof(((struct pcsi_endpoint *)0)->host) + 8]; /* [host]:65535 */
 };
 
 static const struct pcsi_channel_opts defaults = {
@@ -93,8 +94,10 @@ static void on_call_timer_closed(uv_handle_t *h)
 
 static void chan_maybe_free(struct pcsi_channel *chan)
 {
-	if (chan->closing && chan->pending == 0)
-		free(chan);
+	if (chan->closing && chan->pending == 0) {
+		pcsi_slab_free(chan->last_error);
+		pcsi_slab_free(chan);
+	}
 }
 
 static void complete(struct pcsi_client_call *call, enum pcsi_status status, const char *msg)
@@ -426,9 +429,12 @@ static void on_backoff(uv_timer_t *t)
 static void connect_failed(struct pcsi_channel *chan, const char *why)
 {
 	uint32_t jitter;
+	char msg[512];
 
-	snprintf(chan->last_error, sizeof(chan->last_error), "cannot connect to %s: %s",
+	snprintf(msg, sizeof(msg), "cannot connect to %s: %s",
 		 chan->ep.is_unix ? chan->ep.path : chan->authority, why);
+	pcsi_slab_free(chan->last_error);
+	chan->last_error = pcsi_slab_strdup(msg);
 	fail_calls(chan, NULL, true, PCSI_UNAVAILABLE, chan->last_error);
 	if (chan->closing)
 		return;
@@ -523,7 +529,8 @@ static void on_connected(uv_connect_t *req, int status)
 		pcsi_conn_close(&cc->c, uv_strerror(status));
 		return;
 	}
-	if (nghttp2_session_client_new(&cc->c.ng, client_callbacks(), cc) != 0)
+	if (nghttp2_session_client_new2(&cc->c.ng, client_callbacks(), cc, pcsi_conn_ng_option()) !=
+	    0)
 		abort();
 	if (cc->chan->tls)
 		cc->c.tls = pcsi_tls_new(cc->chan->tls);
@@ -621,10 +628,11 @@ struct pcsi_channel *pcsi_channel_new(uv_loop_t *loop, const char *endpoint,
 				      const struct pcsi_channel_opts *opts, char *err,
 				      size_t errlen)
 {
-	struct pcsi_channel *chan = pcsi_xcalloc(1, sizeof(*chan));
+	/* A channel outlives its connections: see slab.h. */
+	struct pcsi_channel *chan = pcsi_slab_alloc(sizeof(*chan));
 
 	if (pcsi_endpoint_parse(endpoint, &chan->ep, err, errlen) < 0) {
-		free(chan);
+		pcsi_slab_free(chan);
 		return NULL;
 	}
 	chan->loop = loop;

@@ -357,3 +357,16 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	}
 	pcsi_conn_kick(c);
 }
+
+const nghttp2_option *pcsi_conn_ng_option(void)
+{
+	static nghttp2_option *opt;
+
+	if (!opt) {
+		if (nghttp2_option_new(&opt) != 0)
+			abort();
+		nghttp2_option_set_max_reserved_remote_streams(opt, 0);
+		nghttp2_option_set_no_closed_streams(opt, 1);
+	}
+	return opt;
+}

@@ -13,9 +13,11 @@
 
 struct pcsi_endpoint {
 	bool is_unix;
-	char path[108]; /* unix */
-	char host[256]; /* tcp; without brackets */
-	int port;	/* tcp */
+	union {
+		char path[108]; /* unix */
+		char host[256]; /* tcp; without brackets */
+	};
+	int port; /* tcp */
 };
 
 /* Returns 0 or -EINVAL; |err| (may be NULL) then says what is wrong. */

@@ -744,7 +744,6 @@ static void on_connection(uv_stream_t *ls, int status)
 	struct listener *l = pcsi_container_of(ls, struct listener, io.stream);
 	struct pcsi_server *srv = l->srv;
 	bool tcp = l->io.handle.type == UV_TCP;
-	nghttp2_option *opt;
 	struct sconn *sc;
 
 	if (status < 0)
@@ -782,10 +781,7 @@ static void on_connection(uv_stream_t *ls, int status)
 		uv_tcp_nodelay(&sc->c.io.tcp, 1);
 		pcsi_conn_describe_peer(&sc->c);
 	}
-	nghttp2_option_new(&opt);
-	nghttp2_option_set_max_reserved_remote_streams(opt, 0);
-	nghttp2_session_server_new2(&sc->c.ng, server_callbacks(), sc, opt);
-	nghttp2_option_del(opt);
+	nghttp2_session_server_new2(&sc->c.ng, server_callbacks(), sc, pcsi_conn_ng_option());
 	if (!sc->c.ng)
 		abort();
 	if (l->tls)

@@ -8,6 +8,7 @@
 
 #include "daemon/core/later.h"
 #include "daemon/core/log.h"
+#include "daemon/core/slab.h"
 #include "daemon/core/util.h"
 #include "proto/csi.pb-c.h"
 #include "daemon/metrics/metrics.h"
@@ -43,9 +44,9 @@ static void node_free(struct pcsi_cnode *n)
 {
 	if (n->chan)
 		pcsi_channel_close(n->chan);
-	free(n->id);
-	free(n->endpoint);
-	free(n);
+	pcsi_slab_free(n->id);
+	pcsi_slab_free(n->endpoint);
+	pcsi_slab_free(n);
 }
 
 static void vol_free(struct pcsi_cvol *v)
@@ -53,9 +54,9 @@ static void vol_free(struct pcsi_cvol *v)
 	size_t i;
 
 	for (i = 0; i < v->n_nodes; i++)
-		free(v->nodes[i]);
-	free(v->nodes);
-	free(v);
+		pcsi_slab_free(v->nodes[i]);
+	pcsi_slab_free(v->nodes);
+	pcsi_slab_free(v);
 }
 
 void pcsi_cluster_done(struct pcsi_cluster *cl)
@@ -72,7 +73,7 @@ void pcsi_cluster_done(struct pcsi_cluster *cl)
 	}
 	pcsi_list_foreach_safe (p, t, &cl->maybe) {
 		pcsi_list_remove(p);
-		free(pcsi_list_entry(p, struct maybe, link));
+		pcsi_slab_free(pcsi_list_entry(p, struct maybe, link));
 	}
 	cl->n_nodes = cl->n_vols = cl->n_maybe = 0;
 }
@@ -103,10 +104,10 @@ void pcsi_cluster_maybe_add(struct pcsi_cluster *cl, const char *id, const char 
 		pcsi_warn("forgetting a node that may hold a volume (too many)",
 			  "volume=%s node=%s", m->id, m->node);
 		pcsi_list_remove(&m->link);
-		free(m);
+		pcsi_slab_free(m);
 		cl->n_maybe--;
 	}
-	m = pcsi_xmalloc(sizeof(*m) + il + nl);
+	m = pcsi_slab_alloc(sizeof(*m) + il + nl);
 	memcpy(m->id, id, il);
 	m->node = m->id + il;
 	memcpy(m->node, node_id, nl);
@@ -121,7 +122,7 @@ void pcsi_cluster_maybe_clear(struct pcsi_cluster *cl, const char *id, const cha
 	if (!m)
 		return;
 	pcsi_list_remove(&m->link);
-	free(m);
+	pcsi_slab_free(m);
 	cl->n_maybe--;
 }
 
@@ -211,7 +212,7 @@ void pcsi_cluster_add(struct pcsi_cluster *cl, const char *id, int64_t size, con
 	struct pcsi_cvol *v = pcsi_cluster_volume(cl, id);
 
 	if (!v) {
-		v = pcsi_xcalloc(1, sizeof(*v));
+		v = pcsi_slab_alloc(sizeof(*v));
 		snprintf(v->id, sizeof(v->id), "%s", id);
 		pcsi_list_add_tail(&cl->vols, &v->link);
 		cl->n_vols++;
@@ -220,8 +221,8 @@ void pcsi_cluster_add(struct pcsi_cluster *cl, const char *id, int64_t size, con
 		v->size = size;
 	if (pcsi_cvol_on(v, node_id))
 		return;
-	v->nodes = pcsi_xrealloc(v->nodes, (v->n_nodes + 1) * sizeof(*v->nodes));
-	v->nodes[v->n_nodes++] = pcsi_xstrdup(node_id);
+	v->nodes = pcsi_slab_realloc(v->nodes, (v->n_nodes + 1) * sizeof(*v->nodes));
+	v->nodes[v->n_nodes++] = pcsi_slab_strdup(node_id);
 }
 
 void pcsi_cluster_add_snapshot(struct pcsi_cluster *cl, const Csi__V1__Snapshot *snap,
@@ -250,7 +251,7 @@ void pcsi_cluster_remove(struct pcsi_cluster *cl, const char *id, const char *no
 		return;
 	for (i = 0; i < v->n_nodes; i++)
 		if (!strcmp(v->nodes[i], node_id)) {
-			free(v->nodes[i]);
+			pcsi_slab_free(v->nodes[i]);
 			v->nodes[i] = v->nodes[--v->n_nodes];
 			break;
 		}
@@ -512,15 +513,15 @@ void pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id, const c
 			  node_id, n->endpoint, endpoint);
 		pcsi_cluster_unregister(cl, node_id);
 	}
-	n = pcsi_xcalloc(1, sizeof(*n));
-	n->id = pcsi_xstrdup(node_id);
-	n->endpoint = pcsi_xstrdup(endpoint);
+	n = pcsi_slab_alloc(sizeof(*n));
+	n->id = pcsi_slab_strdup(node_id);
+	n->endpoint = pcsi_slab_strdup(endpoint);
 	n->chan = pcsi_channel_new(cl->loop, endpoint, cl->tls, &link_opts, err, sizeof(err));
 	if (!n->chan) {
 		/* Validated by the registry already; kept as a guard. */
-		free(n->id);
-		free(n->endpoint);
-		free(n);
+		pcsi_slab_free(n->id);
+		pcsi_slab_free(n->endpoint);
+		pcsi_slab_free(n);
 		reply_later(cl, -EINVAL, "bad endpoint", cb, data);
 		return;
 	}

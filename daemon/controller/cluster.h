@@ -18,7 +18,10 @@
  *    after every asynchronous step, never keep the pointer;
  *  - callbacks (pcsi_cluster_cb) run exactly once, always on a later loop turn,
  *    never inside the call that started the work;
- *  - the lists are private: walk them with pcsi_cluster_foreach_*(). */
+ *  - the lists are private: walk them with pcsi_cluster_foreach_*();
+ *  - the records (nodes and their strings, volumes) are slab memory
+ *    (daemon/core/slab.h), so they never pin the heap pages that node
+ *    links churn through. */
 #ifndef PCSI_CLUSTER_H
 #define PCSI_CLUSTER_H
 

@@ -10,11 +10,17 @@ node), side by side with the round trip of a Probe to the same controller
 
 The controller closes a node link that carried no call for 10 s (an open
 HTTP/2 session is some 17 KiB) and reopens it for the next call. Printed:
-memory per node once the links are idle; the first CreateVolume on a node
-after idleness (connect, and with --tls the handshake) next to the second
-one right after it on the open link; and the latency spread over all nodes.
+memory per node once the links are idle, as an average over all N nodes
+(everything the process grew by since it started, one-time costs of the
+first links included) and at the margin (what the second N/2 nodes added to
+the first N/2); the first CreateVolume on a node after idleness (connect, and
+with --tls the handshake) next to the second one right after it on the open
+link; and the latency spread over all nodes.
 
-usage: controller-bench.py PATH-TO-pmem-csi-driver [N=1000] [CALLS=2000] [--tls]
+The controller runs with the environment of manifests/Containerfile's
+runtime stage (GLIBC_TUNABLES), as deployed; --glibc-defaults leaves it out.
+
+usage: controller-bench.py PATH-TO-pmem-csi-driver [N=1000] [CALLS=2000] [--tls] [--glibc-defaults]
 --tls: mutual TLS on the registry and on every node link (the certificates
 of manifests/certs/setup-ca.sh), as deployed; default plaintext (-insecure).
 """
@@ -23,13 +29,17 @@ import sys
 import time
 from concurrent import futures
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+sys.path.insert(0, os.path.join(HERE, "..", "k8s"))
 import grpc  # noqa: E402
 
+import images  # noqa: E402  (containerfile_env)
 import pcsi_test as pt  # noqa: E402
 
 TLS = "--tls" in sys.argv
-ARGS = [a for a in sys.argv[1:] if a != "--tls"]
+DEPLOYED_ENV = "--glibc-defaults" not in sys.argv
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
 DRIVER = ARGS[0]
 N = int(ARGS[1]) if len(ARGS) > 1 else 1000
 CALLS = int(ARGS[2]) if len(ARGS) > 2 else 2000
@@ -99,7 +109,12 @@ def main():
         srv.add_insecure_port("127.0.0.1:%d" % node_port)
         args.append("-insecure")
     srv.start()
+    env = images.containerfile_env() if DEPLOYED_ENV else []
+    saved = dict(os.environ)
+    os.environ.update(kv.split("=", 1) for kv in env)
     ctl = pt.Daemon(DRIVER, args, name="controller").start()
+    os.environ.clear()
+    os.environ.update(saved)
     pid = ctl.proc.pid
     base = rss_kib(pid)
     if TLS:
@@ -107,21 +122,33 @@ def main():
     else:
         rch = pt.insecure_channel(reg_port)
     path = "/registry.v1.Registry/RegisterNodeController"
+
+    def register(first, end):
+        for i in range(first, end):
+            # Every node its own id and its own link; all links lead to the one port.
+            ep = "tcp://127.0.0.1:%d" % node_port
+            req = reg.RegisterNodeControllerRequest(node_id="node-%04d" % i, endpoint=ep)
+            req.capacity.available_capacity = req.capacity.maximum_volume_size = 1 << 40  # as a node sends it
+            code, details, _ = pt.call_code(rch, path, req, reg.RegisterNodeControllerReply, timeout=30)
+            if code != grpc.StatusCode.OK:
+                sys.exit("registration %d failed: %s %s" % (i, code, details))
+
+    def idle_rss():
+        # The links close after IDLE_S; the free heap goes back to the kernel
+        # at the next check (PCSI_MEMTRIM_PERIOD_MS in daemon/core/memtrim.h).
+        time.sleep(IDLE_S + TRIM_S + 1)
+        return rss_kib(pid)
+
+    half = N // 2
     t0 = time.monotonic()
-    for i in range(N):
-        # Every node its own id and its own link; all links lead to the one port.
-        ep = "tcp://127.0.0.1:%d" % node_port
-        req = reg.RegisterNodeControllerRequest(node_id="node-%04d" % i, endpoint=ep)
-        req.capacity.available_capacity = req.capacity.maximum_volume_size = 1 << 40  # as a node sends it
-        code, details, _ = pt.call_code(rch, path, req, reg.RegisterNodeControllerReply, timeout=30)
-        if code != grpc.StatusCode.OK:
-            sys.exit("registration %d failed: %s %s" % (i, code, details))
+    register(0, half)
     reg_s = time.monotonic() - t0
+    mid = idle_rss()
+    t0 = time.monotonic()
+    register(half, N)
+    reg_s += time.monotonic() - t0
     peak = rss_kib(pid)
-    # The links close after IDLE_S; the free heap goes back to the kernel
-    # at the next check (PCSI_MEMTRIM_PERIOD_MS in daemon/core/memtrim.h).
-    time.sleep(IDLE_S + TRIM_S + 1)
-    after = rss_kib(pid)
+    after = idle_rss()
     cch = pt.unix_channel(sock)
     cpath, _, cresp = pt.rpc(csi, "Controller", "CreateVolume")
     cap = csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type="ext4"),
@@ -152,11 +179,14 @@ def main():
         floor.append(time.monotonic() - t1)
         lat.append(create("pvc-bench-%d" % i))
     links = "mutual TLS" if TLS else "plaintext"
-    print("controller with %d registered nodes (%s links; one simulated-node process)" % (N, links))
+    print("controller with %d registered nodes (%s links; one simulated-node process); environment: %s"
+          % (N, links, " ".join(env) if env else "glibc defaults"))
     print("  registration of %d nodes: %.1f s (%.2f ms each, including ListVolumes + ListSnapshots on the "
           "node)" % (N, reg_s, reg_s / N * 1000))
-    print("  controller RSS: %d KiB before, %d KiB with every link open after the registrations, %d KiB "
-          "with every link idle: %.2f KiB per registered node" % (base, peak, after, (after - base) / N))
+    print("  controller RSS: %d KiB before, %d KiB with %d idle links, %d KiB with the next %d links open, "
+          "%d KiB with all %d idle" % (base, mid, half, peak, N - half, after, N))
+    print("  => per registered node: %.2f KiB on average (one-time costs included), %.2f KiB at the margin "
+          "(nodes %d..%d); target 2 KiB" % ((after - base) / N, (after - mid) / (N - half), half + 1, N))
     print("  first CreateVolume on a node after idleness (%s connect): p50 %.3f ms, max %.3f ms; the next "
           "one on the open link: p50 %.3f ms, max %.3f ms (%d nodes)"
           % ("TCP + TLS" if TLS else "TCP", pct(cold, .5) * 1000, max(cold) * 1000, pct(warm, .5) * 1000,

@@ -11,6 +11,8 @@
 #   ctrl     the driver, -mode=controller with mutual TLS on the registry port
 #            (certificates of manifests/certs/setup-ca.sh), after one mutual
 #            TLS handshake with ALPN h2 (openssl s_client)
+# The driver runs with the environment of manifests/Containerfile's runtime
+# stage (GLIBC_TUNABLES), as deployed.
 # Each figure is the lowest of 7 samples over one memory-trim period (5 s),
 # in KiB. The last lines print the totals and what the driver adds over the
 # floor.
@@ -22,6 +24,7 @@ cd "$(dirname "$0")/../.."
 bdir=${1:-build-tests}
 drv=$bdir/daemon/pmem-csi-driver
 [ -x "$drv" ] || { echo "no $drv: build it first (meson setup $bdir -Dfake-backend=true)" >&2; exit 2; }
+deployed=$(/usr/bin/python3 -c 'import sys; sys.path.insert(0, "tests/k8s"); import images; print(" ".join(images.containerfile_env()))')
 work=$(mktemp -d /tmp/pcsi-membench-XXXXXX)
 pids=()
 cleanup() {
@@ -57,7 +60,8 @@ sample "${pids[0]}" >"$work/libc.rss"
 sample "${pids[1]}" >"$work/floor.rss"
 
 # The node, after one CreateVolume.
-"$drv" -mode=node -deviceManager=fake-for-testing-only -endpoint="unix://$work/node.sock" \
+# shellcheck disable=SC2086
+env $deployed "$drv" -mode=node -deviceManager=fake-for-testing-only -endpoint="unix://$work/node.sock" \
 	-nodeid=bench -statePath="$work/state" -v=1 2>"$work/node.log" &
 pids+=($!)
 node=$!
@@ -81,7 +85,8 @@ sample "$node" >"$work/node.rss"
 sh manifests/certs/setup-ca.sh "$work/certs" >/dev/null 2>&1
 port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 c=$work/certs
-"$drv" -mode=controller -endpoint="unix://$work/ctrl.sock" -registryEndpoint="tcp://127.0.0.1:$port" \
+# shellcheck disable=SC2086
+env $deployed "$drv" -mode=controller -endpoint="unix://$work/ctrl.sock" -registryEndpoint="tcp://127.0.0.1:$port" \
 	-caFile="$c/ca.crt" -certFile="$c/pmem-registry.crt" -keyFile="$c/pmem-registry.key" -v=1 \
 	2>"$work/ctrl.log" &
 pids+=($!)

@@ -126,6 +126,15 @@ class Rootfs:
         return buf.getvalue()
 
 
+def containerfile_env():
+    """The ENV settings of manifests/Containerfile's runtime stage, as
+    "NAME=value" strings: the driver image here runs with what the real one has."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "manifests", "Containerfile")
+    with open(path) as f:
+        runtime = f.read().split("\nFROM ")[-1]
+    return re.findall(r"^ENV\s+(\S+=\S+)\s*$", runtime, re.M)
+
+
 def oci_tarball(rootfs, ref, entrypoint, cmd=None, env=None):
     """An OCI image layout (as a tar) holding one image named |ref|."""
     layer = rootfs.tar()
@@ -293,7 +302,7 @@ def build_all(outdir, driver, tools, e2e=False):
     os.makedirs(outdir, exist_ok=True)
     imgs = {
         "docker.io/library/pmem-csi-driver:0.1.0":
-            (driver_rootfs(driver), ["/usr/local/bin/pmem-csi-driver"], None),
+            (driver_rootfs(driver), ["/usr/local/bin/pmem-csi-driver"], None, containerfile_env()),
         "registry.k8s.io/pause:3.10":
             (static_rootfs(build_pause(outdir), "/pause"), ["/pause"], None),
         "docker.io/library/busybox:1.36":
@@ -312,9 +321,9 @@ def build_all(outdir, driver, tools, e2e=False):
     if e2e:
         imgs.update(e2e_images(tools["agnhost"]))
     out = {}
-    for ref, (rootfs, ep, cmd) in imgs.items():
+    for ref, (rootfs, ep, cmd, *env) in imgs.items():
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", ref)
-        out[ref] = write(outdir, name, oci_tarball(rootfs, ref, ep, cmd))
+        out[ref] = write(outdir, name, oci_tarball(rootfs, ref, ep, cmd, env[0] if env else None))
     return out
 
 

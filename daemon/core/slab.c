@@ -1,0 +1,234 @@
+/* slab.c: see slab.h.
+ *
+ * Every mapping is SLAB_SIZE-aligned and starts with its struct slab, so the
+ * mapping of any pointer handed out is the pointer rounded down. A size class
+ * keeps a list of its mappings that have room; objects are taken from a
+ * mapping's free list first, then from its never-used tail (so untouched
+ * pages stay untouched). */
+#include "daemon/core/slab.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "daemon/core/list.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n)   ASAN_POISON_MEMORY_REGION(p, n)
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define POISON(p, n)   ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+#define SLAB_SIZE ((size_t)64 << 10)
+#define HDR	  ((size_t)64) /* struct slab, rounded so objects stay 16-aligned */
+#define LARGE	  UINT32_MAX
+
+static const uint32_t class_size[] = { 16,  32,	 48,  64,  80,	96,   128,  160,  192, 256,
+				       320, 384, 512, 640, 768, 1024, 1280, 1536, 2048 };
+#define N_CLASSES PCSI_ARRAY_SIZE(class_size)
+
+struct slab {
+	struct pcsi_list link; /* in roomy[cls] while it has room */
+	uint32_t cls;	       /* index in class_size, or LARGE */
+	uint32_t used;	       /* objects handed out */
+	size_t len;	       /* of the mapping */
+	void *free;	       /* freed objects; each starts with the next one's address */
+	char *bump, *end;      /* the never-used tail */
+	bool listed;
+};
+
+_Static_assert(sizeof(struct slab) <= HDR, "slab header");
+_Static_assert(PCSI_SLAB_MAX == 2048, "largest class");
+
+static struct pcsi_list roomy[N_CLASSES];
+static size_t n_slabs[N_CLASSES];
+static struct pcsi_slab_stats stats;
+
+static void oom(size_t n)
+{
+	fprintf(stderr, "F pmem-csi-driver: out of memory mapping %zu bytes\n", n);
+	abort();
+}
+
+static struct slab *slab_of(const void *p)
+{
+	return (struct slab *)((uintptr_t)p & ~(uintptr_t)(SLAB_SIZE - 1));
+}
+
+/* A SLAB_SIZE-aligned mapping of |len| bytes (a multiple of the page size). */
+static struct slab *map_slab(size_t len)
+{
+	size_t span = len + SLAB_SIZE, head, tail;
+	char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *a;
+
+	if (m == MAP_FAILED)
+		oom(span);
+	a = (char *)(((uintptr_t)m + SLAB_SIZE - 1) & ~(uintptr_t)(SLAB_SIZE - 1));
+	head = (size_t)(a - m);
+	tail = span - head - len;
+	if (head)
+		munmap(m, head);
+	if (tail)
+		munmap(a + len, tail);
+	stats.mapped += len;
+	stats.mappings++;
+	((struct slab *)a)->len = len;
+	return (struct slab *)a;
+}
+
+static void unmap_slab(struct slab *s)
+{
+	stats.mapped -= s->len;
+	stats.mappings--;
+	munmap(s, s->len);
+}
+
+static unsigned class_of(size_t n)
+{
+	unsigned lo = 0, hi = N_CLASSES - 1;
+
+	while (lo < hi) {
+		unsigned mid = (lo + hi) / 2;
+		if (class_size[mid] < n)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static size_t capacity(const struct slab *s)
+{
+	return s->cls == LARGE ? s->len - HDR : class_size[s->cls];
+}
+
+static struct slab *new_slab(unsigned cls)
+{
+	struct slab *s = map_slab(SLAB_SIZE);
+	char *base = (char *)s;
+
+	s->cls = cls;
+	s->bump = base + HDR;
+	s->end = base + HDR + (SLAB_SIZE - HDR) / class_size[cls] * class_size[cls];
+	POISON(s->bump, (size_t)(s->end - s->bump));
+	if (!roomy[cls].next)
+		pcsi_list_init(&roomy[cls]);
+	pcsi_list_add_head(&roomy[cls], &s->link);
+	s->listed = true;
+	n_slabs[cls]++;
+	return s;
+}
+
+void *pcsi_slab_alloc(size_t n)
+{
+	unsigned cls;
+	size_t size;
+	struct slab *s;
+	char *p;
+
+	if (!n)
+		n = 1;
+	if (n > PCSI_SLAB_MAX) {
+		size_t len = (HDR + n + 4095) & ~(size_t)4095;
+		if (len < n)
+			oom(n);
+		s = map_slab(len);
+		s->cls = LARGE;
+		stats.used += len - HDR;
+		return (char *)s + HDR;
+	}
+	cls = class_of(n);
+	size = class_size[cls];
+	if (!roomy[cls].next || pcsi_list_empty(&roomy[cls]))
+		s = new_slab(cls);
+	else
+		s = pcsi_list_entry(roomy[cls].next, struct slab, link);
+	if (s->free) {
+		p = s->free;
+		UNPOISON(p, size);
+		s->free = *(void **)p;
+		memset(p, 0, size);
+	} else {
+		p = s->bump; /* fresh from the kernel: zero */
+		s->bump += size;
+		UNPOISON(p, size);
+	}
+	s->used++;
+	if (!s->free && s->bump == s->end) {
+		pcsi_list_remove(&s->link);
+		s->listed = false;
+	}
+	stats.used += size;
+	return p;
+}
+
+void pcsi_slab_free(void *p)
+{
+	struct slab *s;
+	size_t size;
+
+	if (!p)
+		return;
+	s = slab_of(p);
+	if (s->cls == LARGE) {
+		stats.used -= s->len - HDR;
+		unmap_slab(s);
+		return;
+	}
+	size = class_size[s->cls];
+	*(void **)p = s->free;
+	s->free = p;
+	POISON(p, size);
+	s->used--;
+	stats.used -= size;
+	if (!s->listed) {
+		pcsi_list_add_head(&roomy[s->cls], &s->link);
+		s->listed = true;
+	}
+	if (!s->used && n_slabs[s->cls] > 1) {
+		pcsi_list_remove(&s->link);
+		n_slabs[s->cls]--;
+		unmap_slab(s);
+	}
+}
+
+void *pcsi_slab_realloc(void *p, size_t n)
+{
+	size_t cap;
+	void *q;
+
+	if (!p)
+		return pcsi_slab_alloc(n);
+	cap = capacity(slab_of(p));
+	if (n <= cap && (n > cap / 2 || cap <= 16)) {
+		/* Bytes past the size asked for are kept zero, so a later
+		 * growth in place hands out zeroes too. */
+		memset((char *)p + n, 0, cap - n);
+		return p;
+	}
+	q = pcsi_slab_alloc(n);
+	memcpy(q, p, n < cap ? n : cap);
+	pcsi_slab_free(p);
+	return q;
+}
+
+char *pcsi_slab_strdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *p = pcsi_slab_alloc(n);
+
+	memcpy(p, s, n);
+	return p;
+}
+
+void pcsi_slab_stats(struct pcsi_slab_stats *st)
+{
+	*st = stats;
+}
