@@ -15,7 +15,11 @@
 # stage (GLIBC_TUNABLES), as deployed.
 # Each figure is the lowest of 7 samples over one memory-trim period (5 s),
 # in KiB. The last lines print the totals and what the driver adds over the
-# floor.
+# floor; then both driver processes serve 100,000 more calls (the node a mix
+# of Identity, Node and Controller calls with a CreateVolume and DeleteVolume
+# every 100th, the controller Probe and GetPluginCapabilities over a
+# handful of mutual-TLS connections) and their totals are sampled again: an
+# idle driver's memory must not grow with the calls it has served.
 #
 # usage: tests/bench/memory-bench.sh [BUILD_DIR=build-tests]
 # (the node needs the test-only backend: a build with -Dfake-backend=true)
@@ -116,3 +120,78 @@ awk 'FNR == 1 {col++} {v[$1, col] = $2; keys[$1] = 1; tot[col] += $2}
 		printf "%-28s %8d %8d %8d %8d\n", "total", tot[1], tot[2], tot[3], tot[4]
 		printf "node adds %d KiB over the floor, the controller %d KiB\n", tot[3] - tot[2], tot[4] - tot[2]
 	}' "$work/libc.rss" "$work/floor.rss" "$work/node.rss" "$work/ctrl.rss"
+
+# Steady after 100,000 calls.
+/usr/bin/python3 - "$work/node.sock" "$port" "$c" <<'PY'
+import os, sys, threading
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "integration"))
+import pcsi_test as pt
+P = pt.protos()
+csi = P.csi
+sock, port, c = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+CALLS, WORKERS = 100000, 8
+
+
+def method(svc, name, req):
+    path, _, resp = pt.rpc(csi, svc, name)
+    return path, req, resp
+
+
+def drive(channels, mix):
+    # WORKERS threads, each calling mix(i) (a list of calls; a call that
+    # takes the previous reply is a function of it) on its own channel.
+    errors = []
+
+    def work(w):
+        ch = channels[w % len(channels)]
+        for i in range(w, CALLS, WORKERS):
+            reply = None
+            for call in mix(i):
+                path, req, resp = call(reply) if callable(call) else call
+                code, details, reply = pt.call_code(ch, path, req, resp, timeout=30)
+                if code.name != "OK":
+                    errors.append("%s: %s %s" % (path, code, details))
+                    return
+    ts = [threading.Thread(target=work, args=(w,)) for w in range(WORKERS)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
+
+
+cap = [pt.capability(csi, "ext4", False)]
+node_calls = [
+    method("Identity", "Probe", csi.ProbeRequest()),
+    method("Node", "NodeGetCapabilities", csi.NodeGetCapabilitiesRequest()),
+    method("Controller", "GetCapacity", csi.GetCapacityRequest()),
+    method("Controller", "ListVolumes", csi.ListVolumesRequest()),
+]
+
+
+def node_mix(i):
+    if i % 100 == 0:  # a volume made and removed again
+        return [method("Controller", "CreateVolume", csi.CreateVolumeRequest(
+                    name="steady-%d" % i, capacity_range=csi.CapacityRange(required_bytes=64 << 20),
+                    volume_capabilities=cap)),
+                lambda made: method("Controller", "DeleteVolume",
+                                    csi.DeleteVolumeRequest(volume_id=made.volume.volume_id))]
+    return [node_calls[i % len(node_calls)]]
+
+
+ctrl_calls = [method("Identity", "Probe", csi.ProbeRequest()),
+              method("Identity", "GetPluginCapabilities", csi.GetPluginCapabilitiesRequest())]
+nch = [pt.unix_channel(sock) for _ in range(4)]
+drive(nch, node_mix)
+cch = [pt.tls_channel(port, ca=c + "/ca.crt", cert=c + "/pmem-node-controller.crt",
+                      key=c + "/pmem-node-controller.key") for _ in range(4)]
+drive(cch, lambda i: [ctrl_calls[i % 2]])
+for ch in nch + cch:
+    ch.close()
+PY
+sleep 5.5
+sample "$node" >"$work/node2.rss"
+sample "$ctrl" >"$work/ctrl2.rss"
+awk 'FNR == 1 {f++} {t[f] += $2}
+	END {printf "after 100,000 more calls each: node %d KiB (was %d), controller %d KiB (was %d)\n", t[3], t[1], t[4], t[2]}' \
+	"$work/node.rss" "$work/ctrl.rss" "$work/node2.rss" "$work/ctrl2.rss"
