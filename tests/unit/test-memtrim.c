@@ -7,32 +7,7 @@
 #include <uv.h>
 
 #include "daemon/core/memtrim.h"
-
-/* ASan's allocator is not glibc's: nothing to trim there. */
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
-
-static long rss_kib(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kib = -1;
-
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
-}
+#include "tests/unit/rss.h"
 
 enum { N_BLOCKS = 8192, BLOCK = 1024 };
 

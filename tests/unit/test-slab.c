@@ -9,12 +9,7 @@
 #include <string.h>
 
 #include "daemon/core/slab.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#else
-#define UNDER_ASAN 0
-#endif
+#include "tests/unit/rss.h"
 
 static bool all_byte(const unsigned char *p, size_t n, unsigned char b)
 {
@@ -107,20 +102,6 @@ START_TEST(realloc_keeps_and_zeroes)
 	pcsi_slab_free(s);
 }
 END_TEST
-
-static long rss_kib(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	long kib = -1;
-
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
-}
 
 /* What the module is for: records made one by one among a burst of
  * connection buffers (16 KiB from the heap each) stay resident on their own
