@@ -16,13 +16,21 @@
 
 #include "daemon/core/list.h"
 
+/* Under AddressSanitizer: unused and freed bytes are poisoned, and the
+ * mappings are roots for the leak checker (a heap block that only a record
+ * here points to is not a leak). */
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
-#define POISON(p, n)   ASAN_POISON_MEMORY_REGION(p, n)
-#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#include <sanitizer/lsan_interface.h>
+#define POISON(p, n)	  ASAN_POISON_MEMORY_REGION(p, n)
+#define UNPOISON(p, n)	  ASAN_UNPOISON_MEMORY_REGION(p, n)
+#define LSAN_ROOT(p, n)	  __lsan_register_root_region(p, n)
+#define LSAN_UNROOT(p, n) __lsan_unregister_root_region(p, n)
 #else
-#define POISON(p, n)   ((void)(p), (void)(n))
-#define UNPOISON(p, n) ((void)(p), (void)(n))
+#define POISON(p, n)	  ((void)(p), (void)(n))
+#define UNPOISON(p, n)	  ((void)(p), (void)(n))
+#define LSAN_ROOT(p, n)	  ((void)(p), (void)(n))
+#define LSAN_UNROOT(p, n) ((void)(p), (void)(n))
 #endif
 
 #define SLAB_SIZE ((size_t)64 << 10)
@@ -79,6 +87,7 @@ static struct slab *map_slab(size_t len)
 		munmap(a + len, tail);
 	stats.mapped += len;
 	stats.mappings++;
+	LSAN_ROOT(a, len);
 	((struct slab *)a)->len = len;
 	return (struct slab *)a;
 }
@@ -87,6 +96,7 @@ static void unmap_slab(struct slab *s)
 {
 	stats.mapped -= s->len;
 	stats.mappings--;
+	LSAN_UNROOT(s, s->len);
 	munmap(s, s->len);
 }
 
