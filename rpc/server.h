@@ -46,8 +46,7 @@ struct pcsi_server_opts {
 	uint32_t max_streams;	       /* concurrent streams per connection (default 128) */
 	uint32_t max_conns;	       /* connections across all listeners (default 1024) */
 	uint32_t max_header_list;      /* bytes of request headers (default 16 KiB) */
-	uint32_t idle_timeout_ms;      /* close a connection idle this long (default 5 min; notice
-					  first, final GOAWAY 1 s later: see server.c) */
+	uint32_t idle_timeout_ms;      /* close a connection idle this long (default 5 min) */
 	uint32_t handshake_timeout_ms; /* TLS + preface + SETTINGS, and each request (10 s) */
 	/* Checks a decoded request before its handler runs; a negative return
 	 * ends the call with INVALID_ARGUMENT and |err|. May be NULL. */
