@@ -37,7 +37,6 @@ struct sconn {
 	struct pcsi_call *calls; /* calls whose stream is open */
 	uint64_t last_active;	 /* loop time of the last stream opened or closed */
 	bool greeted;		 /* the peer's first SETTINGS arrived */
-	bool idle_noticed;	 /* the idle shutdown notice went out */
 	struct sconn *prev, *next;
 };
 
@@ -653,15 +652,7 @@ static bool call_receiving(const struct pcsi_call *call)
  * every request (its headers and message) must arrive within the handshake
  * timeout, else the connection is closed: a peer that sends a byte a second
  * holds a slot for seconds, not forever. A connection without calls is closed
- * after the idle timeout counted from its last stream, in two steps: first a
- * shutdown notice (GOAWAY with the highest stream id: the client opens its
- * next calls elsewhere, and a call it sent meanwhile is still served), then,
- * IDLE_NOTICE_MS later and still idle, the final GOAWAY. One GOAWAY at once
- * would drop a call the client sent in the same instant: the server closes
- * the connection without reading it, and the client sees only a lost
- * connection. */
-#define IDLE_NOTICE_MS 1000 /* well above a round trip */
-
+ * (GOAWAY) after the idle timeout counted from its last stream. */
 static void sconn_timer(struct pcsi_conn *c)
 {
 	struct sconn *sc = pcsi_container_of(c, struct sconn, c);
@@ -693,14 +684,9 @@ static void sconn_timer(struct pcsi_conn *c)
 		pcsi_conn_set_timer(c, sc->calls ? next : o->idle_timeout_ms - idle);
 		return;
 	}
-	if (!sc->idle_noticed && nghttp2_submit_shutdown_notice(c->ng) == 0) {
-		sc->idle_noticed = true;
-		pcsi_conn_set_timer(c, IDLE_NOTICE_MS);
-	} else {
-		nghttp2_submit_goaway(c->ng, NGHTTP2_FLAG_NONE,
-				      nghttp2_session_get_last_proc_stream_id(c->ng),
-				      NGHTTP2_NO_ERROR, (const uint8_t *)"idle", 4);
-	}
+	nghttp2_submit_goaway(c->ng, NGHTTP2_FLAG_NONE,
+			      nghttp2_session_get_last_proc_stream_id(c->ng), NGHTTP2_NO_ERROR,
+			      (const uint8_t *)"idle", 4);
 	pcsi_conn_kick(c);
 }
 
