@@ -48,7 +48,6 @@ struct slab {
 	size_t len;	       /* of the mapping */
 	void *free;	       /* freed objects; each starts with the next one's address */
 	char *bump, *end;      /* the never-used tail */
-	bool listed;
 };
 
 _Static_assert(sizeof(struct slab) <= HDR, "slab header");
@@ -114,6 +113,12 @@ static unsigned class_of(size_t n)
 	return lo;
 }
 
+/* A small-object mapping is in roomy[] exactly while this holds. */
+static bool has_room(const struct slab *s)
+{
+	return s->free || s->bump != s->end;
+}
+
 static size_t capacity(const struct slab *s)
 {
 	return s->cls == LARGE ? s->len - HDR : class_size[s->cls];
@@ -131,7 +136,6 @@ static struct slab *new_slab(unsigned cls)
 	if (!roomy[cls].next)
 		pcsi_list_init(&roomy[cls]);
 	pcsi_list_add_head(&roomy[cls], &s->link);
-	s->listed = true;
 	n_slabs[cls]++;
 	return s;
 }
@@ -171,10 +175,8 @@ void *pcsi_slab_alloc(size_t n)
 		UNPOISON(p, size);
 	}
 	s->used++;
-	if (!s->free && s->bump == s->end) {
+	if (!has_room(s))
 		pcsi_list_remove(&s->link);
-		s->listed = false;
-	}
 	stats.used += size;
 	return p;
 }
@@ -193,15 +195,13 @@ void pcsi_slab_free(void *p)
 		return;
 	}
 	size = class_size[s->cls];
+	if (!has_room(s))
+		pcsi_list_add_head(&roomy[s->cls], &s->link);
 	*(void **)p = s->free;
 	s->free = p;
 	POISON(p, size);
 	s->used--;
 	stats.used -= size;
-	if (!s->listed) {
-		pcsi_list_add_head(&roomy[s->cls], &s->link);
-		s->listed = true;
-	}
 	if (!s->used && n_slabs[s->cls] > 1) {
 		pcsi_list_remove(&s->link);
 		n_slabs[s->cls]--;
