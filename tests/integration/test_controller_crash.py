@@ -12,7 +12,7 @@ nothing after the deletes. TAP output.
 
 usage: test_controller_crash.py PATH-TO-pmem-csi-driver
 Environment: PCSI_CRASH_SEED (default: random, printed), PCSI_CRASH_ROUNDS
-(default 20).
+(default 10).
 """
 import concurrent.futures
 import os
@@ -39,7 +39,7 @@ CTL_SOCK = os.path.join(WORK, "controller.sock")
 NODES = ("n1", "n2", "n3")
 PORTS = {n: pt.free_port() for n in NODES}
 SEED = int(os.environ.get("PCSI_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
-ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "20"))
+ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "10"))
 GRACE = 3
 rng = random.Random(SEED)
 
