@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Container images for the test cluster, built here, nothing pulled.
 
-Each image is one gzip layer (fastest level) of files copied from this machine (a binary, the
-shared libraries `ldd` names for it, the dynamic loader), written as an OCI
+Each image is one gzip layer (level 1) of files copied from this machine (a
+binary, the shared libraries `ldd` names for it, the dynamic loader), written as an OCI
 image layout tarball that `ctr -n k8s.io images import` takes. The driver
 image holds what manifests/Containerfile installs: pmem-csi-driver and the
 tools it runs (mkfs.ext4, mkfs.xfs, lvm2, mount, umount, blkid, wipefs,
