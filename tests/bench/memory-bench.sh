@@ -13,13 +13,23 @@
 #            TLS handshake with ALPN h2 (openssl s_client)
 # The driver runs with the environment of manifests/Containerfile's runtime
 # stage (GLIBC_TUNABLES), as deployed.
-# Each figure is the lowest of 7 samples over one memory-trim period (5 s),
-# in KiB. The last lines print the totals and what the driver adds over the
-# floor; then both driver processes serve 100,000 more calls (the node a mix
-# of Identity, Node and Controller calls with a CreateVolume and DeleteVolume
-# every 100th, the controller Probe and GetPluginCapabilities over a
-# handful of mutual-TLS connections) and their totals are sampled again: an
-# idle driver's memory must not grow with the calls it has served.
+# Each figure is the highest of 7 samples over one memory-trim period (5 s),
+# taken once the process has been at rest for two periods, in KiB: what is
+# resident at any moment of an idle process, between one trim and the next.
+# The totals are split into private pages (RssAnon: heap, stacks, the
+# libraries' relocated data) and mapped file pages (RssFile: code and
+# read-only data of the program and its libraries, which the page cache
+# shares with every process that maps the same files; the driver drops its
+# mappings of them after an idle period, daemon/core/memtrim.h).
+# Then both driver processes serve 100,000 more calls (the node a mix of
+# Identity, Node and Controller calls with a CreateVolume and DeleteVolume
+# every 100th, the controller Probe and GetPluginCapabilities over a handful
+# of mutual-TLS connections): the peak RSS during them and the idle RSS after
+# them are printed (an idle driver's memory must not grow with the calls it
+# has served). Last, what the dropped mappings cost the next call: the first
+# call after a release next to warm calls in the same run (node: Probe on an
+# open connection; controller: a new mutual-TLS connection and a Probe, as a
+# node's heartbeat makes).
 #
 # usage: tests/bench/memory-bench.sh [BUILD_DIR=build-tests]
 # (the node needs the test-only backend: a build with -Dfake-backend=true)
@@ -45,23 +55,28 @@ libs=$(readelf -d "$drv" | sed -n 's/.*(NEEDED).*\[lib\(.*\)\.so.*\]/-l\1/p' | g
 # shellcheck disable=SC2086
 gcc -O2 -o "$work/floor" "$work/wait.c" -Wl,--no-as-needed $libs
 
-# sample PID -> "mapping kib" lines, lowest of 7 samples 0.8 s apart
+# sample PID -> "mapping kib" lines (and "@anon"/"@file" for RssAnon and
+# RssFile), the highest of 7 samples 0.8 s apart: one trim period
 sample() {
 	local pid=$1 i
 	for i in 1 2 3 4 5 6 7; do
 		awk -v s="$i" '/^[0-9a-f]+-[0-9a-f]+ /{n = $6; if (n == "") n = "[anon]"; sub(".*/", "", n)}
 			/^Rss:/{r[n] += $2} END{for (n in r) print s, n, r[n]}' "/proc/$pid/smaps"
+		awk -v s="$i" '/^RssAnon:/{print s, "@anon", $2} /^RssFile:/{print s, "@file", $2}' "/proc/$pid/status"
 		sleep 0.8
-	done | awk '{k = $2; if (!(k in m) || $3 < m[k]) m[k] = $3} END{for (k in m) print k, m[k]}'
+	done | awk '{k = $2; if (!(k in m) || $3 > m[k]) m[k] = $3} END{for (k in m) print k, m[k]}'
+}
+
+# at_rest PID: waits two trim periods without a call, so that the next
+# samples are those of a process at rest
+at_rest() {
+	sleep $((2 * 5 + 1))
 }
 
 "$work/libc" &
 pids+=($!)
 "$work/floor" &
 pids+=($!)
-sleep 0.3
-sample "${pids[0]}" >"$work/libc.rss"
-sample "${pids[1]}" >"$work/floor.rss"
 
 # The node, after one CreateVolume.
 # shellcheck disable=SC2086
@@ -82,8 +97,6 @@ with pt.unix_channel(sys.argv[1]) as ch:
         volume_capabilities=[pt.capability(csi, "ext4", False)]), resp, timeout=30)
     assert code.name == "OK", "CreateVolume: %s %s" % (code, details)
 PY
-sleep 5.5 # one trim period after the call
-sample "$node" >"$work/node.rss"
 
 # The controller, mutual TLS, after one handshake.
 sh manifests/certs/setup-ca.sh "$work/certs" >/dev/null 2>&1
@@ -103,33 +116,49 @@ if ! openssl s_client -connect "127.0.0.1:$port" -CAfile "$c/ca.crt" -cert "$c/p
 	tail -20 "$work/s_client.log" >&2
 	exit 1
 fi
-sleep 5.5
-sample "$ctrl" >"$work/ctrl.rss"
+at_rest
+samplers=()
+for n in libc floor node ctrl; do
+	case $n in libc) p=${pids[0]} ;; floor) p=${pids[1]} ;; node) p=$node ;; ctrl) p=$ctrl ;; esac
+	sample "$p" >"$work/$n.rss" &
+	samplers+=($!)
+done
+wait "${samplers[@]}"
 
 # One table: a row per mapping, a column per process.
-awk 'FNR == 1 {col++} {v[$1, col] = $2; keys[$1] = 1; tot[col] += $2}
+awk 'FNR == 1 {col++} /^@/ {st[$1, col] = $2; next} {v[$1, col] = $2; keys[$1] = 1; tot[col] += $2}
 	END {
-		printf "%-28s %8s %8s %8s %8s\n", "mapping (KiB RSS)", "libc", "floor", "node", "ctrl"
+		printf "%-28s %8s %8s %8s %8s\n", "mapping (KiB RSS, at rest)", "libc", "floor", "node", "ctrl"
 		n = 0
 		for (k in keys) { m = 0; for (c = 1; c <= 4; c++) if (v[k, c] > m) m = v[k, c]; if (m >= 8) order[++n] = k }
 		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) {
-			a = v[order[i], 4] + v[order[i], 3]; b = v[order[j], 4] + v[order[j], 3]
+			a = v[order[i], 4] + v[order[i], 3] + v[order[i], 2]; b = v[order[j], 4] + v[order[j], 3] + v[order[j], 2]
 			if (b > a) { t = order[i]; order[i] = order[j]; order[j] = t } }
 		for (i = 1; i <= n; i++) { k = order[i]
 			printf "%-28s %8d %8d %8d %8d\n", substr(k, 1, 28), v[k, 1], v[k, 2], v[k, 3], v[k, 4] }
 		printf "%-28s %8d %8d %8d %8d\n", "total", tot[1], tot[2], tot[3], tot[4]
-		printf "node adds %d KiB over the floor, the controller %d KiB\n", tot[3] - tot[2], tot[4] - tot[2]
+		printf "%-28s %8d %8d %8d %8d\n", "  private (RssAnon)", st["@anon", 1], st["@anon", 2], st["@anon", 3], st["@anon", 4]
+		printf "%-28s %8d %8d %8d %8d\n", "  file pages (RssFile)", st["@file", 1], st["@file", 2], st["@file", 3], st["@file", 4]
+		printf "node: %d KiB at rest (target 4096), controller with mutual TLS: %d KiB (target 5120)\n", tot[3], tot[4]
 	}' "$work/libc.rss" "$work/floor.rss" "$work/node.rss" "$work/ctrl.rss"
 
-# Steady after 100,000 calls.
-/usr/bin/python3 - "$work/node.sock" "$port" "$c" <<'PY'
-import os, sys, threading
+# Steady after 100,000 calls; then the first call after a release.
+/usr/bin/python3 - "$work/node.sock" "$port" "$c" "$node" "$ctrl" <<'PY'
+import os, statistics, sys, threading, time
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "integration"))
 import pcsi_test as pt
 P = pt.protos()
 csi = P.csi
-sock, port, c = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sock, port, c, node_pid, ctrl_pid = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 CALLS, WORKERS = 100000, 8
+
+
+def status(pid, field):
+    with open("/proc/%s/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError("no %s in /proc/%s/status" % (field, pid))
 
 
 def method(svc, name, req):
@@ -137,10 +166,13 @@ def method(svc, name, req):
     return path, req, resp
 
 
-def drive(channels, mix):
+def drive(channels, mix, pid):
     # WORKERS threads, each calling mix(i) (a list of calls; a call that
     # takes the previous reply is a function of it) on its own channel.
+    # Returns the highest VmRSS sampled every 0.2 s while they run.
     errors = []
+    peak = [0]
+    done = threading.Event()
 
     def work(w):
         ch = channels[w % len(channels)]
@@ -152,12 +184,21 @@ def drive(channels, mix):
                 if code.name != "OK":
                     errors.append("%s: %s %s" % (path, code, details))
                     return
+
+    def watch():
+        while not done.wait(0.2):
+            peak[0] = max(peak[0], status(pid, "VmRSS"))
     ts = [threading.Thread(target=work, args=(w,)) for w in range(WORKERS)]
+    wt = threading.Thread(target=watch)
+    wt.start()
     for t in ts:
         t.start()
     for t in ts:
         t.join()
+    done.set()
+    wt.join()
     assert not errors, errors[0]
+    return peak[0]
 
 
 cap = [pt.capability(csi, "ext4", False)]
@@ -179,19 +220,82 @@ def node_mix(i):
     return [node_calls[i % len(node_calls)]]
 
 
+def tls_channel():
+    return pt.tls_channel(port, ca=c + "/ca.crt", cert=c + "/pmem-node-controller.crt",
+                          key=c + "/pmem-node-controller.key")
+
+
 ctrl_calls = [method("Identity", "Probe", csi.ProbeRequest()),
               method("Identity", "GetPluginCapabilities", csi.GetPluginCapabilitiesRequest())]
 nch = [pt.unix_channel(sock) for _ in range(4)]
-drive(nch, node_mix)
-cch = [pt.tls_channel(port, ca=c + "/ca.crt", cert=c + "/pmem-node-controller.crt",
-                      key=c + "/pmem-node-controller.key") for _ in range(4)]
-drive(cch, lambda i: [ctrl_calls[i % 2]])
-for ch in nch + cch:
+node_peak = drive(nch, node_mix, node_pid)
+cch = [tls_channel() for _ in range(4)]
+ctrl_peak = drive(cch, lambda i: [ctrl_calls[i % 2]], ctrl_pid)
+for ch in cch:
+    ch.close()
+print("peak while serving 100,000 calls: node %d KiB, controller %d KiB" % (node_peak, ctrl_peak))
+sys.stdout.flush()
+
+# The first call after a release, next to warm calls, with the page faults
+# each took in the driver (minflt of /proc/PID/stat). A release shows as
+# RssFile falling. Each process on its own, so that one's calls do not
+# disturb the other's.
+ROUNDS = 5
+probe = method("Identity", "Probe", csi.ProbeRequest())
+
+
+def minflt(pid):
+    with open("/proc/%s/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def node_call():
+    pt.call(nch[0], probe[0], probe[1], probe[2])
+
+
+def ctrl_call():
+    with tls_channel() as ch:
+        pt.call(ch, probe[0], probe[1], probe[2], timeout=10)
+
+
+def timed(pid, fn):
+    f0 = minflt(pid)
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0, minflt(pid) - f0
+
+
+def wait_release(pid):
+    # until the process's RssFile is 256 KiB below what it is now
+    high = status(pid, "RssFile")
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        if status(pid, "RssFile") < high - 256:
+            return
+        time.sleep(0.2)
+    raise RuntimeError("no release of file mappings within 40 s: RssFile %d -> %d KiB" %
+                       (high, status(pid, "RssFile")))
+
+
+for pid, fn, what in ((node_pid, node_call, "node, Probe on an open connection"),
+                      (ctrl_pid, ctrl_call, "controller, new mutual-TLS connection + Probe")):
+    warm, cold = [], []
+    for r in range(ROUNDS):
+        warm += [timed(pid, fn) for _ in range(10)]
+        wait_release(pid)
+        cold.append(timed(pid, fn))
+    print("first call after a release, %s: median %.2f ms, %d page faults (%s ms); "
+          "warm: median %.2f ms, %d page faults (%d calls)" % (
+              what, statistics.median(x[0] for x in cold) * 1e3, statistics.median(x[1] for x in cold),
+              ", ".join("%.2f" % (x[0] * 1e3) for x in cold),
+              statistics.median(x[0] for x in warm) * 1e3, statistics.median(x[1] for x in warm), len(warm)))
+for ch in nch:
     ch.close()
 PY
-sleep 5.5
-sample "$node" >"$work/node2.rss"
+at_rest
+sample "$node" >"$work/node2.rss" &
 sample "$ctrl" >"$work/ctrl2.rss"
-awk 'FNR == 1 {f++} {t[f] += $2}
-	END {printf "after 100,000 more calls each: node %d KiB (was %d), controller %d KiB (was %d)\n", t[3], t[1], t[4], t[2]}' \
+wait "${!}"
+awk 'FNR == 1 {f++} /^@/ {next} {t[f] += $2}
+	END {printf "at rest after 100,000 more calls each: node %d KiB (was %d), controller %d KiB (was %d)\n", t[3], t[1], t[4], t[2]}' \
 	"$work/node.rss" "$work/ctrl.rss" "$work/node2.rss" "$work/ctrl2.rss"

@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <stdio.h>
+#include <string.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -17,19 +18,26 @@
 #define UNDER_ASAN 0
 #endif
 
-/* VmRSS of this process, KiB. */
-static inline long rss_kib(void)
+/* A KiB figure of /proc/self/status: |field| is "VmRSS:", "RssFile:" ... */
+static inline long status_kib(const char *field)
 {
 	FILE *f = fopen("/proc/self/status", "r");
+	size_t n = strlen(field);
 	char line[256];
 	long kib = -1;
 
 	ck_assert_ptr_nonnull(f);
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+		if (!strncmp(line, field, n) && sscanf(line + n, "%ld", &kib) == 1)
 			break;
 	fclose(f);
 	return kib;
+}
+
+/* VmRSS of this process, KiB. */
+static inline long rss_kib(void)
+{
+	return status_kib("VmRSS:");
 }
 
 #endif
