@@ -1,4 +1,4 @@
-/* mount.c: libmount / libblkid look-ups and path checks. See mount.h. */
+/* mount.c: libmount / libblkid look-ups, path checks, mounts. See mount.h. */
 #include "daemon/node/mount.h"
 
 #include <blkid/blkid.h>
@@ -6,8 +6,13 @@
 #include <libmount/libmount.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/mount.h>
 #include <sys/sysmacros.h>
+
+#include "daemon/core/util.h"
 
 int pcsi_mount_lookup(const char *target, struct pcsi_mount_info *info)
 {
@@ -157,4 +162,116 @@ bool pcsi_path_valid(const char *path)
 		p = next;
 	}
 	return true;
+}
+
+/* ---- mounting ------------------------------------------------------------------------ */
+
+bool pcsi_mount_flag_allowed(const char *flag)
+{
+	static const char *const kind[] = {
+		"bind",	       "rbind",	     "move",	     "remount",
+		"shared",      "rshared",    "slave",	     "rslave",
+		"private",     "rprivate",   "unbindable",   "runbindable",
+		"make-shared", "make-slave", "make-private", "make-unbindable",
+	};
+	size_t len = strcspn(flag, "=");
+
+	for (size_t i = 0; i < sizeof(kind) / sizeof(kind[0]); i++)
+		if (strlen(kind[i]) == len && !strncasecmp(flag, kind[i], len))
+			return false;
+	return true;
+}
+
+/* The per-mount flags a bind takes from its options (in a remount of it). */
+#define BIND_FLAGS                                                                                 \
+	(MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME | MS_RELATIME | \
+	 MS_STRICTATIME)
+
+/* Splits j->opts into MS_* flags and the filesystem's options. */
+static int split_options(struct pcsi_mount_job *j)
+{
+	char *user = NULL, *vfs = NULL, *fs = NULL;
+	unsigned long flags = 0;
+	int rc;
+
+	if (!j->opts || !*j->opts)
+		return 0;
+	rc = mnt_split_optstr(j->opts, &user, &vfs, &fs, 0, 0);
+	if (rc == 0 && vfs)
+		rc = mnt_optstr_get_flags(vfs, &flags, mnt_get_builtin_optmap(MNT_LINUX_MAP));
+	if (rc == 0 && fs && strlen(fs) >= sizeof(j->data))
+		rc = -E2BIG;
+	if (rc == 0) {
+		j->flags = flags;
+		snprintf(j->data, sizeof(j->data), "%s", fs ? fs : "");
+	}
+	free(user);
+	free(vfs);
+	free(fs);
+	return rc < 0 ? rc : (rc > 0 ? -EINVAL : 0);
+}
+
+static void fail(struct pcsi_mount_job *j, int error, const char *what)
+{
+	j->error = error;
+	if (j->unmount)
+		snprintf(j->msg, sizeof(j->msg), "%s %s: %s", what, j->target, strerror(-error));
+	else
+		snprintf(j->msg, sizeof(j->msg), "%s %s on %s (%s%s%s): %s", what, j->src,
+			 j->target, j->bind ? "bind" : j->fstype, j->opts && *j->opts ? ", " : "",
+			 j->opts ? j->opts : "", strerror(-error));
+}
+
+/* On a thread of the pool: the system calls only. */
+static void on_work(uv_work_t *w)
+{
+	struct pcsi_mount_job *j = pcsi_container_of(w, struct pcsi_mount_job, work);
+	unsigned long bflags = j->flags & BIND_FLAGS;
+
+	if (j->error)
+		return;
+	if (j->unmount) {
+		if (umount2(j->target, UMOUNT_NOFOLLOW) < 0)
+			fail(j, -errno, "umount");
+		return;
+	}
+	if (!j->bind) {
+		if (mount(j->src, j->target, j->fstype, j->flags, j->data[0] ? j->data : NULL) < 0)
+			fail(j, -errno, "mount");
+		return;
+	}
+	if (mount(j->src, j->target, NULL, MS_BIND, NULL) < 0) {
+		fail(j, -errno, "mount");
+		return;
+	}
+	/* The bind shares the flags of its source; its own come with a remount. */
+	if (bflags && mount(NULL, j->target, NULL, MS_REMOUNT | MS_BIND | bflags, NULL) < 0) {
+		fail(j, -errno, "remount of the bind");
+		umount2(j->target, UMOUNT_NOFOLLOW | MNT_DETACH);
+	}
+}
+
+static void on_work_done(uv_work_t *w, int status)
+{
+	struct pcsi_mount_job *j = pcsi_container_of(w, struct pcsi_mount_job, work);
+
+	if (status < 0 && !j->error)
+		fail(j, status, j->unmount ? "umount" : "mount");
+	j->cb(j, j->cb_data);
+}
+
+void pcsi_mount_start(uv_loop_t *loop, struct pcsi_mount_job *j, pcsi_mount_cb cb, void *data)
+{
+	int rc;
+
+	j->error = 0;
+	j->msg[0] = '\0';
+	j->flags = 0;
+	j->data[0] = '\0';
+	j->cb = cb;
+	j->cb_data = data;
+	rc = j->unmount ? 0 : split_options(j);
+	if (rc < 0)
+		fail(j, rc, "options of the mount of");
+	uv_queue_work(loop, &j->work, on_work, on_work_done);
 }

@@ -1,14 +1,18 @@
-/* mount.h: mount-table look-ups (libmount), filesystem detection (libblkid)
- * and path checks for the Node service.
+/* mount.h: mount-table look-ups (libmount), filesystem detection (libblkid),
+ * path checks, and mounting and unmounting for the Node service.
  *
  * Look-ups read /proc/self/mountinfo and a few superblock bytes of a PMEM
- * device: cheap enough for the loop thread. Mounting, unmounting and mkfs are
- * not done here: they run as child processes (proc.h). */
+ * device: cheap enough for the loop thread. Mounts and unmounts are system
+ * calls made on libuv's thread pool (a mount may replay a journal; the loop
+ * never waits for it), without a child process: `mount` and `umount` cost a
+ * process start each (some 50 ms under TCG, as much as a whole dax mount).
+ * mkfs runs as a child process (proc.h). */
 #ifndef PCSI_MOUNT_H
 #define PCSI_MOUNT_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <uv.h>
 
 struct pcsi_mount_info {
 	char source[256]; /* device as the kernel names it (e.g. /dev/pmem0.1, /dev/dm-0) */
@@ -44,5 +48,42 @@ int pcsi_fs_type(const char *dev, char *type, size_t n);
  * characters, and normalised: no "//", no "." or ".." components, no
  * trailing slash (except "/" itself, which is refused too). */
 bool pcsi_path_valid(const char *path);
+
+/* True when |flag|, one of a capability's mount flags, may be added to a
+ * volume's mount: not one that changes what kind of mount is made (bind,
+ * rbind, move, remount, or a propagation type: shared, slave, private,
+ * unbindable and their r- forms), whatever its case. */
+bool pcsi_mount_flag_allowed(const char *flag);
+
+struct pcsi_mount_job;
+typedef void (*pcsi_mount_cb)(struct pcsi_mount_job *j, void *data);
+
+/* One mount or unmount. The strings are borrowed until the callback runs. */
+struct pcsi_mount_job {
+	/* in */
+	const char *src;    /* device, or the path a bind shows (mount) */
+	const char *target; /* mount point */
+	const char *fstype; /* NULL for a bind */
+	const char *opts;   /* comma-separated options, as `mount -o` takes them */
+	bool bind;	    /* a bind of |src|, read-only when |opts| has "ro" */
+	bool unmount;	    /* unmount |target| (symbolic links are not followed) */
+	/* out, valid in the callback */
+	int error;     /* 0 or -errno */
+	char msg[512]; /* when error: what failed and why, for a gRPC message */
+	/* private */
+	unsigned long flags; /* MS_* of |opts| */
+	char data[512];	     /* |opts| the filesystem takes */
+	uv_work_t work;
+	pcsi_mount_cb cb;
+	void *cb_data;
+};
+
+/* Starts |j| on |loop|'s thread pool. The options are split into the VFS
+ * flags and the filesystem's own options as mount(8) does (libmount's
+ * option maps; its userspace-only options, such as x-*, _netdev, nofail, are
+ * left out). A read-only bind is a bind remounted read-only; when the
+ * remount fails, the bind is undone. |cb| runs exactly once, on a later loop
+ * turn. */
+void pcsi_mount_start(uv_loop_t *loop, struct pcsi_mount_job *j, pcsi_mount_cb cb, void *data);
 
 #endif

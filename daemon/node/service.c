@@ -22,8 +22,7 @@
 #include "daemon/node/controller.h"
 #include "daemon/csi/params.h"
 
-#define MKFS_TIMEOUT_MS	 (10 * 60 * 1000)
-#define MOUNT_TIMEOUT_MS (2 * 60 * 1000)
+#define MKFS_TIMEOUT_MS (10 * 60 * 1000)
 
 /* One Node operation in flight. */
 struct nop {
@@ -43,6 +42,9 @@ struct nop {
 	struct pcsi_params params;
 	struct pcsi_backend_req breq;
 	struct pcsi_proc proc;
+	struct pcsi_mount_job mount;
+	char mount_opts[700];
+	char why[600]; /* the last tool or mount: empty, or what failed */
 	struct pcsi_volrec rec;
 	void (*after_tool)(struct nop *op);
 };
@@ -101,12 +103,17 @@ static bool nop_lock(struct nop *op)
 	return true;
 }
 
-/* ---- child processes ---------------------------------------------------------------- */
+/* ---- child processes and mounts ------------------------------------------------------ */
 
+/* Each step (a tool, a mount) ends with op->why empty or saying what failed;
+ * then op->after_tool runs. */
 static void on_tool(struct pcsi_proc *p, void *data)
 {
 	struct nop *op = data;
 
+	if (!pcsi_proc_ok(p))
+		pcsi_proc_describe(p, op->why, sizeof(op->why));
+	pcsi_proc_done(p);
 	op->after_tool(op);
 }
 
@@ -115,61 +122,67 @@ static void run_tool(struct nop *op, const char *const *argv, uint64_t timeout_m
 {
 	struct pcsi_proc_opts o = { .timeout_ms = timeout_ms };
 
+	op->why[0] = '\0';
 	op->after_tool = after;
 	pcsi_proc_run(op->ns->node->loop, &op->proc, argv, &o, on_tool, op);
 }
 
-/* Ends the call with INTERNAL when the tool failed; returns true on success. */
+/* Ends the call with INTERNAL when the step failed; returns true on success. */
 static bool tool_ok(struct nop *op)
 {
-	char why[300];
-
-	if (pcsi_proc_ok(&op->proc)) {
-		pcsi_proc_done(&op->proc);
+	if (!op->why[0])
 		return true;
-	}
-	pcsi_proc_describe(&op->proc, why, sizeof(why));
-	pcsi_proc_done(&op->proc);
-	nop_fail(op, PCSI_INTERNAL, "%s", why);
+	nop_fail(op, PCSI_INTERNAL, "%s", op->why);
 	return false;
 }
 
+static void on_mount(struct pcsi_mount_job *j, void *data)
+{
+	struct nop *op = data;
+
+	if (j->error)
+		snprintf(op->why, sizeof(op->why), "%s", j->msg);
+	op->after_tool(op);
+}
+
+static void start_mount(struct nop *op, void (*after)(struct nop *op))
+{
+	op->why[0] = '\0';
+	op->after_tool = after;
+	pcsi_mount_start(op->ns->node->loop, &op->mount, on_mount, op);
+}
+
+/* Mounts |src| at |dst|: the volume's filesystem with its options, or (with
+ * |bind|) a bind of the staged filesystem or of a block device node. */
 static void run_mount(struct nop *op, const char *src, const char *dst, bool bind,
 		      void (*after)(struct nop *op))
 {
-	char opts[700];
-	const char *argv[10];
-	int n = 0;
-
 	/* xfs refuses a filesystem whose UUID a mounted one has: every copy of
 	 * a volume (snapshot restore, clone) has its source's. nouuid lifts
 	 * that check (xfs_admin -U could give the copy a new UUID only after
 	 * a log replay, i.e. a mount). */
 	bool xfs = !bind && !strcmp(op->fstype, "xfs");
 
-	snprintf(opts, sizeof(opts), "%s%s%s%s%s", bind ? "bind" : (op->dax ? "dax" : "defaults"),
-		 xfs ? ",nouuid" : "", op->ro ? ",ro" : "", op->flags[0] && !bind ? "," : "",
-		 bind ? "" : op->flags);
-	argv[n++] = "mount";
-	argv[n++] = "-c"; /* keep the path we give, not /dev/mapper/... */
-	if (!bind) {
-		argv[n++] = "-t";
-		argv[n++] = op->fstype;
-	}
-	argv[n++] = "-o";
-	argv[n++] = opts;
-	argv[n++] = "--";
-	argv[n++] = src;
-	argv[n++] = dst;
-	argv[n] = NULL;
-	run_tool(op, argv, MOUNT_TIMEOUT_MS, after);
+	if (bind)
+		snprintf(op->mount_opts, sizeof(op->mount_opts), "%s", op->ro ? "ro" : "");
+	else
+		snprintf(op->mount_opts, sizeof(op->mount_opts), "%s%s%s%s%s",
+			 op->dax ? "dax" : "defaults", xfs ? ",nouuid" : "", op->ro ? ",ro" : "",
+			 op->flags[0] ? "," : "", op->flags);
+	op->mount = (struct pcsi_mount_job){
+		.src = src,
+		.target = dst,
+		.fstype = bind ? NULL : op->fstype,
+		.opts = op->mount_opts,
+		.bind = bind,
+	};
+	start_mount(op, after);
 }
 
 static void run_umount(struct nop *op, const char *path, void (*after)(struct nop *op))
 {
-	const char *argv[] = { "umount", "--", path, NULL };
-
-	run_tool(op, argv, MOUNT_TIMEOUT_MS, after);
+	op->mount = (struct pcsi_mount_job){ .target = path, .unmount = true };
+	start_mount(op, after);
 }
 
 static void run_mkfs(struct nop *op, void (*after)(struct nop *op))
@@ -217,7 +230,7 @@ static int collect_flags(const Csi__V1__VolumeCapability *cap, char *out, size_t
 		if (!len ||
 		    strspn(f, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789=_.:-"
 			      "/") != len ||
-		    f[0] == '-') {
+		    f[0] == '-' || !pcsi_mount_flag_allowed(f)) {
 			snprintf(err, errlen, "mount flag \"%.64s\" is not allowed", f);
 			return -EINVAL;
 		}

@@ -1,6 +1,9 @@
 /* test-mount.c: unit tests for daemon/node/mount.h: path checks, mount
- * options, and look-ups in this machine's own mount table. */
+ * options, look-ups in this machine's own mount table, and mounts (tmpfs
+ * mounts and binds of them: the test must run as root, as the suite does). */
 #include <check.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,11 +160,139 @@ START_TEST(lookup_not_a_mount_point)
 }
 END_TEST
 
+START_TEST(mount_flags_allowed)
+{
+	static const char *const refused[] = {
+		"bind",	 "rbind",   "move",	   "remount",	   "shared",	      "rshared",
+		"slave", "rslave",  "private",	   "rprivate",	   "unbindable",      "runbindable",
+		"BIND",	 "Remount", "make-shared", "make-private", "make-unbindable", "bind=x",
+	};
+	static const char *const allowed[] = {
+		"noatime", "nosuid",	"discard",	 "errors=remount-ro", "context=system_u:x",
+		"binder",  "remounted", "shared_memory", "data=ordered",      "ro",
+	};
+
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		ck_assert_msg(!pcsi_mount_flag_allowed(refused[i]), "allowed \"%s\"", refused[i]);
+	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+		ck_assert_msg(pcsi_mount_flag_allowed(allowed[i]), "refused \"%s\"", allowed[i]);
+}
+END_TEST
+
+struct job_run {
+	bool started, done, early; /* early: the callback ran inside pcsi_mount_start */
+};
+
+static void on_job(struct pcsi_mount_job *j, void *data)
+{
+	struct job_run *r = data;
+
+	r->early = !r->started;
+	r->done = true;
+}
+
+/* Runs |j| to its end on a loop of its own; returns j->error. */
+static int run_job(struct pcsi_mount_job *j)
+{
+	struct job_run r = { 0 };
+	uv_loop_t loop;
+
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	pcsi_mount_start(&loop, j, on_job, &r);
+	r.started = true;
+	uv_run(&loop, UV_RUN_DEFAULT);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+	ck_assert(r.done);
+	ck_assert(!r.early);
+	if (j->error)
+		ck_assert_msg(j->msg[0], "an error without a message");
+	else
+		ck_assert_str_eq(j->msg, "");
+	return j->error;
+}
+
+static int job(const char *src, const char *target, const char *fstype, const char *opts, bool bind,
+	       bool unmount, char *msg, size_t n)
+{
+	struct pcsi_mount_job j = { .src = src,
+				    .target = target,
+				    .fstype = fstype,
+				    .opts = opts,
+				    .bind = bind,
+				    .unmount = unmount };
+	int rc = run_job(&j);
+
+	if (msg)
+		snprintf(msg, n, "%s", j.msg);
+	return rc;
+}
+
+START_TEST(mount_bind_unmount)
+{
+	char a[] = "/tmp/pcsi-test-mnt-a-XXXXXX", b[] = "/tmp/pcsi-test-mnt-b-XXXXXX";
+	struct pcsi_mount_info ia, ib;
+	char path[64], msg[512];
+	int fd;
+
+	ck_assert_msg(geteuid() == 0, "mounts need root: run the unit suite as root");
+	ck_assert_ptr_nonnull(mkdtemp(a));
+	ck_assert_ptr_nonnull(mkdtemp(b));
+	/* VFS flags, the filesystem's own options, userspace-only ones dropped */
+	ck_assert_int_eq(job("pcsi-test", a, "tmpfs",
+			     "defaults,size=1m,noatime,nosuid,x-pcsi=1,nofail", false, false, msg,
+			     sizeof(msg)),
+			 0);
+	ck_assert_int_eq(pcsi_mount_lookup(a, &ia), 1);
+	ck_assert_str_eq(ia.fstype, "tmpfs");
+	ck_assert_str_eq(ia.source, "pcsi-test");
+	ck_assert(!ia.ro);
+	ck_assert_msg(pcsi_mount_has_option(ia.options, "noatime"), "%s", ia.options);
+	ck_assert_msg(pcsi_mount_has_option(ia.options, "nosuid"), "%s", ia.options);
+	ck_assert_msg(pcsi_mount_has_option(ia.options, "size=1024k"), "%s", ia.options);
+	snprintf(path, sizeof(path), "%s/f", a);
+	fd = open(path, O_WRONLY | O_CREAT, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+
+	/* a read-only bind of a read-write mount: the source stays writable */
+	ck_assert_int_eq(job(a, b, NULL, "ro", true, false, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(pcsi_mount_lookup(b, &ib), 1);
+	ck_assert(ib.ro);
+	ck_assert_uint_eq(ib.dev, ia.dev);
+	ck_assert_int_eq(pcsi_mount_lookup(a, &ia), 1);
+	ck_assert(!ia.ro);
+	snprintf(path, sizeof(path), "%s/f", b);
+	ck_assert_int_eq(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "%s/g", b);
+	ck_assert_int_lt(open(path, O_WRONLY | O_CREAT, 0600), 0);
+	ck_assert_int_eq(errno, EROFS);
+
+	/* an option the filesystem does not know: EINVAL, said with the mount */
+	ck_assert_int_eq(job("pcsi-test", b, "tmpfs", "size=1m,pcsi-no-such-option", false, false,
+			     msg, sizeof(msg)),
+			 -EINVAL);
+	ck_assert_msg(strstr(msg, "mount pcsi-test on ") && strstr(msg, "pcsi-no-such-option") &&
+			      strstr(msg, "Invalid argument"),
+		      "%s", msg);
+
+	ck_assert_int_eq(job(NULL, b, NULL, NULL, false, true, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(pcsi_mount_lookup(b, NULL), 0);
+	ck_assert_int_eq(job(NULL, a, NULL, NULL, false, true, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(pcsi_mount_lookup(a, NULL), 0);
+	/* not a mount point (any more) */
+	ck_assert_int_eq(job(NULL, a, NULL, NULL, false, true, msg, sizeof(msg)), -EINVAL);
+	ck_assert_msg(strstr(msg, "umount ") && strstr(msg, a), "%s", msg);
+	ck_assert_int_eq(rmdir(a), 0);
+	ck_assert_int_eq(rmdir(b), 0);
+}
+END_TEST
+
 static Suite *mount_suite(void)
 {
 	Suite *s = suite_create("mount");
 	TCase *tc = tcase_create("paths");
 	TCase *tl = tcase_create("lookup");
+	TCase *tm = tcase_create("mounts");
 
 	tcase_add_test(tc, path_valid_accepts);
 	tcase_add_test(tc, path_valid_refuses);
@@ -172,6 +303,9 @@ static Suite *mount_suite(void)
 	tcase_add_test(tl, lookup_root);
 	tcase_add_test(tl, lookup_not_a_mount_point);
 	suite_add_tcase(s, tl);
+	tcase_add_test(tm, mount_flags_allowed);
+	tcase_add_test(tm, mount_bind_unmount);
+	suite_add_tcase(s, tm);
 	return s;
 }
 
