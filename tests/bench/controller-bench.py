@@ -50,10 +50,10 @@ P = pt.protos()
 csi, reg = P.csi, P.registry
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS"):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
 
 
@@ -116,7 +116,6 @@ def main():
     os.environ.clear()
     os.environ.update(saved)
     pid = ctl.proc.pid
-    base = rss_kib(pid)
     if TLS:
         rch = pt.tls_channel(reg_port, ca=C.ca[0], cert=C.node[0], key=C.node[1])
     else:
@@ -133,22 +132,26 @@ def main():
             if code != grpc.StatusCode.OK:
                 sys.exit("registration %d failed: %s %s" % (i, code, details))
 
-    def idle_rss():
+    def idle_rss(links=True):
         # The links close after IDLE_S; the free heap goes back to the kernel
-        # at the next check (PCSI_MEMTRIM_PERIOD_MS in daemon/core/memtrim.h).
-        time.sleep(IDLE_S + TRIM_S + 1)
-        return rss_kib(pid)
+        # at the next check, the mappings of library code after a whole
+        # quiet period (PCSI_MEMTRIM_PERIOD_MS in daemon/core/memtrim.h).
+        time.sleep((IDLE_S if links else 0) + 2 * TRIM_S + 1)
+        return rss_kib(pid), rss_kib(pid, "RssAnon")
 
+    # At rest after the registry's first connection (its handshake made).
+    pt.call_code(rch, path, reg.RegisterNodeControllerRequest(), reg.RegisterNodeControllerReply)
+    base, base_anon = idle_rss(links=False)
     half = N // 2
     t0 = time.monotonic()
     register(0, half)
     reg_s = time.monotonic() - t0
-    mid = idle_rss()
+    mid, mid_anon = idle_rss()
     t0 = time.monotonic()
     register(half, N)
     reg_s += time.monotonic() - t0
     peak = rss_kib(pid)
-    after = idle_rss()
+    after, after_anon = idle_rss()
     cch = pt.unix_channel(sock)
     cpath, _, cresp = pt.rpc(csi, "Controller", "CreateVolume")
     cap = csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type="ext4"),
@@ -187,6 +190,8 @@ def main():
           "%d KiB with all %d idle" % (base, mid, half, peak, N - half, after, N))
     print("  => per registered node: %.2f KiB on average (one-time costs included), %.2f KiB at the margin "
           "(nodes %d..%d); target 2 KiB" % ((after - base) / N, (after - mid) / (N - half), half + 1, N))
+    print("     private pages (RssAnon) %d KiB before, %d, %d KiB: %.2f KiB per node on average, %.2f at the margin"
+          % (base_anon, mid_anon, after_anon, (after_anon - base_anon) / N, (after_anon - mid_anon) / (N - half)))
     print("  first CreateVolume on a node after idleness (%s connect): p50 %.3f ms, max %.3f ms; the next "
           "one on the open link: p50 %.3f ms, max %.3f ms (%d nodes)"
           % ("TCP + TLS" if TLS else "TCP", pct(cold, .5) * 1000, max(cold) * 1000, pct(warm, .5) * 1000,
