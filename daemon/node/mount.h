@@ -5,8 +5,11 @@
  * device: cheap enough for the loop thread. Mounts and unmounts are system
  * calls made on libuv's thread pool (a mount may replay a journal; the loop
  * never waits for it), without a child process: `mount` and `umount` cost a
- * process start each (some 50 ms under TCG, as much as a whole dax mount).
- * mkfs runs as a child process (proc.h). */
+ * process start each (some 80 ms under TCG here, more than the dax mount
+ * itself). A mount the kernel never finishes keeps its pool thread, and the
+ * operation keeps its volume's lock (retries get ABORTED) until it does; a
+ * `mount` child stuck in the kernel could not be killed either. mkfs runs as
+ * a child process (proc.h). */
 #ifndef PCSI_MOUNT_H
 #define PCSI_MOUNT_H
 

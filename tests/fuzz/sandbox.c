@@ -23,6 +23,9 @@ int __real_open(const char *path, int flags, ...);
 int __real_open64(const char *path, int flags, ...);
 int __real_rename(const char *from, const char *to);
 int __real_uv_spawn(uv_loop_t *loop, uv_process_t *h, const uv_process_options_t *o);
+int __real_mount(const char *src, const char *target, const char *type, unsigned long flags,
+		 const void *data);
+int __real_umount2(const char *target, int flags);
 
 int __wrap_mkdir(const char *path, mode_t mode);
 int __wrap_rmdir(const char *path);
@@ -31,6 +34,9 @@ int __wrap_open(const char *path, int flags, ...);
 int __wrap_open64(const char *path, int flags, ...);
 int __wrap_rename(const char *from, const char *to);
 int __wrap_uv_spawn(uv_loop_t *loop, uv_process_t *h, const uv_process_options_t *o);
+int __wrap_mount(const char *src, const char *target, const char *type, unsigned long flags,
+		 const void *data);
+int __wrap_umount2(const char *target, int flags);
 
 static char scratch[128], root[160], state[160];
 static bool active, dirty;
@@ -184,6 +190,26 @@ int __wrap_uv_spawn(uv_loop_t *loop, uv_process_t *h, const uv_process_options_t
 	return UV_ENOENT;
 }
 
+/* Mounts and unmounts (made on the thread pool while an input runs) fail
+ * as for a process without the privilege. */
+int __wrap_mount(const char *src, const char *target, const char *type, unsigned long flags,
+		 const void *data)
+{
+	/* on a thread of the pool: the flag is read as the loop thread wrote it */
+	if (!__atomic_load_n(&active, __ATOMIC_ACQUIRE))
+		return __real_mount(src, target, type, flags, data);
+	errno = EPERM;
+	return -1;
+}
+
+int __wrap_umount2(const char *target, int flags)
+{
+	if (!__atomic_load_n(&active, __ATOMIC_ACQUIRE))
+		return __real_umount2(target, flags);
+	errno = EPERM;
+	return -1;
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	if (ftw->level > 0)
@@ -193,14 +219,14 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 void fuzz_sandbox_begin(void)
 {
-	active = true;
+	__atomic_store_n(&active, true, __ATOMIC_RELEASE);
 }
 
 void fuzz_sandbox_end(void)
 {
 	char dir[200];
 
-	active = false;
+	__atomic_store_n(&active, false, __ATOMIC_RELEASE);
 	if (!dirty)
 		return;
 	dirty = false;

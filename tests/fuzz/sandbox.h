@@ -1,15 +1,17 @@
 /* sandbox.h: running the Node service under a fuzzer, as root, safely.
  *
  * NodeStageVolume, NodePublishVolume and NodeUnpublishVolume create, remove
- * and unmount whatever paths kubelet names, and run mount, umount and mkfs.
- * A fuzzer names every path there is. The targets that run those handlers
- * (fuzz-grpc, fuzz-csi) are linked with -Wl,--wrap for the few calls that
- * change the filesystem or start a process (mkdir, rmdir, unlink, open,
- * open64, rename, uv_spawn), and while an input runs (between
- * fuzz_sandbox_begin() and fuzz_sandbox_end()):
+ * and unmount whatever paths kubelet names, mount and unmount (mount(2),
+ * umount2(2)), and run mkfs. A fuzzer names every path there is. The targets
+ * that run those handlers (fuzz-grpc, fuzz-csi) are linked with -Wl,--wrap
+ * for the few calls that change the filesystem, the mount table or start a
+ * process (mkdir, rmdir, unlink, open, open64, rename, mount, umount2,
+ * uv_spawn), and while an input runs (between fuzz_sandbox_begin() and
+ * fuzz_sandbox_end()):
  *   - a path outside the scratch directory is taken as relative to
  *     <scratch>/root (so "/var/lib/kubelet/x" is made there); a path with a
  *     ".." component is refused with EACCES;
+ *   - mount() and umount2() fail with EPERM: the mount table never changes;
  *   - no process starts: uv_spawn() fails as libuv fails for a tool that
  *     cannot run (the handle is initialised, so it can be closed), with
  *     UV_ENOENT.
