@@ -271,7 +271,7 @@ def p99(v):
 rows = []
 idle = []  # (RSS, fds, anonymous RSS) with no call in flight: after the warm-up, at the end
 IDLE_WAIT = 2.0  # for the calls in flight to end
-TRIM_S = 5  # daemon/core/memtrim.c: free heap goes back to the kernel at most this long after it is freed
+TRIM_S = 5  # daemon/core/memtrim.h: free heap goes back to the kernel at most this long after it is freed
 
 
 def smaps_kib():
@@ -291,12 +291,14 @@ idle_maps = []  # smaps_kib() at each idle sample
 
 
 def idle_sample():
-    """(RSS, fds, anonymous RSS) at rest: the lowest of samples taken each second over one
-    memtrim period, so that both ends of the run are measured after a trim
-    (the RSS of a single sample depends on where it falls in the period)."""
+    """(RSS, fds, anonymous RSS) at rest: the lowest of samples taken each second over two
+    memtrim periods, so that both ends of the run are measured after a trim
+    and after the driver dropped its mappings of library code, which needs
+    one whole quiet period (the RSS of a single sample depends on where it
+    falls in the period)."""
     time.sleep(IDLE_WAIT)
     got = []
-    for _ in range(TRIM_S + 2):
+    for _ in range(2 * TRIM_S + 2):
         got.append((rss_kib(), fds(), rss_kib("RssAnon")))
         time.sleep(1.0)
     idle_maps.append(smaps_kib())
