@@ -7,6 +7,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include <json-c/json.h>
 
 #include "rpc/endpoint.h"
 #include "daemon/version.h"
@@ -39,6 +42,26 @@ enum {
 	OPT_SA_DIR,
 	OPT_KUBELET_DIR,
 	OPT_KUBELET_PATH,
+	OPT_METRICS_PATH,
+	OPT_LOGGING_FORMAT,
+	OPT_KUBE_QPS,
+	OPT_KUBE_BURST,
+	OPT_NODE_SELECTOR,
+	OPT_SCHED_LISTEN,
+	OPT_INSECURE_SCHED_LISTEN,
+	/* klog */
+	OPT_LOGTOSTDERR,
+	OPT_ALSOLOGTOSTDERR,
+	OPT_STDERRTHRESHOLD,
+	OPT_LOG_FILE,
+	OPT_LOG_DIR,
+	OPT_LOG_FILE_MAX,
+	OPT_SKIP_HEADERS,
+	OPT_SKIP_LOG_HEADERS,
+	OPT_ADD_DIR_HEADER,
+	OPT_ONE_OUTPUT,
+	OPT_VMODULE,
+	OPT_BACKTRACE_AT,
 	OPT_HELP,
 	OPT_VERSION,
 };
@@ -71,6 +94,25 @@ static const struct option options[] = {
 	{ "serviceAccountDir", required_argument, NULL, OPT_SA_DIR },
 	{ "kubeletRegistrationDir", required_argument, NULL, OPT_KUBELET_DIR },
 	{ "kubeletRegistrationPath", required_argument, NULL, OPT_KUBELET_PATH },
+	{ "metricsPath", required_argument, NULL, OPT_METRICS_PATH },
+	{ "logging-format", required_argument, NULL, OPT_LOGGING_FORMAT },
+	{ "kube-api-qps", required_argument, NULL, OPT_KUBE_QPS },
+	{ "kube-api-burst", required_argument, NULL, OPT_KUBE_BURST },
+	{ "nodeSelector", required_argument, NULL, OPT_NODE_SELECTOR },
+	{ "schedulerListen", required_argument, NULL, OPT_SCHED_LISTEN },
+	{ "insecureSchedulerListen", required_argument, NULL, OPT_INSECURE_SCHED_LISTEN },
+	{ "logtostderr", optional_argument, NULL, OPT_LOGTOSTDERR },
+	{ "alsologtostderr", optional_argument, NULL, OPT_ALSOLOGTOSTDERR },
+	{ "stderrthreshold", required_argument, NULL, OPT_STDERRTHRESHOLD },
+	{ "log_file", required_argument, NULL, OPT_LOG_FILE },
+	{ "log_dir", required_argument, NULL, OPT_LOG_DIR },
+	{ "log_file_max_size", required_argument, NULL, OPT_LOG_FILE_MAX },
+	{ "skip_headers", optional_argument, NULL, OPT_SKIP_HEADERS },
+	{ "skip_log_headers", optional_argument, NULL, OPT_SKIP_LOG_HEADERS },
+	{ "add_dir_header", optional_argument, NULL, OPT_ADD_DIR_HEADER },
+	{ "one_output", optional_argument, NULL, OPT_ONE_OUTPUT },
+	{ "vmodule", required_argument, NULL, OPT_VMODULE },
+	{ "log_backtrace_at", required_argument, NULL, OPT_BACKTRACE_AT },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "h", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -82,7 +124,9 @@ static const char usage[] =
 	"\n"
 	"A Kubernetes CSI driver for persistent memory. Flags take one or two dashes.\n"
 	"\n"
-	"  -mode=controller|node      role of this process (default controller)\n"
+	"  -mode=MODE                 role of this process (default controller):\n"
+	"                             controller, node, webhooks (Intel v1.1's controller:\n"
+	"                             the PVC rescheduler) or force-convert-raw-namespaces\n"
 	"  -endpoint=URL              CSI endpoint, unix:///path or tcp://host:port\n"
 	"                             (default unix:///tmp/pmem-csi.sock)\n"
 	"  -registryEndpoint=URL      controller: where the Registry service listens (TCP);\n"
@@ -99,8 +143,21 @@ static const char usage[] =
 	"  -clientCertFile=FILE -clientKeyFile=FILE   for outgoing calls (default: the above)\n"
 	"  -insecure                  allow TCP endpoints without TLS (not for production)\n"
 	"  -metricsListen=HOST:PORT   serve Prometheus metrics (default off)\n"
+	"  -metricsPath=PATH          where the metrics are served (default /metrics;\n"
+	"                             PATH/simple has build_info only)\n"
 	"  -v=N                       log verbosity (default 2; 5 logs every call)\n"
-	"  -logFormat=text|json       log line format (default text)\n"
+	"  -logFormat=text|json       log line format (default text); also -logging-format\n"
+	"  klog's flags: -vmodule=PATTERN=N,... -logtostderr=BOOL (default true)\n"
+	"                             -alsologtostderr -stderrthreshold=SEVERITY -log_file=FILE\n"
+	"                             -log_dir=DIR -log_file_max_size=MB -skip_headers\n"
+	"                             -add_dir_header -log_backtrace_at=FILE:LINE\n"
+	"                             (-skip_log_headers, -one_output: accepted, no effect)\n"
+	"  -kube-api-qps=QPS -kube-api-burst=N  Kubernetes API requests per second and\n"
+	"                             burst (default 5 and 10)\n"
+	"  -nodeSelector=JSON         webhooks, force-convert-raw-namespaces: labels of the\n"
+	"                             nodes meant to run the driver, e.g. {\"storage\":\"pmem\"}\n"
+	"  -schedulerListen=ADDR      webhooks: HTTPS scheduler extender and pod webhook\n"
+	"  -insecureSchedulerListen=ADDR  the same over plain HTTP\n"
 	"  -maxRecvMsgSize=BYTES      largest accepted gRPC message (default 4194304)\n"
 	"  -maxConcurrentStreams=N    concurrent calls per connection (default 128)\n"
 	"  -maxConnections=N          open connections per process (default 1024)\n"
@@ -127,7 +184,16 @@ bool pcsi_config_volumes_grow(const struct pcsi_config *cfg)
 
 const char *pcsi_mode_name(enum pcsi_mode m)
 {
-	return m == PCSI_MODE_NODE ? "node" : "controller";
+	switch (m) {
+	case PCSI_MODE_NODE:
+		return "node";
+	case PCSI_MODE_WEBHOOKS:
+		return "webhooks";
+	case PCSI_MODE_CONVERT:
+		return "force-convert-raw-namespaces";
+	default:
+		return "controller";
+	}
 }
 
 const char *pcsi_config_peer_name(const struct pcsi_config *cfg)
@@ -164,6 +230,111 @@ static bool safe_string(const char *s)
 		if ((unsigned char)*s < 0x20 || *s == 0x7f)
 			return false;
 	return true;
+}
+
+/* A Go boolean flag: "-flag" alone is true; "-flag=V" takes strconv.ParseBool's values. */
+static int parse_go_bool(const char *name, const char *arg, bool *ret, FILE *err)
+{
+	if (!arg) {
+		*ret = true;
+		return 0;
+	}
+	if (pcsi_parse_bool(arg, ret) == 0)
+		return 0;
+	fprintf(err, "pmem-csi-driver: -%s=%s: expected true or false\n", name, arg);
+	return -EINVAL;
+}
+
+/* Copies |s| into the config's string store; NULL when it is full. */
+static const char *store_str(struct pcsi_config *c, size_t *used, const char *s)
+{
+	size_t len = strlen(s) + 1;
+	char *p;
+
+	if (*used + len > sizeof(c->store))
+		return NULL;
+	p = c->store + *used;
+	memcpy(p, s, len);
+	*used += len;
+	return p;
+}
+
+/* -nodeSelector: a JSON object of string values, as Intel's driver reads it
+ * (Go's encoding/json into map[string]string); "null" is no selector. */
+static int parse_selector(struct pcsi_config *c, const char *v, FILE *err)
+{
+	enum json_tokener_error jerr;
+	json_object *o = json_tokener_parse_verbose(v, &jerr);
+	size_t used = 0;
+	int rc = 0;
+
+	c->n_node_selector = 0;
+	c->has_node_selector = false;
+	if (!o && jerr == json_tokener_success)
+		return 0; /* null */
+	if (!o || !json_object_is_type(o, json_type_object)) {
+		fprintf(err,
+			"pmem-csi-driver: -nodeSelector=%s: expected a JSON object of labels, "
+			"e.g. {\"storage\":\"pmem\"}\n",
+			v);
+		json_object_put(o);
+		return -EINVAL;
+	}
+	json_object_object_foreach(o, key, val)
+	{
+		const char *k, *vs;
+
+		if (!json_object_is_type(val, json_type_string) || !*key || strlen(key) > 317 ||
+		    json_object_get_string_len(val) > 63 || !safe_string(key) ||
+		    !safe_string(json_object_get_string(val))) {
+			fprintf(err,
+				"pmem-csi-driver: -nodeSelector: label \"%.64s\" needs a name of "
+				"at "
+				"most 317 and a string value of at most 63 printable characters\n",
+				key);
+			rc = -EINVAL;
+			break;
+		}
+		if (c->n_node_selector == PCSI_MAX_SELECTOR || !(k = store_str(c, &used, key)) ||
+		    !(vs = store_str(c, &used, json_object_get_string(val)))) {
+			fprintf(err, "pmem-csi-driver: -nodeSelector: at most %d labels\n",
+				PCSI_MAX_SELECTOR);
+			rc = -EINVAL;
+			break;
+		}
+		c->node_selector[c->n_node_selector++] = (struct pcsi_label){ k, vs };
+	}
+	json_object_put(o);
+	c->has_node_selector = rc == 0;
+	return rc;
+}
+
+/* klog's severities, by name or number. */
+static int parse_severity(const char *s, int *ret, FILE *err)
+{
+	static const char *const names[] = { "INFO", "WARNING", "ERROR", "FATAL" };
+	int i;
+
+	for (i = 0; i < 4; i++)
+		if (!strcasecmp(s, names[i]) || (s[0] == '0' + i && !s[1])) {
+			*ret = i;
+			return 0;
+		}
+	fprintf(err,
+		"pmem-csi-driver: -stderrthreshold=%s: expected INFO, WARNING, ERROR or FATAL\n",
+		s);
+	return -EINVAL;
+}
+
+static void ignored(struct pcsi_config *c, const char *flag)
+{
+	size_t i;
+
+	for (i = 0; i < c->n_ignored; i++)
+		if (!strcmp(c->ignored[i], flag))
+			return;
+	if (c->n_ignored < PCSI_MAX_IGNORED)
+		c->ignored[c->n_ignored++] = flag;
 }
 
 static int check_endpoint(const char *flag, const char *v, bool need_tcp, FILE *err)
@@ -229,7 +400,7 @@ static int validate(struct pcsi_config *c, FILE *err)
 			"must be absolute paths\n");
 		return -EINVAL;
 	}
-	if (c->mode == PCSI_MODE_CONTROLLER && (c->kubelet_reg_dir || c->kubelet_reg_path)) {
+	if (c->mode != PCSI_MODE_NODE && (c->kubelet_reg_dir || c->kubelet_reg_path)) {
 		fprintf(err,
 			"pmem-csi-driver: -kubeletRegistrationDir and -kubeletRegistrationPath "
 			"are node flags\n");
@@ -271,6 +442,23 @@ static int validate(struct pcsi_config *c, FILE *err)
 			     "(mutual TLS), or -insecure to allow plaintext\n");
 		return -EINVAL;
 	}
+	if (c->mode == PCSI_MODE_WEBHOOKS && c->scheduler_listen && !tls) {
+		fprintf(err,
+			"pmem-csi-driver: -schedulerListen (HTTPS) needs -caFile, -certFile and "
+			"-keyFile; -insecureSchedulerListen serves plain HTTP\n");
+		return -EINVAL;
+	}
+	/* Flags of another mode: accepted, as Intel's driver accepts them. */
+	if (c->has_node_selector && c->mode != PCSI_MODE_WEBHOOKS && c->mode != PCSI_MODE_CONVERT)
+		ignored(c, "-nodeSelector");
+	if (c->mode != PCSI_MODE_WEBHOOKS && c->scheduler_listen)
+		ignored(c, "-schedulerListen");
+	if (c->mode != PCSI_MODE_WEBHOOKS && c->insecure_scheduler_listen)
+		ignored(c, "-insecureSchedulerListen");
+	if (c->kube_api_qps == 0)
+		c->kube_api_qps = 5; /* client-go's default for 0 */
+	if (c->kube_api_burst <= 0)
+		c->kube_api_burst = 10;
 	return 0;
 }
 
@@ -295,6 +483,10 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.registration_grace_s = 90,
 		.service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount",
 		.registration_interval_s = 30,
+		.metrics_path = "/metrics",
+		.kube_api_qps = 5,
+		.kube_api_burst = 10,
+		.log = { .to_stderr = true, .stderr_threshold = 2, .file_max_mb = 1800 },
 	};
 	/* 0, not 1: glibc then also forgets a place inside an argument where an
 	 * earlier parse stopped ("-:x"), which it would go on reading. */
@@ -311,9 +503,14 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 				cfg->mode = PCSI_MODE_CONTROLLER;
 			else if (!strcmp(optarg, "node"))
 				cfg->mode = PCSI_MODE_NODE;
+			else if (!strcmp(optarg, "webhooks"))
+				cfg->mode = PCSI_MODE_WEBHOOKS;
+			else if (!strcmp(optarg, "force-convert-raw-namespaces"))
+				cfg->mode = PCSI_MODE_CONVERT;
 			else {
 				fprintf(err,
-					"pmem-csi-driver: -mode=%s: expected controller or node\n",
+					"pmem-csi-driver: -mode=%s: expected controller, node, "
+					"webhooks or force-convert-raw-namespaces\n",
 					optarg);
 				return -EINVAL;
 			}
@@ -336,8 +533,8 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		case OPT_DEVICE_MANAGER:
 			cfg->device_manager = optarg;
 			break;
-		case OPT_PMEM_PERCENTAGE:
-			if (parse_num("pmemPercentage", optarg, 1, 100, &n, err) < 0)
+		case OPT_PMEM_PERCENTAGE: /* 0: make no new namespace, use what is there */
+			if (parse_num("pmemPercentage", optarg, 0, 100, &n, err) < 0)
 				return -EINVAL;
 			cfg->pmem_percentage = (int)n;
 			break;
@@ -360,36 +557,134 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			cfg->client_key_file = *optarg ? optarg : NULL;
 			break;
 		case OPT_INSECURE: /* Go style: -insecure, -insecure=true|false */
-			if (!optarg || !strcmp(optarg, "true") || !strcmp(optarg, "1"))
-				cfg->insecure = true;
-			else if (!strcmp(optarg, "false") || !strcmp(optarg, "0"))
-				cfg->insecure = false;
-			else {
-				fprintf(err,
-					"pmem-csi-driver: -insecure=%s: expected true or false\n",
-					optarg);
+			if (parse_go_bool("insecure", optarg, &cfg->insecure, err) < 0)
 				return -EINVAL;
-			}
 			break;
 		case OPT_METRICS_LISTEN:
 			cfg->metrics_listen = *optarg ? optarg : NULL;
 			break;
-		case OPT_V:
-			if (parse_num("v", optarg, 0, 10, &n, err) < 0)
+		case OPT_V: /* klog's level: an int32 */
+			if (parse_num("v", optarg, INT32_MIN, INT32_MAX, &n, err) < 0)
 				return -EINVAL;
 			cfg->verbosity = (int)n;
 			break;
 		case OPT_LOG_FORMAT:
+		case OPT_LOGGING_FORMAT:
 			if (!strcmp(optarg, "text"))
 				cfg->log_format = PCSI_LOG_TEXT;
 			else if (!strcmp(optarg, "json"))
 				cfg->log_format = PCSI_LOG_JSON;
 			else {
-				fprintf(err,
-					"pmem-csi-driver: -logFormat=%s: expected text or json\n",
+				fprintf(err, "pmem-csi-driver: -%s=%s: expected text or json\n",
+					opt == OPT_LOG_FORMAT ? "logFormat" : "logging-format",
 					optarg);
 				return -EINVAL;
 			}
+			break;
+		case OPT_METRICS_PATH:
+			if (optarg[0] != '/' || strlen(optarg) > 256 || strchr(optarg, ' ')) {
+				fprintf(err,
+					"pmem-csi-driver: -metricsPath=%s: expected an absolute "
+					"URL path\n",
+					optarg);
+				return -EINVAL;
+			}
+			cfg->metrics_path = optarg;
+			break;
+		case OPT_KUBE_QPS: {
+			char *end;
+			errno = 0;
+			cfg->kube_api_qps = strtod(optarg, &end);
+			if (errno || end == optarg || *end ||
+			    cfg->kube_api_qps != cfg->kube_api_qps) {
+				fprintf(err,
+					"pmem-csi-driver: -kube-api-qps=%s: expected a number\n",
+					optarg);
+				return -EINVAL;
+			}
+			break;
+		}
+		case OPT_KUBE_BURST:
+			if (parse_num("kube-api-burst", optarg, INT32_MIN, INT32_MAX, &n, err) < 0)
+				return -EINVAL;
+			cfg->kube_api_burst = (int)n;
+			break;
+		case OPT_NODE_SELECTOR:
+			if (parse_selector(cfg, optarg, err) < 0)
+				return -EINVAL;
+			break;
+		case OPT_SCHED_LISTEN:
+			cfg->scheduler_listen = *optarg ? optarg : NULL;
+			break;
+		case OPT_INSECURE_SCHED_LISTEN:
+			cfg->insecure_scheduler_listen = *optarg ? optarg : NULL;
+			break;
+		case OPT_LOGTOSTDERR:
+			if (parse_go_bool("logtostderr", optarg, &cfg->log.to_stderr, err) < 0)
+				return -EINVAL;
+			break;
+		case OPT_ALSOLOGTOSTDERR:
+			if (parse_go_bool("alsologtostderr", optarg, &cfg->log.also_stderr, err) <
+			    0)
+				return -EINVAL;
+			break;
+		case OPT_STDERRTHRESHOLD:
+			if (parse_severity(optarg, &cfg->log.stderr_threshold, err) < 0)
+				return -EINVAL;
+			break;
+		case OPT_LOG_FILE:
+		case OPT_LOG_DIR:
+			if (*optarg && optarg[0] != '/') {
+				fprintf(err, "pmem-csi-driver: -%s=%s: expected an absolute path\n",
+					opt == OPT_LOG_FILE ? "log_file" : "log_dir", optarg);
+				return -EINVAL;
+			}
+			if (opt == OPT_LOG_FILE)
+				cfg->log.file = *optarg ? optarg : NULL;
+			else
+				cfg->log.dir = *optarg ? optarg : NULL;
+			break;
+		case OPT_LOG_FILE_MAX:
+			if (parse_num("log_file_max_size", optarg, 0, 1ll << 40, &n, err) < 0)
+				return -EINVAL;
+			cfg->log.file_max_mb = (uint64_t)n;
+			break;
+		case OPT_SKIP_HEADERS:
+			if (parse_go_bool("skip_headers", optarg, &cfg->log.skip_headers, err) < 0)
+				return -EINVAL;
+			break;
+		case OPT_ADD_DIR_HEADER:
+			if (parse_go_bool("add_dir_header", optarg, &cfg->log.add_dir_header, err) <
+			    0)
+				return -EINVAL;
+			break;
+		case OPT_SKIP_LOG_HEADERS:
+		case OPT_ONE_OUTPUT: {
+			/* Satisfied as they are: no header lines, one file at most. */
+			const char *name =
+				opt == OPT_ONE_OUTPUT ? "one_output" : "skip_log_headers";
+			bool b;
+			if (parse_go_bool(name, optarg, &b, err) < 0)
+				return -EINVAL;
+			ignored(cfg, opt == OPT_ONE_OUTPUT ? "-one_output" : "-skip_log_headers");
+			break;
+		}
+		case OPT_VMODULE:
+			if (strlen(optarg) > 1024) {
+				fprintf(err, "pmem-csi-driver: -vmodule: too long\n");
+				return -EINVAL;
+			}
+			cfg->log.vmodule = *optarg ? optarg : NULL;
+			break;
+		case OPT_BACKTRACE_AT:
+			if (*optarg && (!strchr(optarg, ':') || strlen(optarg) > 256)) {
+				fprintf(err,
+					"pmem-csi-driver: -log_backtrace_at=%s: expected "
+					"FILE:LINE\n",
+					optarg);
+				return -EINVAL;
+			}
+			cfg->log.backtrace_at = *optarg ? optarg : NULL;
 			break;
 		case OPT_MAX_RECV:
 			if (parse_num("maxRecvMsgSize", optarg, 1024, 1ll << 30, &n, err) < 0)

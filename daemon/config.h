@@ -1,9 +1,21 @@
 /* config.h: command-line configuration, parsed once into an immutable struct.
  *
  * Flags follow the original Go driver and work in both spellings,
- * -mode=node and --mode=node (getopt_long_only). pcsi_config_parse() returns
- * 0, 1 when --help or --version was handled (exit 0), or -EINVAL after
- * printing one line that says what is wrong (exit 2). */
+ * -mode=node and --mode=node (getopt_long_only), with Go's value rules
+ * (-flag=value or -flag value; a boolean as -flag or -flag=false).
+ * pcsi_config_parse() returns 0, 1 when --help or --version was handled
+ * (exit 0), or -EINVAL after printing one line that says what is wrong
+ * (exit 2).
+ *
+ * Every flag Intel's PMEM-CSI v1.1.0 accepts is accepted too, so that its
+ * deployment files and operator run this driver unchanged: its own flags
+ * (-logging-format, -kube-api-qps, -kube-api-burst, -metricsPath,
+ * -nodeSelector, -schedulerListen, -insecureSchedulerListen, the modes
+ * webhooks and force-convert-raw-namespaces) and klog's (-v, -vmodule,
+ * -logtostderr, -alsologtostderr, -stderrthreshold, -log_file, -log_dir,
+ * -log_file_max_size, -skip_headers, -skip_log_headers, -add_dir_header,
+ * -one_output, -log_backtrace_at), with their meaning. Those that mean
+ * nothing here are named in |ignored| for main to log once. */
 #ifndef PCSI_CONFIG_H
 #define PCSI_CONFIG_H
 
@@ -14,7 +26,21 @@
 
 #include "daemon/core/log.h"
 
-enum pcsi_mode { PCSI_MODE_CONTROLLER, PCSI_MODE_NODE };
+enum pcsi_mode {
+	PCSI_MODE_CONTROLLER, /* central controller: Controller service + Registry */
+	PCSI_MODE_NODE,	      /* node: Identity, Node and the node's Controller */
+	PCSI_MODE_WEBHOOKS,   /* Intel's v1.1 controller: the PVC rescheduler (and,
+				 when asked, the scheduler extender and pod webhook) */
+	PCSI_MODE_CONVERT,    /* force-convert-raw-namespaces: once per node, then wait */
+};
+
+#define PCSI_MAX_SELECTOR 16
+#define PCSI_MAX_IGNORED  16
+
+/* One label of -nodeSelector. */
+struct pcsi_label {
+	const char *key, *value;
+};
 
 struct pcsi_config {
 	enum pcsi_mode mode;
@@ -40,6 +66,22 @@ struct pcsi_config {
 	uint32_t registration_interval_s; /* node: heartbeat re-registration period */
 	const char *kubelet_reg_dir;	  /* node: kubelet's plugins_registry (NULL: none) */
 	const char *kubelet_reg_path;	  /* node: the CSI socket as kubelet sees it */
+	const char *metrics_path;	  /* -metricsPath: /metrics moves there (+ /simple) */
+	/* Kubernetes API clients (webhooks, force-convert, the controller's node list) */
+	double kube_api_qps; /* -kube-api-qps: sustained requests per second */
+	int kube_api_burst;  /* -kube-api-burst: requests above that rate at once */
+	/* -nodeSelector (JSON map): the labels of nodes meant to run the driver */
+	bool has_node_selector; /* given and not "null" */
+	struct pcsi_label node_selector[PCSI_MAX_SELECTOR];
+	size_t n_node_selector;
+	/* webhooks: the scheduler extender and the pod mutating webhook */
+	const char *scheduler_listen;	       /* HTTPS (needs -caFile, -certFile, -keyFile) */
+	const char *insecure_scheduler_listen; /* HTTP */
+	struct pcsi_log_output log;	       /* klog's output flags */
+	/* flags accepted for compatibility that have no effect here, for the log */
+	const char *ignored[PCSI_MAX_IGNORED];
+	size_t n_ignored;
+	char store[2048]; /* -nodeSelector's strings */
 };
 
 int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out, FILE *err);

@@ -88,6 +88,7 @@ static int start_metrics(struct daemon *d)
 {
 	struct pcsi_http_opts o = {
 		.listen = d->cfg.metrics_listen,
+		.metrics_path = d->cfg.metrics_path,
 		.driver_name = d->cfg.driver_name,
 		.version = PCSI_VERSION,
 		.ready = &d->identity.ready,
@@ -147,6 +148,13 @@ int main(int argc, char **argv)
 	if (rc != 0)
 		return rc > 0 ? 0 : 2;
 	pcsi_log_setup(d.cfg.log_format, d.cfg.verbosity);
+	if (pcsi_log_set_output(&d.cfg.log, err, sizeof(err)) < 0) {
+		fprintf(stderr, "pmem-csi-driver: -log_file/-log_dir: %s\n", err);
+		return 2;
+	}
+	for (size_t i = 0; i < d.cfg.n_ignored; i++)
+		pcsi_info(1, "flag accepted for compatibility, without effect here",
+			  "flag=%s mode=%s", d.cfg.ignored[i], pcsi_mode_name(d.cfg.mode));
 	signal(SIGPIPE, SIG_IGN);
 
 	d.env.loop = uv_default_loop();

@@ -2,6 +2,8 @@
 #include "daemon/controller/role.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
@@ -13,36 +15,56 @@
 
 static void kube_stop(struct pcsi_controller_role *r)
 {
-	pcsi_kube_close(r->kube);
+	pcsi_kube_close(r->kube); /* cancels the request in flight */
 	r->kube = NULL;
+	r->kube_call = NULL;
 	if (r->kube_timer_open) {
 		r->kube_timer_open = false;
 		uv_close((uv_handle_t *)&r->kube_timer, NULL);
 	}
 }
 
-/* The ids of the nodes Kubernetes knows the driver on: the grace period ends
+/* The ids of the nodes Kubernetes knows the driver on (the values of the
+ * topology label on the Node objects that carry it): the grace period ends
  * when each of them has registered (and its volumes are imported). */
-static void on_node_labels(void *data, int err, const char *msg, char **ids, size_t n)
+static void on_nodes(const struct pcsi_kube_result *res, void *data)
 {
 	struct pcsi_controller_role *r = data;
-	const char *first = NULL;
-	size_t i, missing = 0;
+	const char *key = r->controller.topology_key, *first = NULL;
+	json_object *items = NULL;
+	size_t i, n = 0, missing = 0;
 	char why[256];
 
-	if (err) {
+	r->kube_call = NULL;
+	if (!res->error && (!json_object_object_get_ex(res->body, "items", &items) ||
+			    !json_object_is_type(items, json_type_array))) {
+		pcsi_warn_rl(NULL, 60000, "Kubernetes API: the node list has no items", "%s", "");
+		return;
+	}
+	if (res->error) {
 		pcsi_warn_rl(NULL, 60000,
 			     "Kubernetes API: cannot list the nodes; the registration "
 			     "grace period runs its full length unless a later try works",
-			     "error=\"%s\"", msg);
+			     "error=\"%s\"", res->msg);
 		return;
 	}
-	for (i = 0; i < n; i++) {
-		const struct pcsi_cnode *node = pcsi_cluster_node(&r->cluster, ids[i]);
+	for (i = 0; i < json_object_array_length(items); i++) {
+		json_object *meta, *labels, *v;
+		const struct pcsi_cnode *node;
+		const char *id;
 
+		if (!json_object_object_get_ex(json_object_array_get_idx(items, i), "metadata",
+					       &meta) ||
+		    !json_object_object_get_ex(meta, "labels", &labels) ||
+		    !json_object_object_get_ex(labels, key, &v) ||
+		    !json_object_is_type(v, json_type_string))
+			continue;
+		id = json_object_get_string(v);
+		n++;
+		node = pcsi_cluster_node(&r->cluster, id);
 		if (!node || !node->ready) {
 			missing++;
-			first = first ? first : ids[i];
+			first = first ? first : id;
 		}
 	}
 	if (missing) {
@@ -51,7 +73,7 @@ static void on_node_labels(void *data, int err, const char *msg, char **ids, siz
 		return;
 	}
 	snprintf(why, sizeof(why), "all %zu nodes that Kubernetes labels %s have registered", n,
-		 r->controller.topology_key);
+		 key);
 	pcsi_controller_end_grace(&r->controller, why);
 	kube_stop(r);
 }
@@ -65,26 +87,47 @@ static void on_kube_timer(uv_timer_t *t)
 		kube_stop(r);
 		return;
 	}
-	/* -EBUSY: the last request has not ended yet; ask again next time. */
-	pcsi_kube_node_labels(r->kube, r->controller.topology_key, on_node_labels, r);
+	char q[3 * 320], path[1100];
+
+	if (r->kube_call)
+		return; /* the last request has not ended yet; ask again next time */
+	if (!pcsi_kube_escape(q, sizeof(q), r->controller.topology_key))
+		return;
+	snprintf(path, sizeof(path), "/api/v1/nodes?labelSelector=%s", q);
+	/* Metadata only: labels are all we need, and full Node objects of a
+	 * large cluster are megabytes. */
+	r->kube_call = pcsi_kube_request(
+		r->kube, "GET", path,
+		"application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, "
+		"application/json",
+		NULL, NULL, on_nodes, r);
 }
 
 static void kube_start(struct pcsi_controller_role *r)
 {
 	const struct pcsi_config *cfg = r->env->cfg;
+	struct pcsi_kube_opts o = { .sa_dir = cfg->service_account_dir,
+				    .qps = cfg->kube_api_qps,
+				    .burst = cfg->kube_api_burst,
+				    .timeout_ms = 10000 };
+	char err[256];
 	int rc;
 
 	if (!pcsi_controller_in_grace(&r->controller))
 		return;
-	rc = pcsi_kube_open(&r->kube, r->env->loop, cfg->service_account_dir);
+	rc = pcsi_kube_open(r->env->loop, &o, &r->kube, err, sizeof(err));
 	if (rc == -ENOENT) {
 		pcsi_info(2,
 			  "not in a Kubernetes pod: the registration grace period runs its length",
 			  "seconds=%u", cfg->registration_grace_s);
 		return;
 	}
-	if (rc < 0)
+	if (rc < 0) {
+		pcsi_warn("Kubernetes API: cannot use it; the registration grace period runs "
+			  "its length",
+			  "error=\"%s\"", err);
 		return;
+	}
 	uv_timer_init(r->env->loop, &r->kube_timer);
 	r->kube_timer_open = true;
 	uv_timer_start(&r->kube_timer, on_kube_timer, 0, KUBE_POLL_MS);

@@ -8,10 +8,10 @@
 #define PCSI_CONTROLLER_ROLE_H
 
 #include "daemon/controller/cluster.h"
-#include "daemon/controller/kube.h"
 #include "daemon/controller/registry.h"
 #include "daemon/controller/service.h"
 #include "daemon/csi/role.h"
+#include "daemon/kube/client.h"
 
 struct pcsi_controller_role {
 	const struct pcsi_role_env *env; /* borrowed */
@@ -23,6 +23,7 @@ struct pcsi_controller_role {
 	 * asked which nodes may hold volumes; the period ends as soon as all of
 	 * them have registered. */
 	struct pcsi_kube *kube;
+	struct pcsi_kube_call *kube_call; /* the node list in flight */
 	uv_timer_t kube_timer;
 	bool kube_timer_open;
 	bool started;

@@ -1,16 +1,27 @@
 /* log.c: klog-style text and JSON-lines output. See log.h. */
 #include "daemon/core/log.h"
 
+#include <errno.h>
+#include <execinfo.h>
+#include <fcntl.h>
+#include <fnmatch.h>
 #include <json-c/json.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 static enum pcsi_log_format log_format = PCSI_LOG_TEXT;
 static int log_v = 2;
+static struct pcsi_log_output out = { .to_stderr = true, .stderr_threshold = 2 };
+static int log_fd = -1;	     /* the log file, or -1 */
+static uint64_t log_written; /* bytes in it */
+static char log_path[4096];
+const char *pcsi_log_vmodule_spec;
 
 void pcsi_log_setup(enum pcsi_log_format fmt, int verbosity)
 {
@@ -23,10 +34,107 @@ int pcsi_log_verbosity(void)
 	return log_v;
 }
 
-static const char *basename_of(const char *path)
+int pcsi_log_set_output(const struct pcsi_log_output *o, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd = -1;
+
+	if (!o->to_stderr && (o->file || o->dir)) {
+		if (o->file)
+			snprintf(log_path, sizeof(log_path), "%s", o->file);
+		else
+			snprintf(log_path, sizeof(log_path), "%s/pmem-csi-driver.log", o->dir);
+		fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			int e = errno;
+			snprintf(err, errlen, "cannot open log file %s: %s", log_path, strerror(e));
+			return -e;
+		}
+		log_written = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+	}
+	if (log_fd >= 0)
+		close(log_fd);
+	log_fd = fd;
+	out = *o;
+	pcsi_log_vmodule_spec = o->vmodule && *o->vmodule ? o->vmodule : NULL;
+	return 0;
+}
+
+int pcsi_log_vmodule_level(const char *file)
+{
+	const char *s = pcsi_log_vmodule_spec, *base = strrchr(file, '/');
+	char name[128], pat[128];
+	size_t n;
+
+	base = base ? base + 1 : file;
+	n = strcspn(base, ".");
+	if (!s || n >= sizeof(name))
+		return -1;
+	memcpy(name, base, n);
+	name[n] = '\0';
+	while (*s) {
+		size_t len = strcspn(s, ","), eq;
+
+		eq = strcspn(s, "=");
+		if (eq < len && eq < sizeof(pat)) {
+			memcpy(pat, s, eq);
+			pat[eq] = '\0';
+			if (fnmatch(pat, name, 0) == 0)
+				return atoi(s + eq + 1);
+		}
+		s += len;
+		if (*s == ',')
+			s++;
+	}
+	return -1;
+}
+
+/* Writes one finished line to where it goes (|sev|: 0 info, 1 warning, 2 error). */
+static void put_line(const char *line, size_t len, int sev)
+{
+	bool to_err = out.to_stderr || out.also_stderr || log_fd < 0 || sev >= out.stderr_threshold;
+
+	if (to_err)
+		fwrite(line, 1, len, stderr);
+	if (log_fd < 0)
+		return;
+	if (out.file_max_mb && log_written + len > out.file_max_mb << 20) {
+		/* klog starts a full file afresh */
+		if (ftruncate(log_fd, 0) == 0)
+			log_written = 0;
+	}
+	if (write(log_fd, line, len) == (ssize_t)len)
+		log_written += len;
+}
+
+/* -log_backtrace_at: "file.c:N" */
+static bool backtrace_wanted(const char *file, int line)
+{
+	const char *spec = out.backtrace_at, *base = strrchr(file, '/'), *colon;
+
+	if (!spec || !*spec)
+		return false;
+	base = base ? base + 1 : file;
+	colon = strrchr(spec, ':');
+	return colon && (size_t)(colon - spec) == strlen(base) &&
+	       !strncmp(spec, base, colon - spec) && atoi(colon + 1) == line;
+}
+
+/* The caller as the header shows it: the file's base name, or with
+ * -add_dir_header its last directory too ("node/service.c"). */
+static const char *caller_of(const char *path)
 {
 	const char *s = strrchr(path, '/');
-	return s ? s + 1 : path;
+
+	if (!s)
+		return path;
+	if (out.add_dir_header) {
+		const char *d = s;
+		while (d > path && d[-1] != '/')
+			d--;
+		return d;
+	}
+	return s + 1;
 }
 
 /* Keys that would overwrite the record's own members get a prefix. */
@@ -98,7 +206,7 @@ static void vemit(enum pcsi_log_level level, const char *file, int line, unsigne
 {
 	static const char letters[] = { 'E', 'W', 'I' };
 	static const char *names[] = { "error", "warning", "info" };
-	char fbuf[2048], tbuf[64];
+	char fbuf[2048], tbuf[64], *line_text;
 	struct timeval tv;
 	struct tm tm;
 	size_t n;
@@ -119,17 +227,28 @@ static void vemit(enum pcsi_log_level level, const char *file, int line, unsigne
 		snprintf(caller, sizeof(caller), "%s.%06ldZ", tbuf, (long)tv.tv_usec);
 		json_object_object_add(o, "ts", json_object_new_string(caller));
 		json_object_object_add(o, "level", json_object_new_string(names[level]));
-		snprintf(caller, sizeof(caller), "%s:%d", basename_of(file), line);
+		snprintf(caller, sizeof(caller), "%s:%d", caller_of(file), line);
 		json_object_object_add(o, "caller", json_object_new_string(caller));
 		json_object_object_add(o, "msg", json_object_new_string(msg));
 		add_fields(o, fbuf);
-		fprintf(stderr, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+		line_text = pcsi_xasprintf(
+			"%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
 		json_object_put(o);
+	} else if (out.skip_headers) {
+		line_text = pcsi_xasprintf("%s%s%s\n", msg, fbuf[0] ? " " : "", fbuf);
 	} else {
 		strftime(tbuf, sizeof(tbuf), "%m%d %H:%M:%S", &tm);
-		fprintf(stderr, "%c%s.%06ld %d %s:%d] %s%s%s\n", letters[level], tbuf,
-			(long)tv.tv_usec, (int)getpid(), basename_of(file), line, msg,
-			fbuf[0] ? " " : "", fbuf);
+		line_text = pcsi_xasprintf("%c%s.%06ld %d %s:%d] %s%s%s\n", letters[level], tbuf,
+					   (long)tv.tv_usec, (int)getpid(), caller_of(file), line,
+					   msg, fbuf[0] ? " " : "", fbuf);
+	}
+	put_line(line_text, strlen(line_text), 2 - (int)level);
+	free(line_text);
+	if (backtrace_wanted(file, line)) {
+		void *frames[64];
+		int nframes = backtrace(frames, 64);
+
+		backtrace_symbols_fd(frames, nframes, log_fd >= 0 ? log_fd : STDERR_FILENO);
 	}
 }
 

@@ -1,6 +1,7 @@
 /* log.h: the daemon's one logger.
  *
- * Output goes to stderr, one line per event, in one of two formats:
+ * Output goes to stderr (and, with klog's file flags, to a file; see struct
+ * pcsi_log_output), one line per event, in one of two formats:
  *   text (default, klog style): I1129 15:04:05.123456 1234 file.c:42] msg key=value ...
  *   json (-logFormat=json):     {"ts":"2026-11-29T15:04:05.123456Z","level":"info",
  *                                "caller":"file.c:42","msg":"msg","key":"value",...}
@@ -35,9 +36,45 @@ enum pcsi_log_format { PCSI_LOG_TEXT, PCSI_LOG_JSON };
 void pcsi_log_setup(enum pcsi_log_format fmt, int verbosity);
 int pcsi_log_verbosity(void);
 
+/* Where lines go and how they look, with the meaning of klog's flags (the
+ * original driver's logger): by default every line goes to stderr only. */
+struct pcsi_log_output {
+	bool to_stderr;		  /* -logtostderr (default true): stderr only, no file */
+	bool also_stderr;	  /* -alsologtostderr: stderr as well as the file */
+	int stderr_threshold;	  /* -stderrthreshold: without the two above, lines of this
+				 severity and worse also go to stderr: 0 info, 1
+				 warning, 2 error (default), 3 fatal (none) */
+	const char *file;	  /* -log_file: the file (appended to) */
+	const char *dir;	  /* -log_dir: without -log_file, <dir>/pmem-csi-driver.log */
+	uint64_t file_max_mb;	  /* -log_file_max_size: a file that grows past it is
+				 started afresh (0: no limit; default 1800) */
+	bool skip_headers;	  /* -skip_headers: text lines without the klog header */
+	bool add_dir_header;	  /* -add_dir_header: the caller's directory in the header */
+	const char *vmodule;	  /* -vmodule: "pattern=N,..." verbosity per source file
+				 (glob over the file's base name without .c) */
+	const char *backtrace_at; /* -log_backtrace_at: "file.c:N": a stack trace
+				     after every line logged there */
+};
+
+/* Applies |o| (copied; its strings must stay valid). Opens the log file when
+ * one is used; returns 0 or -errno with a reason in |err|. */
+int pcsi_log_set_output(const struct pcsi_log_output *o, char *err, size_t errlen);
+
+/* The -vmodule verbosity of |file| when a pattern matches it, else -1. */
+int pcsi_log_vmodule_level(const char *file);
+
+extern const char *pcsi_log_vmodule_spec; /* NULL unless -vmodule was given */
+
 static inline bool pcsi_log_enabled(int v)
 {
 	return v <= pcsi_log_verbosity();
+}
+
+/* pcsi_log_enabled() for a message of source file |file|, with -vmodule. */
+static inline bool pcsi_log_enabled_at(int v, const char *file)
+{
+	return v <= pcsi_log_verbosity() ||
+	       (pcsi_log_vmodule_spec && v <= pcsi_log_vmodule_level(file));
 }
 
 /* |fields| is a printf format producing "k=v k2=v2" (may be ""). */
@@ -69,7 +106,7 @@ bool pcsi_log_changed(char *last, size_t size, const char *now);
 	pcsi_log_emit_rl(PCSI_LOG_WARN, key, interval_ms, __FILE__, __LINE__, msg, __VA_ARGS__)
 #define pcsi_info(v, msg, ...)                                                              \
 	do {                                                                                \
-		if (pcsi_log_enabled(v))                                                    \
+		if (pcsi_log_enabled_at(v, __FILE__))                                       \
 			pcsi_log_emit(PCSI_LOG_INFO, __FILE__, __LINE__, msg, __VA_ARGS__); \
 	} while (0)
 

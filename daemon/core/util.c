@@ -1,6 +1,7 @@
 /* util.c: allocation wrappers that abort on OOM, clocks. See util.h. */
 #include "daemon/core/util.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,4 +75,23 @@ uint64_t pcsi_now_ns(void)
 uint64_t pcsi_now_ms(void)
 {
 	return pcsi_now_ns() / 1000000u;
+}
+
+int pcsi_parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "1", "t", "T", "TRUE", "true", "True" };
+	static const char *const no[] = { "0", "f", "F", "FALSE", "false", "False" };
+	size_t i;
+
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (!strcmp(s, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcmp(s, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
 }

@@ -8,6 +8,7 @@
 #ifndef PCSI_UTIL_H
 #define PCSI_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,10 @@ void *pcsi_xrealloc(void *p, size_t n);
 char *pcsi_xstrdup(const char *s);
 char *pcsi_xstrndup(const char *s, size_t n);
 char *pcsi_xasprintf(const char *fmt, ...) PCSI_PRINTF(1, 2);
+
+/* Go's strconv.ParseBool ("1", "t", "T", "TRUE", "true", "True" and the
+ * false spellings). Returns 0 or -EINVAL. */
+int pcsi_parse_bool(const char *s, bool *out);
 
 /* Monotonic clock in milliseconds / nanoseconds (CLOCK_MONOTONIC). */
 uint64_t pcsi_now_ms(void);

@@ -6,25 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pcsi_parse_bool(const char *s, bool *out)
-{
-	static const char *const yes[] = { "1", "t", "T", "TRUE", "true", "True" };
-	static const char *const no[] = { "0", "f", "F", "FALSE", "false", "False" };
-	size_t i;
-
-	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-		if (!strcmp(s, yes[i])) {
-			*out = true;
-			return 0;
-		}
-		if (!strcmp(s, no[i])) {
-			*out = false;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
-
 static bool starts_with(const char *s, const char *p)
 {
 	return !strncmp(s, p, strlen(p));

@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/core/util.h" /* pcsi_parse_bool() */
+
 enum pcsi_persistency { PCSI_PERSIST_NORMAL, PCSI_PERSIST_CACHE };
 enum pcsi_usage { PCSI_USAGE_APPDIRECT, PCSI_USAGE_FILEIO };
 
@@ -52,9 +54,6 @@ struct pcsi_kv {
  * in |err| (e.g. `parameter "foo" invalid in this context`). */
 int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, size_t n,
 		      struct pcsi_params *out, char *err, size_t errlen);
-
-/* Go's strconv.ParseBool. Returns 0 or -EINVAL. */
-int pcsi_parse_bool(const char *s, bool *out);
 
 /* A Kubernetes resource quantity as bytes: plain numbers, decimal and binary
  * suffixes (k M G T P E, Ki Mi Gi Ti Pi Ei), exponents (1e9) and decimal

@@ -73,7 +73,8 @@ struct pcsi_http {
 	struct pcsi_capacity cap_value;
 	uint64_t cap_ms; /* when cap_value was read (monotonic); 0: never */
 	bool stopping, finishing;
-	uv_idle_t fin; /* the second close round (never started) */
+	uv_idle_t fin;	       /* the second close round (never started) */
+	char simple_path[272]; /* <metrics path>/simple */
 };
 
 static const char text_plain[] = "text/plain; charset=utf-8";
@@ -240,12 +241,12 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 		reply_text(req, 405, "Method Not Allowed", "method not allowed\n");
 		return 0;
 	}
-	if (path_is(req, "/metrics")) {
+	if (path_is(req, h->opts.metrics_path)) {
 		if (h->opts.backend && h->opts.node_id && *h->opts.ready && !h->stopping)
 			scrape_with_capacity(h, req);
 		else
 			send_metrics(h, req, false);
-	} else if (path_is(req, "/metrics/simple")) {
+	} else if (path_is(req, h->simple_path)) {
 		send_metrics(h, req, true);
 	} else if (path_is(req, "/healthz")) {
 		if (*h->opts.ready && !h->stopping)
@@ -414,6 +415,10 @@ int pcsi_http_start(uv_loop_t *loop, const struct pcsi_http_opts *opts, struct p
 		h->opts.capacity_timeout_ms = 2000;
 	if (!h->opts.idle_timeout_ms)
 		h->opts.idle_timeout_ms = 10000;
+	if (!h->opts.metrics_path)
+		h->opts.metrics_path = "/metrics";
+	snprintf(h->simple_path, sizeof(h->simple_path), "%s/simple",
+		 strcmp(h->opts.metrics_path, "/") ? h->opts.metrics_path : "");
 
 	uv_tcp_init(loop, &h->listener);
 	h->listener_open = true;

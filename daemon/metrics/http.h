@@ -4,6 +4,7 @@
  * the daemon's one libuv loop:
  *   GET /metrics          every metric, text/plain; version=0.0.4
  *   GET /metrics/simple   build_info only (liveness and startup probes)
+ *                         (both elsewhere with |metrics_path|, as -metricsPath)
  *   GET /healthz          200 "ok" when Probe says ready, else 503
  *   other paths           404; methods other than GET and HEAD get 405
  * Limits: at most |max_conns| connections (more are accepted and closed at
@@ -37,6 +38,7 @@ struct pcsi_http;
 
 struct pcsi_http_opts {
 	const char *listen;	      /* "host:port", ":port", "[::1]:port" */
+	const char *metrics_path;     /* where /metrics is served (NULL: "/metrics") */
 	const char *driver_name;      /* the driver_name label */
 	const char *version;	      /* build_info{version} */
 	const char *node_id;	      /* node role: the node label */

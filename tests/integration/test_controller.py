@@ -50,7 +50,8 @@ class FakeAPIServer:
             f.write(self.token + "\n")
         with open(C.ca[0]) as src, open(os.path.join(self.dir, "ca.crt"), "w") as dst:
             dst.write(src.read())
-        crt, key = pt.make_leaf(self.dir, "apiserver", *C.ca, cn="kubernetes", sans=["IP:127.0.0.1"])
+        crt, key = pt.make_leaf(self.dir, "apiserver", *C.ca, cn="kubernetes",
+                                sans=["IP:127.0.0.1", "DNS:kubernetes.default.svc"])
         self.nodes, self.status, self.requests = [], 200, []
         api = self
 

@@ -216,17 +216,22 @@ END_TEST
 START_TEST(test_bad_v_refused)
 {
 	ASSERT_REFUSED("-v=abc");
-	ASSERT_REFUSED("-v=11");
-	ASSERT_REFUSED("-v=-1");
+	ASSERT_REFUSED("-v=2147483648"); /* klog's level is an int32 */
 	ASSERT_REFUSED("-v=");
 	ASSERT_REFUSED("-v=5x");
+	ASSERT_OK("-v=11");
+	ck_assert_int_eq(cfg.verbosity, 11);
+	ASSERT_OK("-v=-1");
+	ck_assert_int_eq(cfg.verbosity, -1);
 }
 END_TEST
 
 START_TEST(test_pmem_percentage_range)
 {
-	ASSERT_REFUSED("-pmemPercentage=0");
+	ASSERT_REFUSED("-pmemPercentage=-1");
 	ASSERT_REFUSED("-pmemPercentage=101");
+	ASSERT_OK("-pmemPercentage=0"); /* Intel's uint: no new namespace */
+	ck_assert_int_eq(cfg.pmem_percentage, 0);
 	ASSERT_REFUSED("-pmemPercentage=ten");
 	ASSERT_OK("-pmemPercentage=1");
 	ck_assert_int_eq(cfg.pmem_percentage, 1);
@@ -392,6 +397,122 @@ START_TEST(test_parse_twice_in_one_process)
 }
 END_TEST
 
+/* ---- Intel PMEM-CSI v1.1.0's flags ------------------------------------------------------ */
+
+START_TEST(test_intel_node_command_line)
+{
+	/* deploy/kubernetes-1.25/lvm/pmem-csi.yaml, the node DaemonSet */
+	ASSERT_OK("-deviceManager=lvm", "-v=3", "-logging-format=text", "-mode=node",
+		  "-endpoint=unix:///csi/csi.sock", "-nodeid=worker-1",
+		  "-statePath=/var/lib/pmem-csi.intel.com", "-drivername=pmem-csi.intel.com",
+		  "-pmemPercentage=100", "-metricsListen=:10010");
+	ck_assert_int_eq(cfg.mode, PCSI_MODE_NODE);
+	ck_assert_int_eq(cfg.verbosity, 3);
+	ck_assert_int_eq(cfg.log_format, PCSI_LOG_TEXT);
+	ck_assert_uint_eq(cfg.n_ignored, 0);
+}
+END_TEST
+
+START_TEST(test_intel_webhooks_command_line)
+{
+	ASSERT_OK("-v=3", "-logging-format=json", "-mode=webhooks",
+		  "-drivername=pmem-csi.intel.com", "-nodeSelector={\"storage\":\"pmem\"}",
+		  "-metricsListen=:10010");
+	ck_assert_int_eq(cfg.mode, PCSI_MODE_WEBHOOKS);
+	ck_assert_int_eq(cfg.log_format, PCSI_LOG_JSON);
+	ck_assert(cfg.has_node_selector);
+	ck_assert_uint_eq(cfg.n_node_selector, 1);
+	ck_assert_str_eq(cfg.node_selector[0].key, "storage");
+	ck_assert_str_eq(cfg.node_selector[0].value, "pmem");
+	ck_assert_str_eq(pcsi_mode_name(cfg.mode), "webhooks");
+}
+END_TEST
+
+START_TEST(test_intel_convert_command_line)
+{
+	ASSERT_OK("-v=3", "-logging-format=text", "-mode=force-convert-raw-namespaces",
+		  "-nodeSelector={\"storage\":\"pmem\",\"zone\":\"a\"}", "-nodeid=worker-2");
+	ck_assert_int_eq(cfg.mode, PCSI_MODE_CONVERT);
+	ck_assert_uint_eq(cfg.n_node_selector, 2);
+	ck_assert_str_eq(pcsi_mode_name(cfg.mode), "force-convert-raw-namespaces");
+}
+END_TEST
+
+START_TEST(test_node_selector_values)
+{
+	ASSERT_OK("-mode=webhooks", "-nodeSelector=null");
+	ck_assert(!cfg.has_node_selector);
+	ASSERT_OK("-mode=webhooks", "-nodeSelector={}");
+	ck_assert(cfg.has_node_selector);
+	ck_assert_uint_eq(cfg.n_node_selector, 0);
+	ASSERT_REFUSED("-mode=webhooks", "-nodeSelector=storage=pmem");
+	ASSERT_REFUSED("-mode=webhooks", "-nodeSelector={\"storage\":1}");
+	ASSERT_REFUSED("-mode=webhooks", "-nodeSelector=[\"storage\"]");
+	ASSERT_REFUSED("-mode=webhooks", "-nodeSelector={\"\":\"x\"}");
+	/* a flag of another mode is accepted and named for the log */
+	ASSERT_OK("-mode=node", "-nodeSelector={\"storage\":\"pmem\"}");
+	ck_assert_uint_eq(cfg.n_ignored, 1);
+	ck_assert_str_eq(cfg.ignored[0], "-nodeSelector");
+}
+END_TEST
+
+START_TEST(test_klog_flags)
+{
+	ASSERT_OK("-logtostderr=false", "-alsologtostderr", "-stderrthreshold=WARNING",
+		  "-log_file=/var/log/pmem.log", "-log_dir=/var/log", "-log_file_max_size=10",
+		  "-skip_headers", "-add_dir_header=true", "-vmodule=service=5,lvm*=4",
+		  "-log_backtrace_at=service.c:42", "-skip_log_headers", "-one_output=false");
+	ck_assert(!cfg.log.to_stderr);
+	ck_assert(cfg.log.also_stderr);
+	ck_assert_int_eq(cfg.log.stderr_threshold, 1);
+	ck_assert_str_eq(cfg.log.file, "/var/log/pmem.log");
+	ck_assert_str_eq(cfg.log.dir, "/var/log");
+	ck_assert_uint_eq(cfg.log.file_max_mb, 10);
+	ck_assert(cfg.log.skip_headers);
+	ck_assert(cfg.log.add_dir_header);
+	ck_assert_str_eq(cfg.log.vmodule, "service=5,lvm*=4");
+	ck_assert_str_eq(cfg.log.backtrace_at, "service.c:42");
+	ck_assert_uint_eq(cfg.n_ignored, 2);
+	ASSERT_OK("-stderrthreshold=2");
+	ck_assert_int_eq(cfg.log.stderr_threshold, 2);
+	ASSERT_REFUSED("-stderrthreshold=LOUD");
+	ASSERT_REFUSED("-logtostderr=maybe");
+	ASSERT_REFUSED("-log_file=relative.log");
+	ASSERT_REFUSED("-log_backtrace_at=nowhere");
+}
+END_TEST
+
+START_TEST(test_kube_api_and_metrics_flags)
+{
+	ASSERT_OK("-kube-api-qps=20.5", "-kube-api-burst=40", "-metricsPath=/prom");
+	ck_assert(cfg.kube_api_qps == 20.5);
+	ck_assert_int_eq(cfg.kube_api_burst, 40);
+	ck_assert_str_eq(cfg.metrics_path, "/prom");
+	ASSERT_OK(NULL);
+	ck_assert(cfg.kube_api_qps == 5);
+	ck_assert_int_eq(cfg.kube_api_burst, 10);
+	ck_assert_str_eq(cfg.metrics_path, "/metrics");
+	ASSERT_OK("-kube-api-qps", "0");
+	ck_assert(cfg.kube_api_qps == 5); /* client-go's default for 0 */
+	ASSERT_REFUSED("-kube-api-qps=fast");
+	ASSERT_REFUSED("-metricsPath=metrics");
+}
+END_TEST
+
+START_TEST(test_scheduler_flags)
+{
+	ASSERT_OK("-mode=webhooks", "-insecureSchedulerListen=:8001");
+	ck_assert_str_eq(cfg.insecure_scheduler_listen, ":8001");
+	/* HTTPS needs the certificate flags */
+	ASSERT_REFUSED("-mode=webhooks", "-schedulerListen=:8000");
+	ASSERT_OK("-mode=webhooks", "-schedulerListen=:8000", "-caFile=/c/ca.pem",
+		  "-certFile=/c/c.pem", "-keyFile=/c/k.pem");
+	ck_assert_str_eq(cfg.scheduler_listen, ":8000");
+	ASSERT_OK("-mode=node", "-schedulerListen=:8000");
+	ck_assert_uint_eq(cfg.n_ignored, 1);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -427,6 +548,17 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_control_characters_refused);
 	tcase_add_test(tc, test_positional_argument_refused);
 	tcase_add_test(tc, test_numeric_limits);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("intel");
+	tcase_add_checked_fixture(tc, NULL, teardown);
+	tcase_add_test(tc, test_intel_node_command_line);
+	tcase_add_test(tc, test_intel_webhooks_command_line);
+	tcase_add_test(tc, test_intel_convert_command_line);
+	tcase_add_test(tc, test_node_selector_values);
+	tcase_add_test(tc, test_klog_flags);
+	tcase_add_test(tc, test_kube_api_and_metrics_flags);
+	tcase_add_test(tc, test_scheduler_flags);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("info");
