@@ -20,8 +20,10 @@
 #include "daemon/csi/role.h"
 #include "daemon/metrics/http.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/node/convert.h"
 #include "daemon/node/role.h"
 #include "daemon/version.h"
+#include "daemon/webhooks/role.h"
 #include "rpc/server.h"
 #include "rpc/tls.h"
 
@@ -31,6 +33,8 @@ struct daemon {
 	struct pcsi_identity identity;
 	struct pcsi_node_role node;		/* -mode=node */
 	struct pcsi_controller_role controller; /* -mode=controller */
+	struct pcsi_webhooks_role webhooks;	/* -mode=webhooks */
+	struct pcsi_convert convert;		/* -mode=force-convert-raw-namespaces */
 	struct pcsi_http *http;			/* -metricsListen */
 	uv_signal_t sigterm, sigint;
 	struct pcsi_memtrim memtrim;
@@ -49,10 +53,20 @@ static void on_server_closed(struct pcsi_server *srv, void *data)
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
 	pcsi_memtrim_stop(&d->memtrim);
-	if (is_node(d))
+	switch (d->cfg.mode) {
+	case PCSI_MODE_NODE:
 		pcsi_node_role_close(&d->node);
-	else
+		break;
+	case PCSI_MODE_CONTROLLER:
 		pcsi_controller_role_close(&d->controller);
+		break;
+	case PCSI_MODE_WEBHOOKS:
+		pcsi_webhooks_role_close(&d->webhooks);
+		break;
+	case PCSI_MODE_CONVERT:
+		pcsi_convert_close(&d->convert);
+		break;
+	}
 }
 
 /* The role has let go (the node said goodbye to the controller): stop serving. */
@@ -100,7 +114,7 @@ static int start_metrics(struct daemon *d)
 	if (is_node(d)) {
 		o.node_id = d->cfg.node_id;
 		o.backend = d->node.backend;
-	} else {
+	} else if (d->cfg.mode == PCSI_MODE_CONTROLLER) {
 		o.collect = pcsi_controller_role_collect;
 		o.collect_data = &d->controller;
 	}
@@ -184,8 +198,20 @@ int main(int argc, char **argv)
 	uv_signal_start(&d.sigint, on_signal, SIGINT);
 	pcsi_memtrim_start(&d.memtrim, d.env.loop);
 
-	rc = is_node(&d) ? pcsi_node_role_start(&d.node)
-			 : pcsi_controller_role_start(&d.controller, &d.env);
+	switch (d.cfg.mode) {
+	case PCSI_MODE_NODE:
+		rc = pcsi_node_role_start(&d.node);
+		break;
+	case PCSI_MODE_CONTROLLER:
+		rc = pcsi_controller_role_start(&d.controller, &d.env);
+		break;
+	case PCSI_MODE_WEBHOOKS:
+		rc = pcsi_webhooks_role_start(&d.webhooks, &d.env);
+		break;
+	default:
+		rc = pcsi_convert_start(&d.convert, &d.env);
+		break;
+	}
 	if (rc < 0 || start_metrics(&d) < 0) {
 		/* Close what was opened, then report the failure. */
 		d.stopping = true;

@@ -122,6 +122,11 @@ char *pcsi_kube_escape(char *out, size_t size, const char *s)
 	return out;
 }
 
+uv_loop_t *pcsi_kube_loop(struct pcsi_kube *k)
+{
+	return k->loop;
+}
+
 static int read_small_file(const char *path, size_t max, char **out)
 {
 	FILE *f = fopen(path, "re");

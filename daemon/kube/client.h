@@ -89,6 +89,9 @@ struct pcsi_kube_call *pcsi_kube_watch(struct pcsi_kube *k, const char *path, pc
 /* Stops a request or watch: no callback runs after this. */
 void pcsi_kube_cancel(struct pcsi_kube_call *c);
 
+/* The loop the client runs on. */
+uv_loop_t *pcsi_kube_loop(struct pcsi_kube *k);
+
 /* Percent-encodes |s| for a URL query value into |out| (|size| bytes);
  * returns |out|, or NULL when it does not fit. */
 char *pcsi_kube_escape(char *out, size_t size, const char *s);
