@@ -1,0 +1,266 @@
+"""A stand-in for kube-apiserver, for integration tests of the driver's API
+client (the webhooks rescheduler, the raw-namespace conversion's relabel):
+HTTPS with a certificate for IP 127.0.0.1 and DNS kubernetes.default.svc from
+the test CA, a bearer token, HTTP/1.1 keep-alive, lists with
+resourceVersion and paging, watches as chunked streams of JSON lines (with
+timeoutSeconds and 410 Gone for a version that is too old), merge patches
+with resourceVersion preconditions (409), POST of events. The real API server
+is met in the k8s suite.
+
+    api = FakeKube(certs)              # pcsi_test.certs()
+    api.put("storageclasses", sc)      # add or replace, notifies watches
+    api.env()                          # KUBERNETES_SERVICE_HOST/_PORT
+    api.sa_dir                         # for -serviceAccountDir
+"""
+import copy
+import http.server
+import json
+import os
+import socketserver
+import ssl
+import threading
+import time
+import urllib.parse
+
+import pcsi_test as pt
+
+# collection path -> (kind name in the store, namespaced)
+COLLECTIONS = {
+    "/api/v1/persistentvolumeclaims": ("persistentvolumeclaims", True),
+    "/api/v1/nodes": ("nodes", False),
+    "/apis/storage.k8s.io/v1/storageclasses": ("storageclasses", False),
+    "/apis/storage.k8s.io/v1/csinodes": ("csinodes", False),
+}
+
+
+def merge_patch(target, patch):
+    """RFC 7386."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+class FakeKube:
+    def __init__(self, certs, page=2):
+        self.sa_dir = pt.mkdtemp("pcsi-sa-")
+        self.token = "tok-" + os.urandom(12).hex()
+        with open(os.path.join(self.sa_dir, "token"), "w") as f:
+            f.write(self.token + "\n")
+        with open(certs.ca[0]) as src, open(os.path.join(self.sa_dir, "ca.crt"), "w") as dst:
+            dst.write(src.read())
+        crt, key = pt.make_leaf(self.sa_dir, "apiserver", *certs.ca, cn="kube-apiserver",
+                                sans=["IP:127.0.0.1", "DNS:kubernetes.default.svc"])
+        self.page = page
+        self.lock = threading.Condition()
+        self.rv = 100
+        self.store = {kind: {} for kind, _ in COLLECTIONS.values()}
+        self.history = []  # (rv, kind, type, obj)
+        self.oldest_rv = 0  # watches from before this get 410
+        self.requests = []  # (method, path, authorization)
+        self.events = []
+        self.connections = 0
+        self.fail_patch = {}  # key -> HTTP status to answer once
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                super().setup()
+                with api.lock:
+                    api.connections += 1
+
+            def log_message(self, *args):
+                pass
+
+            def answer(self, code, body):
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def status(self, code, reason, msg):
+                self.answer(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                   "reason": reason, "message": msg, "code": code})
+
+            def authorized(self):
+                api.requests.append((self.command, self.path, self.headers.get("Authorization")))
+                if self.headers.get("Authorization") != "Bearer " + api.token:
+                    self.status(401, "Unauthorized", "bad token")
+                    return False
+                return True
+
+            def body(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(n) or b"null")
+
+            def do_GET(self):
+                if not self.authorized():
+                    return
+                u = urllib.parse.urlsplit(self.path)
+                q = dict(urllib.parse.parse_qsl(u.query))
+                if u.path in COLLECTIONS:
+                    kind = COLLECTIONS[u.path][0]
+                    if q.get("watch") in ("1", "true"):
+                        return self.watch(kind, int(q.get("resourceVersion") or 0),
+                                          float(q.get("timeoutSeconds") or 300))
+                    return self.list(kind, int(q.get("limit") or 0), q.get("continue"))
+                if u.path.startswith("/api/v1/nodes/"):
+                    with api.lock:
+                        obj = api.store["nodes"].get(u.path[len("/api/v1/nodes/"):])
+                    if not obj:
+                        return self.status(404, "NotFound", "nodes %r not found" % u.path)
+                    return self.answer(200, obj)
+                self.status(404, "NotFound", "no such path")
+
+            def list(self, kind, limit, cont):
+                with api.lock:
+                    items = [api.store[kind][k] for k in sorted(api.store[kind])]
+                    rv = api.rv
+                start = int(cont) if cont else 0
+                page = items[start:start + limit] if limit else items[start:]
+                meta = {"resourceVersion": str(rv)}
+                if limit and start + limit < len(items):
+                    meta["continue"] = str(start + limit)
+                self.answer(200, {"kind": "List", "apiVersion": "v1", "metadata": meta, "items": page})
+
+            def chunk(self, obj):
+                data = (json.dumps(obj) + "\n").encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def watch(self, kind, since, timeout):
+                if since and since < api.oldest_rv:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.chunk({"type": "ERROR", "object": {"kind": "Status", "code": 410,
+                                                            "reason": "Expired", "message": "too old"}})
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                deadline = time.monotonic() + min(timeout, api.watch_timeout)
+                seen = since
+                try:
+                    while time.monotonic() < deadline:
+                        with api.lock:
+                            new = [h for h in api.history if h[0] > seen and h[1] == kind]
+                            if not new:
+                                api.lock.wait(0.2)
+                                continue
+                        for rv, _, typ, obj in new:
+                            self.chunk({"type": typ, "object": obj})
+                            seen = rv
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+                    self.close_connection = True
+
+            def do_PATCH(self):
+                if not self.authorized():
+                    return
+                parts = self.path.split("?")[0].strip("/").split("/")
+                patch = self.body()
+                if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
+                    kind, key = "nodes", parts[3]
+                elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 and \
+                        parts[4] == "persistentvolumeclaims":
+                    kind, key = "persistentvolumeclaims", parts[3] + "/" + parts[5]
+                else:
+                    return self.status(404, "NotFound", "no such path")
+                if self.headers.get("Content-Type") != "application/merge-patch+json":
+                    return self.status(415, "UnsupportedMediaType", "merge patches only")
+                with api.lock:
+                    obj = api.store[kind].get(key)
+                    code = api.fail_patch.pop(key, None)
+                    if obj is None:
+                        return self.status(404, "NotFound", "%s %s not found" % (kind, key))
+                    if code:
+                        if code == 409:  # someone else changed it just before
+                            api._store_locked(kind, obj, "MODIFIED")
+                        return self.status(code, "Injected", "injected failure")
+                    want = (patch.get("metadata") or {}).get("resourceVersion")
+                    if want and want != obj["metadata"]["resourceVersion"]:
+                        return self.status(409, "Conflict", "the object has been modified")
+                    new = merge_patch(obj, patch)
+                    api._store_locked(kind, new, "MODIFIED")
+                self.answer(200, new)
+
+            def do_POST(self):
+                if not self.authorized():
+                    return
+                parts = self.path.strip("/").split("/")
+                if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "events":
+                    ev = self.body()
+                    with api.lock:
+                        api.events.append(ev)
+                    return self.answer(201, ev)
+                self.status(404, "NotFound", "no such path")
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.watch_timeout = 300
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(crt, key)
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def env(self):
+        return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.port)}
+
+    @staticmethod
+    def key(obj):
+        m = obj["metadata"]
+        return (m["namespace"] + "/" + m["name"]) if m.get("namespace") else m["name"]
+
+    def _store_locked(self, kind, obj, typ):
+        self.rv += 1
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        obj["metadata"].setdefault("uid", "uid-%d" % self.rv)
+        if typ == "DELETED":
+            self.store[kind].pop(self.key(obj), None)
+        else:
+            self.store[kind][self.key(obj)] = obj
+        self.history.append((self.rv, kind, typ, obj))
+        self.lock.notify_all()
+        return obj
+
+    def put(self, kind, obj):
+        with self.lock:
+            typ = "MODIFIED" if self.key(obj) in self.store[kind] else "ADDED"
+            return self._store_locked(kind, obj, typ)
+
+    def delete(self, kind, key):
+        with self.lock:
+            obj = self.store[kind].get(key)
+            if obj:
+                self._store_locked(kind, obj, "DELETED")
+
+    def get(self, kind, key):
+        with self.lock:
+            return copy.deepcopy(self.store[kind].get(key))
+
+    def expire_history(self):
+        """Watches from any version seen so far now get 410 Gone."""
+        with self.lock:
+            self.oldest_rv = self.rv + 1
+            self.history.clear()
+            self.lock.notify_all()
+
+    def stop(self):
+        self.httpd.shutdown()

@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""-mode=webhooks (Intel PMEM-CSI v1.1's controller Deployment) against a
+stand-in API server (fake_kube.py): the PVC rescheduler gives a pending PVC
+back to the scheduler exactly when its selected node has no driver and is not
+meant to run one; the Kubernetes API client under it (lists in pages,
+watches, 410 Gone, conflicts, kept connections, the token). TAP output.
+
+usage: test_webhooks.py PATH-TO-pmem-csi-driver
+"""
+import os
+import sys
+import time
+import urllib.request
+
+import pcsi_test as pt
+import fake_kube
+
+DRIVER = pt.driver_path()
+t = pt.TAP()
+C = pt.certs()
+DRV = "pmem-csi.intel.com"
+SEL = "volume.kubernetes.io/selected-node"
+METRICS = pt.free_port()
+api = fake_kube.FakeKube(C)
+
+
+def node(name, labels):
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+def csinode(name, drivers):
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": name},
+            "spec": {"drivers": [{"name": d, "nodeID": name} for d in drivers]}}
+
+
+def sc(name, prov):
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+            "provisioner": prov, "volumeBindingMode": "WaitForFirstConsumer"}
+
+
+def pvc(name, cls, node_name, phase="Pending", ann=None):
+    a = dict(ann or {})
+    if node_name:
+        a[SEL] = node_name
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": "default", "annotations": a},
+            "spec": {"storageClassName": cls}, "status": {"phase": phase}}
+
+
+def selected(name):
+    return (api.get("persistentvolumeclaims", "default/" + name)["metadata"].get("annotations") or {}).get(SEL)
+
+
+def wait_for(cond, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return time.monotonic()
+        time.sleep(0.1)
+    raise pt.TestFailure("timed out after %d s: %s\n%s" % (timeout, what, d.stderr_text()[-3000:]))
+
+
+api.put("storageclasses", sc("pmem", DRV))
+api.put("storageclasses", sc("other", "other.example.com"))
+api.put("nodes", node("with-driver", {"storage": "pmem"}))
+api.put("nodes", node("no-label", {"kubernetes.io/hostname": "no-label"}))
+api.put("nodes", node("labelled-starting", {"storage": "pmem"}))
+api.put("csinodes", csinode("with-driver", [DRV, "other.example.com"]))
+api.put("csinodes", csinode("no-label", ["other.example.com"]))
+# More PVCs than one list page (the stand-in pages by 2).
+api.put("persistentvolumeclaims", pvc("on-driver", "pmem", "with-driver"))
+api.put("persistentvolumeclaims", pvc("on-no-label", "pmem", "no-label"))
+api.put("persistentvolumeclaims", pvc("on-gone-node", "pmem", "gone"))
+api.put("persistentvolumeclaims", pvc("on-starting", "pmem", "labelled-starting"))
+api.put("persistentvolumeclaims", pvc("other-class", "other", "no-label"))
+api.put("persistentvolumeclaims", pvc("by-annotation", "", "no-label",
+                                      ann={"volume.kubernetes.io/storage-provisioner": DRV}))
+api.put("persistentvolumeclaims", pvc("bound", "pmem", "no-label", phase="Bound"))
+
+args = ["-v=4", "-logging-format=text", "-mode=webhooks", "-drivername=" + DRV,
+        '-nodeSelector={"storage":"pmem"}', "-metricsListen=127.0.0.1:%d" % METRICS,
+        "-serviceAccountDir=" + api.sa_dir]
+os.environ.update(api.env())
+d = pt.Daemon(DRIVER, args, name="webhooks")
+d.start(wait=False)
+for k in api.env():
+    os.environ.pop(k)
+
+
+@t.test("starts with Intel's webhooks command line and serves /metrics/simple")
+def _():
+    def up():
+        try:
+            return b"build_info" in urllib.request.urlopen(
+                "http://127.0.0.1:%d/metrics/simple" % METRICS, timeout=2).read()
+        except OSError:
+            return False
+    wait_for(up, 20, "metrics endpoint")
+    pt.check(d.running(), "exited:\n" + d.stderr_text())
+
+
+@t.test("PVCs on a node without the driver and without the label, or on a node that is gone, "
+        "are given back to the scheduler, with a Warning event")
+def _():
+    t0 = time.monotonic()
+    wait_for(lambda: selected("on-no-label") is None and selected("on-gone-node") is None
+             and selected("by-annotation") is None, 20, "three PVCs rescheduled")
+    t.diag("rescheduled %.1f s after start" % (time.monotonic() - t0))
+    wait_for(lambda: len(api.events) >= 3, 10, "three events")
+    names = sorted(e["involvedObject"]["name"] for e in api.events)
+    pt.check(names == ["by-annotation", "on-gone-node", "on-no-label"], "events: %r" % names)
+    for e in api.events:
+        pt.check(e["type"] == "Warning" and e["reason"] == "ProvisioningFailed" and
+                 e["involvedObject"]["kind"] == "PersistentVolumeClaim" and e["involvedObject"]["uid"],
+                 "event: %r" % e)
+
+
+@t.test("left alone: a node with the driver, a labelled node whose driver is starting, "
+        "another driver's class, a bound PVC")
+def _():
+    time.sleep(1.5)
+    for name, node_name in (("on-driver", "with-driver"), ("on-starting", "labelled-starting"),
+                            ("other-class", "no-label"), ("bound", "no-label")):
+        pt.check(selected(name) == node_name, "%s: %r" % (name, selected(name)))
+
+
+@t.test("a PVC that appears later is seen through the watch")
+def _():
+    api.put("persistentvolumeclaims", pvc("late", "pmem", "no-label"))
+    t0 = time.monotonic()
+    wait_for(lambda: selected("late") is None, 10, "late PVC rescheduled")
+    t.diag("%.2f s from the PVC's creation to its rescheduling" % (time.monotonic() - t0))
+
+
+@t.test("a node that loses its driver and its label: its PVCs follow (CSINode watch)")
+def _():
+    api.put("nodes", node("with-driver", {}))
+    api.put("csinodes", csinode("with-driver", ["other.example.com"]))
+    wait_for(lambda: selected("on-driver") is None, 10, "on-driver rescheduled")
+
+
+@t.test("a PVC that changed meanwhile (409) is looked at again and left as it now is")
+def _():
+    api.fail_patch["default/conflict"] = 409
+    api.put("persistentvolumeclaims", pvc("conflict", "pmem", "no-label"))
+    wait_for(lambda: selected("conflict") is None, 10, "conflict PVC rescheduled after a retry")
+    pt.check("changed meanwhile" in d.stderr_text(), "the conflict was not logged")
+
+
+@t.test("410 Gone on a watch: the informers list again and go on")
+def _():
+    api.watch_timeout = 1  # watches end quickly, are resumed from an expired version
+    api.expire_history()
+    time.sleep(2.5)
+    api.put("persistentvolumeclaims", pvc("after-gone", "pmem", "no-label"))
+    wait_for(lambda: selected("after-gone") is None, 15, "PVC after a relist")
+    api.watch_timeout = 300
+
+
+@t.test("requests carry the token, which is never logged; connections are kept")
+def _():
+    pt.check(all(a == "Bearer " + api.token for _, _, a in api.requests), "a request without the token")
+    pt.check(api.token not in d.stderr_text(), "the token was logged")
+    pt.check(api.connections < len(api.requests),
+             "%d connections for %d requests" % (api.connections, len(api.requests)))
+    t.diag("%d requests over %d connections" % (len(api.requests), api.connections))
+
+
+@t.test("SIGTERM: exits 0")
+def _():
+    rc = d.stop()
+    pt.check(rc == 0, "exit status %r" % rc)
+
+
+sys.exit(t.main(teardown=api.stop))
