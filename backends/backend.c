@@ -65,7 +65,10 @@ uint64_t pcsi_align_up(uint64_t v, uint64_t align)
 int pcsi_backend_new(uv_loop_t *loop, const struct pcsi_backend_config *cfg,
 		     struct pcsi_backend **ret, char *err, size_t errlen)
 {
-	const char *name = !strcmp(cfg->name, "ndctl") ? "direct" : cfg->name;
+	/* Aliases: Intel's names for the direct and its in-memory test backend. */
+	const char *name = !strcmp(cfg->name, "ndctl")	? "direct"
+			   : !strcmp(cfg->name, "fake") ? "fake-for-testing-only"
+							: cfg->name;
 	struct pcsi_backend *be;
 	size_t i;
 	int rc;

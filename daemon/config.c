@@ -376,7 +376,7 @@ static int validate(struct pcsi_config *c, FILE *err)
 		return -EINVAL;
 	}
 	if (strcmp(c->device_manager, "lvm") && strcmp(c->device_manager, "direct") &&
-	    strcmp(c->device_manager, "ndctl") &&
+	    strcmp(c->device_manager, "ndctl") && strcmp(c->device_manager, "fake") &&
 	    strcmp(c->device_manager, "fake-for-testing-only")) {
 		fprintf(err, "pmem-csi-driver: -deviceManager=%s: expected lvm or direct\n",
 			c->device_manager);

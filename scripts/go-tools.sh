@@ -7,6 +7,8 @@
 #                                for each
 #   go-tools.sh --path TOOL      print TOOL's binary path; exit 1 if it is not built
 #   go-tools.sh --list           print the table below
+#   go-tools.sh --source TOOL    print the directory of TOOL's module source in
+#                                the module cache (downloaded if needed)
 #   go-tools.sh --versions TOOL  released versions of TOOL's module (proxy), to
 #                                choose a new pin; nothing is built
 #
@@ -56,6 +58,7 @@ grpc-goref*      local:tests/bench/goref@v1.85.0                              .
 prometheus       github.com/prometheus/prometheus@v0.316.0                    github.com/prometheus/prometheus/cmd/prometheus  -tags=remove_all_sd,enable_kubernetes_sd
 e2e.test         local:tests/k8s/tools/e2e@v1.36.1                            .
 intel-pmem-csi   github.com/intel/pmem-csi@v1.1.0                             ./cmd/pmem-csi-driver
+intel-operator-cmdlines* github.com/intel/pmem-csi@v1.1.0                     ./cmd/pcsi-operator-cmdlines
 agnhost          local:tests/k8s/tools/e2e@v1.36.1                            k8s.io/kubernetes/test/images/agnhost
 ginkgo           local:tests/k8s/tools/e2e@v1.36.1                            github.com/onsi/ginkgo/v2/ginkgo
 '
@@ -86,10 +89,15 @@ lookup() {
 		;;
 	esac
 	patch_dir=
+	tree_dir=
 	case $pkg in
 	./*)
 		patch_dir=$top/tests/tools/patches/$name-$ver
 		[ -d "$patch_dir" ] && bin=$bin-$(cat "$patch_dir"/*.patch | sha256sum | cut -c1-12)
+		# A program of ours built inside the module (it uses the module's
+		# packages): tests/tools/NAME/ becomes the package directory.
+		tree_dir=$top/tests/tools/$name
+		[ -d "$tree_dir" ] && bin=$bin-$(cat "$tree_dir"/* | sha256sum | cut -c1-12)
 		;;
 	esac
 }
@@ -105,6 +113,9 @@ from_source() (
 		for p in "$patch_dir"/*.patch; do
 			patch -p1 --forward --batch <"$p" || { echo "$p does not apply"; return 1; }
 		done
+	fi
+	if [ -n "$tree_dir" ] && [ -d "$tree_dir" ]; then
+		mkdir -p "$pkg" && cp "$tree_dir"/* "$pkg"/ || return 1
 	fi
 	CGO_ENABLED=1 "$gobin" build -mod=mod -trimpath -ldflags="-s -w" -o "$tmp/$(basename "$pkg")" "$pkg"
 )
@@ -219,6 +230,14 @@ case ${1:-} in
 	;;
 --list)
 	printf '%s\n' "$TOOLS" | awk 'NF'
+	;;
+--source)
+	[ $# -eq 2 ] || die "usage: $0 --source TOOL"
+	lookup "$2"
+	find_go
+	dir=$(cd / && "$gobin" mod download -json "$mod@$ver" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
+	[ -d "$dir" ] || die "no source for $mod@$ver"
+	echo "$dir"
 	;;
 --versions)
 	[ $# -eq 2 ] || die "usage: $0 --versions TOOL"
