@@ -97,7 +97,9 @@ lookup() {
 		# A program of ours built inside the module (it uses the module's
 		# packages): tests/tools/NAME/ becomes the package directory.
 		tree_dir=$top/tests/tools/$name
-		[ -d "$tree_dir" ] && bin=$bin-$(cat "$tree_dir"/* | sha256sum | cut -c1-12)
+		if [ -d "$tree_dir" ]; then
+			bin=$bin-$(cat "$tree_dir"/* | sha256sum | cut -c1-12)
+		fi
 		;;
 	esac
 }

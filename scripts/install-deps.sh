@@ -8,7 +8,7 @@ PKGS="
   build-essential meson ninja-build pkg-config clang-format clang libclang-rt-14-dev
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev libssl-dev
   libh2o-dev libndctl-dev libdaxctl-dev libjson-c-dev libmount-dev libblkid-dev
-  check valgrind openssl patch
+  check valgrind openssl patch python3-yaml
   python3 python3-grpcio python3-protobuf python3-h2 python3-matplotlib protobuf-compiler
   nghttp2-client
   qemu-system-x86 linux-image-amd64 busybox-static kmod cpio udev xz-utils
