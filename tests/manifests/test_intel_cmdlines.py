@@ -215,7 +215,47 @@ def run_line(i, args, api):
     return problems, text, argv
 
 
+# A value for each of Intel's flags whose type alone does not say what fits.
+SAMPLES = {"deviceManager": "direct", "log_backtrace_at": "service.c:10", "logging-format": "json",
+           "mode": "webhooks", "nodeSelector": '{"storage":"pmem"}', "stderrthreshold": "WARNING",
+           "v": "4", "vmodule": "lvm=5", "metricsPath": "/metrics", "statePath": "/var/lib/x",
+           "log_dir": "/var/log", "log_file": "/var/log/x.log", "endpoint": "unix:///tmp/x.sock",
+           "metricsListen": ":10010", "schedulerListen": ":8000", "insecureSchedulerListen": ":8001"}
+
+
+def every_intel_flag():
+    """Each flag Intel's v1.1.0 binary lists in -help, with a value of its
+    type, followed by -version: ours must parse it (exit 0, no refusal)."""
+    intel = go_tools("intel-pmem-csi").split()[-1]
+    r = subprocess.run([intel, "-help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    flags = re.findall(r"^  -(\S+)(?: (\S+))?", r.stdout, re.M)
+    if len(flags) < 20:
+        return "only %d flags in Intel's -help:\n%s" % (len(flags), r.stdout)
+    bad = []
+    for name, typ in flags:
+        if name in ("version",):
+            continue
+        if not typ:  # boolean
+            tries = ["-" + name, "-%s=false" % name, "--%s=true" % name]
+        else:
+            v = SAMPLES.get(name, {"int": "3", "uint": "3", "float": "2.5"}.get(typ, "x"))
+            tries = ["-%s=%s" % (name, v), "--%s" % name, v]
+            tries = [tries[0], tries[1] + "=" + v, "-" + name + " " + v]
+        for a in tries:
+            argv = [DRIVER] + a.split(" ", 1) + ["-version"]
+            p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if p.returncode != 0 or "pmem-csi-driver" not in p.stdout:
+                bad.append("%s: exit %d: %s" % (a, p.returncode, p.stdout.strip()))
+    t.diag("Intel's -help lists %d flags" % len(flags))
+    return "\n".join(bad)
+
+
 def main():
+    problems = every_intel_flag()
+    if problems:
+        t.not_ok("every flag in Intel v1.1.0's -help is accepted, in each Go spelling", problems)
+    else:
+        t.ok("every flag in Intel v1.1.0's -help is accepted, in each Go spelling")
     src = go_tools("--source", "intel-pmem-csi").strip()
     files, yaml_lines = from_yaml(src)
     op_lines = from_operator()
