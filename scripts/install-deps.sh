@@ -1,27 +1,48 @@
 #!/bin/sh
-# Installs every Debian 12 package that the build, the tests, the benchmarks and the
-# demo need. The README's Quick start and .ci/run both call this script, so a fresh
-# machine and CI install exactly the same set.
+# install-deps.sh [--tests]
+#
+# Installs the Debian 12 packages the project needs, in two sets, so that a
+# fresh machine and CI install exactly the same (the README's Quick start and
+# .ci/run both come here, through this script only):
+#   (no flag)  what building the driver and running the demo need
+#              (scripts/demo.sh): the README's first line
+#   --tests    also what the test suites and benchmarks need, and the npm
+#              packages of the manifest tests (scripts/run-tests.sh, the
+#              README's second line, calls it so). The pinned Go tools the
+#              tests use are not built here: scripts/run-tests.sh builds them
+#              (scripts/go-tools.sh, cached outside the work tree).
 set -eu
 
-PKGS="
-  build-essential meson ninja-build pkg-config clang-format clang libclang-rt-14-dev
+DEMO="
+  build-essential meson ninja-build pkg-config check
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev libssl-dev
-  libh2o-dev libndctl-dev libdaxctl-dev libjson-c-dev libmount-dev libblkid-dev
-  check valgrind openssl patch python3-yaml
-  python3 python3-grpcio python3-protobuf python3-h2 python3-matplotlib protobuf-compiler
-  nghttp2-client
+  libh2o-dev libndctl-dev libdaxctl-dev libjson-c-dev libmount-dev libblkid-dev uuid-dev
+  openssl python3 python3-grpcio python3-protobuf protobuf-compiler
   qemu-system-x86 linux-image-amd64 busybox-static kmod cpio udev xz-utils
-  ndctl daxctl lvm2 e2fsprogs xfsprogs util-linux uuid-dev
-  prometheus curl
-  containerd runc containernetworking-plugins iptables
+  ndctl daxctl lvm2 e2fsprogs xfsprogs util-linux
 "
+TESTS="
+  clang-format clang libclang-rt-14-dev valgrind patch
+  python3-h2 python3-matplotlib python3-yaml nghttp2-client
+  prometheus curl file parted
+  containerd runc containernetworking-plugins iptables
+  nodejs npm
+"
+
+tests=false
+case ${1:-} in
+--tests) tests=true ;;
+"") ;;
+*) echo "usage: install-deps.sh [--tests]" >&2; exit 2 ;;
+esac
 
 if [ "$(id -u)" != 0 ]; then
 	echo "install-deps: run as root (apt-get)" >&2
 	exit 1
 fi
 
+PKGS=$DEMO
+$tests && PKGS="$PKGS $TESTS"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
@@ -30,22 +51,19 @@ if [ -z "$missing" ]; then
 	echo "install-deps: all Debian packages present"
 else
 	echo "install-deps: installing:$missing"
-	export DEBIAN_FRONTEND=noninteractive
+	# INITRD=No: the guests boot the kernel with an initramfs of their own
+	# (tests/vm/vm-run), so the package's own is not made (half a minute).
+	export DEBIAN_FRONTEND=noninteractive INITRD=No
 	apt-get update -qq
 	# shellcheck disable=SC2086
 	apt-get install -y -qq --no-install-recommends $missing
 fi
 
-# npm packages of the manifest tests (Kubernetes API schemas), pinned by
-# tests/manifests/package-lock.json.
-command -v npm >/dev/null 2>&1 || {
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends nodejs npm
-}
-tm="$(cd "$(dirname "$0")/.." && pwd)/tests/manifests"
-if [ ! "$tm/node_modules/.package-lock.json" -nt "$tm/package-lock.json" ]; then
-	npm ci --prefix "$tm" --no-audit --no-fund
+if $tests; then
+	# npm packages of the manifest tests (Kubernetes API schemas), pinned by
+	# tests/manifests/package-lock.json.
+	tm="$(cd "$(dirname "$0")/.." && pwd)/tests/manifests"
+	if [ ! "$tm/node_modules/.package-lock.json" -nt "$tm/package-lock.json" ]; then
+		npm ci --prefix "$tm" --no-audit --no-fund
+	fi
 fi
-# The pinned Go tools the tests use (csi-sanity, the Kubernetes components, the
-# CSI provisioner, CoreDNS), built once into /var/cache/pmem-csi.
-"$(dirname "$0")/go-tools.sh"

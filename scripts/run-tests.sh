@@ -18,9 +18,26 @@
 # a skipped vm, conformance or k8s suite counts as a failure: the guest tests
 # must run there.
 #
+# First it installs what the tests need (scripts/install-deps.sh --tests:
+# Debian and npm packages) and builds the pinned Go tools they use
+# (scripts/go-tools.sh: csi-sanity, Kubernetes, the CSI sidecars, Intel's
+# PMEM-CSI, ...; cached in /var/cache/pmem-csi, so only a first run builds).
+#
 # Usage: scripts/run-tests.sh [meson test args...]   (e.g. --suite unit)
 set -u
 cd "$(dirname "$0")/.."
+echo "=== install-deps.sh --tests ($(date -u +%H:%M:%S)) ==="
+if ! ./scripts/install-deps.sh --tests; then
+	echo "install-deps.sh --tests failed"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+echo "=== go-tools.sh ($(date -u +%H:%M:%S), ${SECONDS}s in) ==="
+if ! ./scripts/go-tools.sh >/dev/null; then
+	echo "go-tools.sh failed"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
 results=()
 status=0
 required=()

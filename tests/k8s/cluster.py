@@ -56,16 +56,17 @@ def log(msg):
 
 
 def go_tool(name):
-    """The binary of a pinned Go tool (scripts/go-tools.sh), or the one named
-    by PCSI_TOOL_<NAME> (e.g. PCSI_TOOL_KUBE) in the environment."""
+    """The binary of a pinned Go tool (scripts/go-tools.sh builds it if it is
+    not in its cache yet), or the one named by PCSI_TOOL_<NAME> (e.g.
+    PCSI_TOOL_KUBE) in the environment."""
     own = os.environ.get("PCSI_TOOL_" + name.upper().replace("-", "_"))
     if own:
         return own
-    r = subprocess.run([os.path.join(TOP, "scripts", "go-tools.sh"), "--path", name],
+    r = subprocess.run([os.path.join(TOP, "scripts", "go-tools.sh"), name],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
-        raise RuntimeError("%s is not built: run scripts/go-tools.sh (%s)" % (name, r.stderr.strip()))
-    return r.stdout.strip()
+        raise RuntimeError("cannot build %s (scripts/go-tools.sh): %s" % (name, r.stderr.strip()[-2000:]))
+    return r.stdout.split()[-1]
 
 
 def openssl(*args, cwd):
@@ -74,7 +75,7 @@ def openssl(*args, cwd):
 
 
 class Cluster:
-    def __init__(self, workdir, driver, guest_mem="3G", timeout=3600, e2e_images=False):
+    def __init__(self, workdir, driver, guest_mem="3G", timeout=3600, e2e_images=False, intel=False):
         self.work = os.path.abspath(workdir)
         self.driver = driver
         self.ns = "pcsi-k8s-%d" % os.getpid()
@@ -82,6 +83,7 @@ class Cluster:
         self.guests = {}
         self.guest_mem = guest_mem
         self.e2e_images = e2e_images  # also the images Kubernetes' e2e tests ask for
+        self.intel = intel  # also Intel PMEM-CSI v1.1.0's images (images.intel_images())
         # PMEM per node: 2 GiB; 4 GiB for Kubernetes' e2e tests, whose
         # volume-expand specs grow a volume by 1 GiB while other specs run.
         self.nvdimm_size = "4G" if e2e_images else "2G"
@@ -322,8 +324,13 @@ class Cluster:
         t0 = time.monotonic()
         os.makedirs(self.work, exist_ok=True)
         tools = {t: go_tool(t) for t in ("csi-provisioner", "csi-resizer", "csi-snapshotter", "snapshot-controller",
-                                         "coredns") + (("agnhost",) if self.e2e_images else ())}
-        tars = images.build_all(image_dir, self.driver, tools, e2e=self.e2e_images)
+                                         "coredns") + (("agnhost",) if self.e2e_images else ())
+                 + (("intel-pmem-csi",) if self.intel else ())}
+        if self.intel:
+            # next to the driver in the same build directory
+            tools["pcsi-registrar"] = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(self.driver))),
+                                                   "tests", "tools", "pcsi-registrar")
+        tars = images.build_all(image_dir, self.driver, tools, e2e=self.e2e_images, intel=self.intel)
         log("images built (%.0f s)" % (time.monotonic() - t0))
         self.make_pki()
         self.make_net()

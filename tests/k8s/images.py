@@ -202,6 +202,19 @@ def driver_rootfs(driver):
     return r
 
 
+def intel_rootfs(intel):
+    """Intel PMEM-CSI v1.1.0's image as its Dockerfile makes it: its driver
+    (built from its source by scripts/go-tools.sh) on Debian with file,
+    xfsprogs, e2fsprogs, lvm2, ndctl and parted (here Debian 12's)."""
+    r = debian_rootfs(("dash", "coreutils", "util-linux", "mount", "e2fsprogs", "xfsprogs", "lvm2",
+                       "ndctl", "file", "parted", "kmod"))
+    r.add_binary(intel, "/usr/local/bin/pmem-csi-driver")
+    for f in ("/etc/mke2fs.conf", "/etc/lvm/lvm.conf", "/usr/share/misc/magic.mgc", "/usr/lib/file/magic.mgc"):
+        if os.path.exists(f):
+            r._add_real(f)
+    return r
+
+
 def static_rootfs(binary, dest):
     r = Rootfs()
     r.add_binary(binary, dest)
@@ -295,10 +308,30 @@ def build_pause(outdir):
     return exe
 
 
-def build_all(outdir, driver, tools, e2e=False):
+# Intel PMEM-CSI v1.1.0's deployment files name these images. The
+# provisioner is v6.3.0 under v3.2.1's name (the Go module proxy serves no
+# release before v6; v6.3.0 takes every flag the YAML gives v3.2.1); the
+# registrar is our stand-in (tests/tools/pcsi-registrar.c: no release of
+# node-driver-registrar is served at all).
+INTEL_DRIVER = "docker.io/intel/pmem-csi-driver:v1.1.0"
+INTEL_PROVISIONER = "registry.k8s.io/sig-storage/csi-provisioner:v3.2.1"
+INTEL_REGISTRAR = "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.5.1"
+
+
+def intel_images(tools):
+    return {
+        INTEL_DRIVER: (intel_rootfs(tools["intel-pmem-csi"]), ["/usr/local/bin/pmem-csi-driver"], None),
+        INTEL_PROVISIONER: (static_rootfs(tools["csi-provisioner"], "/csi-provisioner"), ["/csi-provisioner"], None),
+        INTEL_REGISTRAR: (static_rootfs(tools["pcsi-registrar"], "/csi-node-driver-registrar"),
+                          ["/csi-node-driver-registrar"], None),
+    }
+
+
+def build_all(outdir, driver, tools, e2e=False, intel=False):
     """The images the cluster and its tests use; |tools| maps a Go tool name
     to its binary (scripts/go-tools.sh). With |e2e|, also e2e_images() (then
-    |tools| names agnhost too). Returns {ref: tarball path}."""
+    |tools| names agnhost too); with |intel|, intel_images() (|tools| names
+    intel-pmem-csi and pcsi-registrar). Returns {ref: tarball path}."""
     os.makedirs(outdir, exist_ok=True)
     imgs = {
         "docker.io/library/pmem-csi-driver:0.1.0":
@@ -320,6 +353,8 @@ def build_all(outdir, driver, tools, e2e=False):
     }
     if e2e:
         imgs.update(e2e_images(tools["agnhost"]))
+    if intel:
+        imgs.update(intel_images(tools))
     out = {}
     for ref, (rootfs, ep, cmd, *env) in imgs.items():
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", ref)

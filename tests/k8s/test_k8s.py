@@ -52,8 +52,11 @@ t = pt.TAP()
 timings = {}
 
 
+INTEL = os.environ.get("PCSI_K8S_INTEL", "1") != "0"
+
+
 def _up():
-    c = kc.Cluster(WORK, DRIVER, e2e_images=E2E)
+    c = kc.Cluster(WORK, DRIVER, e2e_images=E2E, intel=INTEL)
     try:
         timings["cluster start"] = c.up(os.path.join(WORK, "images"))
     except Exception:
@@ -562,6 +565,153 @@ def _():
     e2e_subset("distributed")
 
 
+# ---------------------------------------------------------------------------- Intel PMEM-CSI v1.1.0 users
+
+OUR_IMAGE = "pmem-csi-driver:0.1.0"  # as the shipped manifests name it
+INTEL_NAME = "pmem-csi-intel-com"
+
+
+def intel_source(*p):
+    src = subprocess.run([os.path.join(TOP, "scripts", "go-tools.sh"), "--source", "intel-pmem-csi"],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+    return os.path.join(src, *p)
+
+
+def intel_yaml(image=None):
+    """Intel's deploy/kubernetes-1.25/pmem-csi-lvm.yaml (lvm, production) as
+    it is, or with only the driver image replaced."""
+    text = open(intel_source("deploy", "kubernetes-1.25", "pmem-csi-lvm.yaml")).read()
+    if image:
+        text = text.replace("image: intel/pmem-csi-driver:v1.1.0", "image: " + image)
+    return text
+
+
+def intel_pods(selector):
+    return kj("-n", NS, "get", "pods", "-l", selector)["items"]
+
+
+def intel_rollout():
+    rollout("deployment", INTEL_NAME + "-controller")
+    rollout("daemonset", INTEL_NAME + "-node")
+
+
+def driver_images():
+    """The images the driver containers of Intel's objects run."""
+    out = {}
+    for kind, name in (("deployment", "controller"), ("daemonset", "node"), ("daemonset", "node-setup")):
+        spec = kj("-n", NS, "get", kind, "%s-%s" % (INTEL_NAME, name))["spec"]["template"]["spec"]
+        out[name] = [c["image"] for c in spec["containers"] if c["name"] == "pmem-driver"][0]
+    return out
+
+
+def intel_app(name, node, pvc):
+    k("apply", "-f", "-", input=pvc_yaml(pvc, "pmem-csi-sc-late-binding", "96Mi"))
+    k("apply", "-f", "-", input=pod_yaml(name, node, claim=pvc,
+                                         cmd="echo %s > /data/f && sync && cat /data/f && exec sleep 100000" % name))
+    wait_pod_running(name)
+    logs_until(name, r"^%s$" % name)
+
+
+@t.test("intel: ours removed; Intel's v1.1.0 lvm YAML applied as it is (Intel's own driver, its "
+        "provisioner and registrar images, nodes labelled storage=pmem): webhooks controller and node pods ready")
+@timed("intel deploy")
+def _():
+    if not INTEL:
+        raise pt.Skip("PCSI_K8S_INTEL=0")
+    k("delete", "-k", manifests("distributed"), "--wait=true", "--ignore-not-found", timeout=600)
+    wait_gone("namespace", NS, timeout=600)
+    k("label", "nodes", "node-x", "node-y", "storage-", "--overwrite")
+    k("label", "nodes", "node-x", "node-y", "storage=pmem", "--overwrite")
+    k("create", "namespace", NS)
+    k("apply", "-f", "-", input=intel_yaml())
+    k("apply", "-f", intel_source("deploy", "common", "pmem-storageclass-late-binding.yaml"))
+    intel_rollout()
+    pt.check(set(driver_images().values()) == {"intel/pmem-csi-driver:v1.1.0"}, "images %r" % driver_images())
+
+
+@t.test("intel: Intel's driver binds a late-binding PVC on each node; the pods write files")
+@timed("intel volumes")
+def _():
+    if not INTEL:
+        raise pt.Skip("PCSI_K8S_INTEL=0")
+    intel_app("intel-x", "node-x", "intel-pvc-x")
+    intel_app("intel-y", "node-y", "intel-pvc-y")
+
+
+@t.test("intel: the switch: only the driver image changed to ours (kubectl set image); the pods keep "
+        "running with their data, the volumes Intel made are ours to delete, new PVCs bind")
+@timed("intel switch")
+def _():
+    if not INTEL:
+        raise pt.Skip("PCSI_K8S_INTEL=0")
+    before = {p["metadata"]["name"]: p["status"]["containerStatuses"][0]["restartCount"]
+              for p in (kj("get", "pod", "intel-x"), kj("get", "pod", "intel-y"))}
+    for kind, name in (("deployment", "controller"), ("daemonset", "node"), ("daemonset", "node-setup")):
+        k("-n", NS, "set", "image", "%s/%s-%s" % (kind, INTEL_NAME, name), "pmem-driver=" + OUR_IMAGE)
+    intel_rollout()
+    pt.check(set(driver_images().values()) == {OUR_IMAGE}, "images %r" % driver_images())
+    logs = k("-n", NS, "logs", "deployment/%s-controller" % INTEL_NAME, "-c", "pmem-driver").stdout
+    pt.check("mode=webhooks" in logs and "rescheduler: watching PVCs" in logs, "webhooks log:\n" + logs[-2000:])
+    for name in ("intel-x", "intel-y"):
+        p = kj("get", "pod", name)
+        pt.check(p["status"]["phase"] == "Running" and
+                 p["status"]["containerStatuses"][0]["restartCount"] == before[name], "%s: %r" % (name, p["status"]))
+        out = k("exec", name, "--", "cat", "/data/f").stdout.strip()
+        pt.check(out == name, "%s reads %r" % (name, out))
+    intel_app("ours-x", "node-x", "ours-pvc-x")
+    delete_claims([("intel-x", "intel-pvc-x"), ("intel-y", "intel-pvc-y"), ("ours-x", "ours-pvc-x")])
+
+
+@t.test("intel: rescheduler (-mode=webhooks): a late-binding PVC whose selected node lost its driver "
+        "(node-x cordoned, its storage label removed, the DaemonSet pod gone) binds on node-y and its pod runs")
+@timed("intel rescheduler")
+def _():
+    if not INTEL:
+        raise pt.Skip("PCSI_K8S_INTEL=0")
+    k("cordon", "node-x")
+    k("label", "nodes", "node-x", "storage-")
+    try:
+        wait(lambda: not [p for p in intel_pods("app.kubernetes.io/name=pmem-csi-node")
+                          if p["spec"].get("nodeName") == "node-x"], 300, "the driver pod on node-x gone")
+        wait(lambda: DRV not in [d["name"] for d in kj("get", "csinode", "node-x")["spec"].get("drivers") or []],
+             300, "CSINode node-x without the driver")
+        # As the scheduler had picked node-x before its driver went away.
+        claim = json.loads(pvc_yaml("moved-pvc", "pmem-csi-sc-late-binding", "96Mi"))
+        claim["metadata"]["annotations"] = {"volume.kubernetes.io/selected-node": "node-x"}
+        k("apply", "-f", "-", input=json.dumps(claim))
+        t0 = time.monotonic()
+        k("apply", "-f", "-", input=pod_yaml("moved", None, claim="moved-pvc",
+                                             cmd="echo moved > /data/f && cat /data/f && exec sleep 100000"))
+        wait(lambda: kj("get", "pvc", "moved-pvc")["status"].get("phase") == "Bound", 300, "moved-pvc bound")
+        wait_pod_running("moved")
+        t.diag("bound on the other node %.0f s after the pod was created" % (time.monotonic() - t0))
+        pt.check(kj("get", "pod", "moved")["spec"]["nodeName"] == "node-y", "pod not on node-y")
+        logs = k("-n", NS, "logs", "deployment/%s-controller" % INTEL_NAME, "-c", "pmem-driver").stdout
+        pt.check("PVC given back to the scheduler" in logs and "default/moved-pvc" in logs, logs[-2000:])
+        events = kj("get", "events", "--field-selector", "involvedObject.name=moved-pvc")["items"]
+        pt.check(any(e["reason"] == "ProvisioningFailed" and "node-x" in e["message"] for e in events),
+                 "no event: %r" % [e["message"] for e in events])
+    finally:
+        k("uncordon", "node-x")
+        k("label", "nodes", "node-x", "storage=pmem", "--overwrite")
+    rollout("daemonset", INTEL_NAME + "-node")
+    delete_claims([("moved", "moved-pvc")])
+
+
+@t.test("intel: Intel's YAML with only the driver image replaced, on a fresh deployment: pods ready, "
+        "a PVC binds and its pod writes")
+@timed("intel fresh")
+def _():
+    if not INTEL:
+        raise pt.Skip("PCSI_K8S_INTEL=0")
+    k("delete", "-f", "-", "--wait=true", "--ignore-not-found", input=intel_yaml(OUR_IMAGE), timeout=600)
+    k("apply", "-f", "-", input=intel_yaml(OUR_IMAGE))
+    intel_rollout()
+    intel_app("fresh-y", "node-y", "fresh-pvc-y")
+    delete_claims([("fresh-y", "fresh-pvc-y")])
+    k("delete", "-f", "-", "--wait=true", "--ignore-not-found", input=intel_yaml(OUR_IMAGE), timeout=600)
+
+
 def teardown():
     c = cl.peek()
     if c:
@@ -573,6 +723,17 @@ def teardown():
 def on_term(signum, frame):
     raise SystemExit(128 + signum)
 
+
+# PCSI_K8S_ONLY=cluster,intel (name prefixes) runs only those steps, for
+# working on one scenario; the others are counted as skipped.
+if os.environ.get("PCSI_K8S_ONLY"):
+    only = tuple(p.strip() + ":" for p in os.environ["PCSI_K8S_ONLY"].split(","))
+
+    def skipped(name):
+        def fn():
+            raise pt.Skip("not selected by PCSI_K8S_ONLY")
+        return fn
+    t.tests = [(name, fn if name.startswith(only) else skipped(name)) for name, fn in t.tests]
 
 signal.signal(signal.SIGTERM, on_term)
 try:
