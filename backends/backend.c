@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/core/later.h"
 #include "daemon/core/log.h"
@@ -306,11 +307,17 @@ static void on_tool_done(struct pcsi_proc *p, void *data)
 
 /* The few variables of the daemon's own environment that tools must see:
  * DM_DISABLE_UDEV where no udev runs (containers), LVM_SYSTEM_DIR for a
- * non-default lvm.conf. Everything else is left out (proc.h). */
+ * non-default lvm.conf. Everything else is left out (proc.h). Without
+ * DM_DISABLE_UDEV in the environment and without a udev to talk to (no
+ * /run/udev/control, as in a container that does not mount the host's
+ * /run/udev, Intel's deployment files among them), tools get
+ * DM_DISABLE_UDEV=1: libdevmapper then makes the device nodes itself
+ * instead of waiting for udev to make them (lvcreate would fail with
+ * "device not cleared"). */
 static const char *const *tool_env(void)
 {
 	static const char *const names[] = { "DM_DISABLE_UDEV", "LVM_SYSTEM_DIR" };
-	static char *env[PCSI_ARRAY_SIZE(names) + 1];
+	static char *env[PCSI_ARRAY_SIZE(names) + 2];
 	static bool done;
 	size_t i, n = 0;
 
@@ -319,6 +326,11 @@ static const char *const *tool_env(void)
 			const char *v = getenv(names[i]);
 			if (v)
 				env[n++] = pcsi_xasprintf("%s=%s", names[i], v);
+		}
+		if (!getenv("DM_DISABLE_UDEV") && access("/run/udev/control", F_OK) != 0) {
+			env[n++] = pcsi_xstrdup("DM_DISABLE_UDEV=1");
+			pcsi_info(2, "no udev here: device-mapper tools make their device nodes themselves",
+				  "env=DM_DISABLE_UDEV=1");
 		}
 		env[n] = NULL;
 		done = true;
