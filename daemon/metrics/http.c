@@ -224,6 +224,50 @@ static size_t header_bytes(const h2o_req_t *req)
 	return n;
 }
 
+void pcsi_http_respond(struct pcsi_http_request *r, int status, const char *content_type,
+		       const char *body, size_t len)
+{
+	static const struct {
+		int status;
+		const char *reason;
+	} reasons[] = { { 200, "OK" },
+			{ 400, "Bad Request" },
+			{ 404, "Not Found" },
+			{ 405, "Method Not Allowed" },
+			{ 415, "Unsupported Media Type" },
+			{ 500, "Internal Server Error" },
+			{ 503, "Service Unavailable" } };
+	const char *reason = "Unknown";
+
+	for (size_t i = 0; i < PCSI_ARRAY_SIZE(reasons); i++)
+		if (reasons[i].status == status)
+			reason = reasons[i].reason;
+	reply(r->priv, status, reason, content_type, body, len);
+}
+
+/* A path the endpoint's route answers. */
+static void route(struct pcsi_http *h, h2o_req_t *req)
+{
+	struct pcsi_http_request r = { 0 };
+	char *method = h2o_mem_alloc_pool(&req->pool, req->method.len + 1);
+	char *path = h2o_mem_alloc_pool(&req->pool, req->path_normalized.len + 1);
+	char *body = h2o_mem_alloc_pool(&req->pool, req->entity.len + 1);
+
+	memcpy(method, req->method.base, req->method.len);
+	method[req->method.len] = '\0';
+	memcpy(path, req->path_normalized.base, req->path_normalized.len);
+	path[req->path_normalized.len] = '\0';
+	if (req->entity.len)
+		memcpy(body, req->entity.base, req->entity.len);
+	body[req->entity.len] = '\0';
+	r.method = method;
+	r.path = path;
+	r.body = body;
+	r.body_len = req->entity.len;
+	r.priv = req;
+	h->opts.route(&r, h->opts.route_data);
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
 	struct pcsi_http *h = ((struct handler *)self)->h;
@@ -232,6 +276,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 		req->http1_is_persistent = 0;
 		reply_text(req, 431, "Request Header Fields Too Large",
 			   "request header fields too large\n");
+		return 0;
+	}
+	if (h->opts.no_metrics) {
+		if (h->opts.route)
+			route(h, req);
+		else
+			reply_text(req, 404, "Not Found", "not found\n");
 		return 0;
 	}
 	if (!h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) &&
@@ -253,6 +304,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 			reply_text(req, 200, "OK", "ok\n");
 		else
 			reply_text(req, 503, "Service Unavailable", "not ready\n");
+	} else if (h->opts.route) {
+		route(h, req);
 	} else {
 		reply_text(req, 404, "Not Found", "not found\n");
 	}
@@ -301,8 +354,8 @@ static void on_accept(uv_stream_t *ls, int status)
 	if (h->nconns >= h->opts.max_conns) {
 		/* Accepted and dropped, so the backlog does not fill with dead peers. */
 		uv_close((uv_handle_t *)&c->tcp, on_reject_closed);
-		pcsi_warn_rl(NULL, 10000, "metrics connection refused: too many connections",
-			     "max=%u", h->opts.max_conns);
+		pcsi_warn_rl(NULL, 10000, "HTTP connection refused: too many connections",
+			     "endpoint=%s max=%u", h->opts.what, h->opts.max_conns);
 		return;
 	}
 	c->h = h;
@@ -328,7 +381,7 @@ static int bind_listener(struct pcsi_http *h, const char *listen, char *err, siz
 
 	snprintf(url, sizeof(url), "%s%s", strncmp(listen, "tcp://", 6) ? "tcp://" : "", listen);
 	if (pcsi_endpoint_parse(url, &ep, why, sizeof(why)) < 0 || ep.is_unix) {
-		snprintf(err, errlen, "-metricsListen=%s: %s", listen,
+		snprintf(err, errlen, "%s=%s: %s", h->opts.what, listen,
 			 ep.is_unix ? "expected host:port" : why);
 		return -EINVAL;
 	}
@@ -355,7 +408,7 @@ static int bind_listener(struct pcsi_http *h, const char *listen, char *err, siz
 	if (rc == 0)
 		rc = uv_listen((uv_stream_t *)&h->listener, 64, on_accept);
 	if (rc < 0)
-		snprintf(err, errlen, "-metricsListen=%s: %s", listen, uv_strerror(rc));
+		snprintf(err, errlen, "%s=%s: %s", h->opts.what, listen, uv_strerror(rc));
 	return rc;
 }
 
@@ -363,7 +416,8 @@ static void on_fin_closed(uv_handle_t *handle)
 {
 	struct pcsi_http *h = pcsi_container_of(handle, struct pcsi_http, fin);
 
-	pcsi_metrics_cleanup();
+	if (!h->opts.no_metrics)
+		pcsi_metrics_cleanup();
 	free(h);
 }
 
@@ -417,6 +471,10 @@ int pcsi_http_start(uv_loop_t *loop, const struct pcsi_http_opts *opts, struct p
 		h->opts.idle_timeout_ms = 10000;
 	if (!h->opts.metrics_path)
 		h->opts.metrics_path = "/metrics";
+	if (!h->opts.max_body)
+		h->opts.max_body = MAX_BODY_BYTES;
+	if (!h->opts.what)
+		h->opts.what = "-metricsListen";
 	snprintf(h->simple_path, sizeof(h->simple_path), "%s/simple",
 		 strcmp(h->opts.metrics_path, "/") ? h->opts.metrics_path : "");
 
@@ -433,7 +491,7 @@ int pcsi_http_start(uv_loop_t *loop, const struct pcsi_http_opts *opts, struct p
 
 	h2o_config_init(&h->config);
 	h->config.server_name = h2o_iovec_init(H2O_STRLIT("pmem-csi"));
-	h->config.max_request_entity_size = MAX_BODY_BYTES;
+	h->config.max_request_entity_size = h->opts.max_body;
 	h->config.http1.req_timeout = h->opts.idle_timeout_ms;
 	h->config.http1.upgrade_to_http2 = 0;
 	host = h2o_config_register_host(&h->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
@@ -444,10 +502,12 @@ int pcsi_http_start(uv_loop_t *loop, const struct pcsi_http_opts *opts, struct p
 	h2o_context_init(&h->ctx, loop, &h->config);
 	h->accept_ctx.ctx = &h->ctx;
 	h->accept_ctx.hosts = h->config.hosts;
+	h->accept_ctx.ssl_ctx = h->opts.ssl;
 	uv_timer_init(loop, &h->cap_timer);
 	uv_idle_init(loop, &h->fin);
 
-	pcsi_metrics_setup(opts->driver_name, opts->version);
+	if (!h->opts.no_metrics)
+		pcsi_metrics_setup(opts->driver_name, opts->version);
 	*ret = h;
 	return 0;
 }

@@ -35,6 +35,21 @@
 #include "backends/backend.h"
 
 struct pcsi_http;
+struct ssl_ctx_st;
+
+/* A request for another path than the metrics (struct pcsi_http_opts.route):
+ * the whole request has arrived. The route answers it before it returns,
+ * with pcsi_http_respond(). */
+struct pcsi_http_request {
+	const char *method; /* "GET", "POST", ... (NUL-terminated copies) */
+	const char *path;   /* normalized, without the query */
+	const char *body;   /* the body (NUL-terminated), "" without one */
+	size_t body_len;
+	void *priv;
+};
+
+void pcsi_http_respond(struct pcsi_http_request *r, int status, const char *content_type,
+		       const char *body, size_t len);
 
 struct pcsi_http_opts {
 	const char *listen;	      /* "host:port", ":port", "[::1]:port" */
@@ -48,7 +63,19 @@ struct pcsi_http_opts {
 	 * daemon's state (the controller's registered nodes); may be NULL. */
 	void (*collect)(void *data);
 	void *collect_data;
-	uint32_t max_conns;	      /* default 32 */
+	/* Other paths: |route| answers them (may be NULL: 404). Such an
+	 * endpoint may leave the metrics out (|no_metrics|: no /metrics,
+	 * /metrics/simple, /healthz, and the process-wide metrics are not set up
+	 * by it), take other methods than GET and HEAD, bodies up to |max_body|
+	 * bytes (default 1 KiB), and speak TLS (|ssl|: a server context,
+	 * borrowed). */
+	void (*route)(struct pcsi_http_request *r, void *data);
+	void *route_data;
+	bool no_metrics;
+	size_t max_body;
+	struct ssl_ctx_st *ssl;
+	const char *what;   /* names the endpoint in messages (default "-metricsListen") */
+	uint32_t max_conns; /* default 32 */
 	uint32_t capacity_timeout_ms; /* default 2000 */
 	uint32_t idle_timeout_ms;     /* default 10000 */
 };

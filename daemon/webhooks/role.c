@@ -35,6 +35,9 @@ static void try_open(struct pcsi_webhooks_role *r)
 		  cfg->has_node_selector ? "on" : "off (no -nodeSelector)");
 	if (cfg->has_node_selector)
 		pcsi_rescheduler_start(&r->rescheduler, r->kube, cfg);
+	if ((cfg->scheduler_listen || cfg->insecure_scheduler_listen) &&
+	    pcsi_scheduler_start(&r->scheduler, r->env->loop, r->kube, cfg) < 0)
+		pcsi_err("webhooks: the scheduler extender is not served", "%s", "");
 }
 
 static void on_timer(uv_timer_t *t)
@@ -68,6 +71,7 @@ void pcsi_webhooks_role_close(struct pcsi_webhooks_role *r)
 		return;
 	r->started = false;
 	pcsi_rescheduler_stop(&r->rescheduler);
+	pcsi_scheduler_stop(&r->scheduler);
 	pcsi_kube_close(r->kube);
 	r->kube = NULL;
 	uv_close((uv_handle_t *)&r->timer, NULL);

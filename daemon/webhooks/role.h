@@ -18,11 +18,13 @@
 #include "daemon/csi/role.h"
 #include "daemon/kube/client.h"
 #include "daemon/webhooks/rescheduler.h"
+#include "daemon/webhooks/scheduler.h"
 
 struct pcsi_webhooks_role {
 	const struct pcsi_role_env *env; /* borrowed */
 	struct pcsi_kube *kube;
 	struct pcsi_rescheduler rescheduler;
+	struct pcsi_scheduler scheduler;
 	uv_timer_t timer; /* every second: opening the API again, readiness */
 	uint64_t next_try_ms;
 	char last_error[256];

@@ -30,6 +30,7 @@ COLLECTIONS = {
     "/api/v1/nodes": ("nodes", False),
     "/apis/storage.k8s.io/v1/storageclasses": ("storageclasses", False),
     "/apis/storage.k8s.io/v1/csinodes": ("csinodes", False),
+    "/apis/storage.k8s.io/v1/csistoragecapacities": ("csistoragecapacities", True),
 }
 
 

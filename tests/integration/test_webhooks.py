@@ -7,9 +7,11 @@ watches, 410 Gone, conflicts, kept connections, the token). TAP output.
 
 usage: test_webhooks.py PATH-TO-pmem-csi-driver
 """
+import json
 import os
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pcsi_test as pt
@@ -170,6 +172,122 @@ def _():
 def _():
     rc = d.stop()
     pt.check(rc == 0, "exit status %r" % rc)
+
+
+# ---- the scheduler extender and pod webhook (-insecureSchedulerListen, -schedulerListen)
+
+Mi = 1 << 20
+
+
+def capacity(name, node, cls, cap, mx):
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
+            "metadata": {"name": name, "namespace": "pmem-csi"}, "storageClassName": cls,
+            "nodeTopology": {"matchLabels": {DRV + "/node": node}},
+            "capacity": "%dMi" % cap, "maximumVolumeSize": "%dMi" % mx}
+
+
+def claim(name, cls, size, phase="Pending"):
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"storageClassName": cls, "resources": {"requests": {"storage": size}}},
+            "status": {"phase": phase}}
+
+
+def pod(volumes, name="app"):
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "volumes": volumes}}
+
+
+def post(port, path, body, ctx=None):
+    scheme = "https" if ctx else "http"
+    req = urllib.request.Request("%s://127.0.0.1:%d%s" % (scheme, port, path), data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+        return json.loads(r.read())
+
+
+HTTP, HTTPS = pt.free_port(), pt.free_port()
+sd = None
+
+
+@t.test("scheduler extender: served with Intel's flags over HTTP and HTTPS, /status ready once listed")
+def _():
+    global sd
+    api.put("csistoragecapacities", capacity("c1", "big", "pmem", 1024, 512))
+    api.put("csistoragecapacities", capacity("c2", "small", "pmem", 100, 100))
+    api.put("persistentvolumeclaims", claim("want-200", "pmem", "200Mi"))
+    api.put("persistentvolumeclaims", claim("bound", "pmem", "900Mi", phase="Bound"))
+    api.put("persistentvolumeclaims", claim("other", "other", "900Mi"))
+    leaf = pt.make_leaf(pt.mkdtemp("pcsi-sched-"), "sched", *C.ca, cn="pmem-csi-scheduler", sans=["IP:127.0.0.1"])
+    os.environ.update(api.env())
+    sd = pt.Daemon(DRIVER, ["-v=4", "-mode=webhooks", "-drivername=" + DRV, "-serviceAccountDir=" + api.sa_dir,
+                            "-insecureSchedulerListen=127.0.0.1:%d" % HTTP,
+                            "-schedulerListen=127.0.0.1:%d" % HTTPS, "-caFile=" + C.ca[0],
+                            "-certFile=" + leaf[0], "-keyFile=" + leaf[1]], name="scheduler")
+    sd.start(wait=False)
+    for k_ in api.env():
+        os.environ.pop(k_)
+
+    def ready():
+        try:
+            return urllib.request.urlopen("http://127.0.0.1:%d/status" % HTTP, timeout=2).status == 200
+        except OSError:
+            return False
+    wait_for(ready, 20, "/status 200")
+
+
+def ssl_ctx():
+    import ssl
+    ctx = ssl.create_default_context(cafile=C.ca[0])
+    return ctx
+
+
+@t.test("scheduler extender: filter by the PMEM each node has for the pod's unbound late-binding PVCs, "
+        "generic ephemeral and inline volumes (NodeNames and Nodes forms, HTTP and HTTPS)")
+def _():
+    names = ["big", "small", "unknown"]
+    r = post(HTTP, "/filter", {"Pod": pod([{"name": "v", "persistentVolumeClaim": {"claimName": "want-200"}}]),
+                               "NodeNames": names})
+    pt.check(r["NodeNames"] == ["big"] and set(r["FailedNodes"]) == {"small", "unknown"}, "filter: %r" % r)
+    r = post(HTTPS, "/filter", {"Pod": pod([{"name": "v", "persistentVolumeClaim": {"claimName": "bound"}},
+                                            {"name": "o", "persistentVolumeClaim": {"claimName": "other"}}]),
+                                "Nodes": {"items": [{"metadata": {"name": n}} for n in names]}}, ssl_ctx())
+    pt.check([n["metadata"]["name"] for n in r["Nodes"]["items"]] == names, "no PMEM to make: %r" % r)
+    r = post(HTTP, "/filter", {"Pod": pod([{"name": "e", "csi": {"driver": DRV, "volumeAttributes": {"size": "80Mi"}}},
+                                           {"name": "g", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                                               "storageClassName": "pmem",
+                                               "resources": {"requests": {"storage": "600Mi"}}}}}}]),
+                               "NodeNames": names})
+    pt.check(r["NodeNames"] == [] and "does not fit" in r["FailedNodes"]["big"], "600Mi > max 512Mi: %r" % r)
+    r = post(HTTP, "/prioritize", {"Pod": pod([]), "NodeNames": ["big", "small", "unknown"]})
+    scores = {h["Host"]: h["Score"] for h in r}
+    pt.check(scores == {"big": 10, "small": 0, "unknown": 0}, "scores %r" % scores)
+
+
+@t.test("pod webhook: a pod with PMEM volumes to make gets the scheduler resource (requests and limits); "
+        "others are allowed unchanged; malformed input gets 400")
+def _():
+    import base64
+    rev = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+           "request": {"uid": "u-1", "namespace": "default",
+                       "object": pod([{"name": "v", "persistentVolumeClaim": {"claimName": "want-200"}}])}}
+    r = post(HTTP, "/pod/mutate", rev)
+    patch = json.loads(base64.b64decode(r["response"]["patch"]))
+    pt.check(r["response"]["uid"] == "u-1" and r["response"]["allowed"] and r["response"]["patchType"] == "JSONPatch",
+             "response %r" % r)
+    res = patch[0]["value"]
+    pt.check(patch[0]["path"] == "/spec/containers/0/resources" and
+             res["requests"][DRV + "/scheduler"] == "1" and res["limits"][DRV + "/scheduler"] == "1", "patch %r" % patch)
+    rev["request"]["object"] = pod([])
+    r = post(HTTP, "/pod/mutate", rev)
+    pt.check(r["response"]["allowed"] and "patch" not in r["response"], "plain pod: %r" % r)
+    try:
+        post(HTTP, "/filter", {"nothing": 1})
+        pt.check(False, "no 400")
+    except urllib.error.HTTPError as e:
+        pt.check(e.code == 400, "status %d" % e.code)
+    pt.check(sd.running(), "exited")
+    pt.check(sd.stop() == 0, "exit status")
 
 
 sys.exit(t.main(teardown=api.stop))
