@@ -329,7 +329,9 @@ static const char *const *tool_env(void)
 		}
 		if (!getenv("DM_DISABLE_UDEV") && access("/run/udev/control", F_OK) != 0) {
 			env[n++] = pcsi_xstrdup("DM_DISABLE_UDEV=1");
-			pcsi_info(2, "no udev here: device-mapper tools make their device nodes themselves",
+			pcsi_info(2,
+				  "no udev here: device-mapper tools make their device nodes "
+				  "themselves",
 				  "env=DM_DISABLE_UDEV=1");
 		}
 		env[n] = NULL;
