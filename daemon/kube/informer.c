@@ -345,12 +345,29 @@ struct pcsi_informer *pcsi_informer_start(struct pcsi_kube *k, const char *path,
 	return inf;
 }
 
+struct pcsi_informer *pcsi_informer_new(const struct pcsi_informer_ops *ops, void *data)
+{
+	struct pcsi_informer *inf = pcsi_xcalloc(1, sizeof(*inf));
+
+	inf->path = pcsi_xstrdup("(fed by hand)");
+	inf->ops = *ops;
+	inf->data = data;
+	return inf;
+}
+
+void pcsi_informer_feed(struct pcsi_informer *inf, const char *type, json_object *obj)
+{
+	inf->synced = true;
+	apply(inf, obj, !strcmp(type, "DELETED"));
+}
+
 void pcsi_informer_stop(struct pcsi_informer *inf)
 {
 	if (!inf)
 		return;
 	pcsi_kube_cancel(inf->call);
-	uv_close((uv_handle_t *)inf->retry, on_retry_closed);
+	if (inf->retry)
+		uv_close((uv_handle_t *)inf->retry, on_retry_closed);
 	for (size_t i = 0; i < BUCKETS; i++)
 		while (inf->buckets[i]) {
 			struct entry *e = inf->buckets[i];

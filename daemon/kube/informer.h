@@ -35,6 +35,13 @@ struct pcsi_informer_ops {
 struct pcsi_informer *pcsi_informer_start(struct pcsi_kube *k, const char *path,
 					  const struct pcsi_informer_ops *ops, void *data);
 
+/* For tests: an informer without a client, fed by pcsi_informer_feed(). */
+struct pcsi_informer *pcsi_informer_new(const struct pcsi_informer_ops *ops, void *data);
+
+/* Applies a watch event (|type| ADDED, MODIFIED or DELETED) to the picture,
+ * as one from the API server would be; marks the informer synced. */
+void pcsi_informer_feed(struct pcsi_informer *inf, const char *type, json_object *obj);
+
 /* The item of |key|, or NULL. */
 void *pcsi_informer_get(struct pcsi_informer *inf, const char *key);
 

@@ -293,7 +293,7 @@ char *pcsi_scheduler_filter(struct pcsi_scheduler *s, const char *text, int *sta
 	bool by_name;
 	int n;
 
-	if (!args || !(names = node_names(args, &by_name)) || !pcsi_kube_get(args, "Pod")) {
+	if (!args || !pcsi_kube_get(args, "Pod") || !(names = node_names(args, &by_name))) {
 		json_object_put(args);
 		return bad(status, "expected ExtenderArgs with a Pod and NodeNames or Nodes");
 	}
@@ -364,7 +364,8 @@ char *pcsi_scheduler_prioritize(struct pcsi_scheduler *s, const char *text, int 
 				       json_object_get(json_object_array_get_idx(names, i)));
 		json_object_object_add(
 			h, "Score",
-			json_object_new_int64(best ? (int64_t)(free_bytes[i] * 10 / best) : 0));
+			json_object_new_int64(
+				best ? (int64_t)((double)free_bytes[i] / (double)best * 10) : 0));
 		json_object_array_add(res, h);
 	}
 	free(free_bytes);
@@ -571,14 +572,33 @@ static int listen_on(struct pcsi_scheduler *s, uv_loop_t *loop, const char *addr
 	return 0;
 }
 
+static const struct pcsi_informer_ops class_ops = { take_class, drop_free, ignore_change, NULL };
+static const struct pcsi_informer_ops pvc_ops = { take_pvc, drop_pvc, ignore_change, NULL };
+static const struct pcsi_informer_ops cap_ops = { take_cap, drop_cap, ignore_change, NULL };
+
+void pcsi_scheduler_init_fed(struct pcsi_scheduler *s, const struct pcsi_config *cfg)
+{
+	memset(s, 0, sizeof(*s));
+	s->cfg = cfg;
+	snprintf(s->resource, sizeof(s->resource), "%s/scheduler", cfg->driver_name);
+	s->running = true;
+	s->classes = pcsi_informer_new(&class_ops, s);
+	s->pvcs = pcsi_informer_new(&pvc_ops, s);
+	s->capacities = pcsi_informer_new(&cap_ops, s);
+}
+
+void pcsi_scheduler_feed(struct pcsi_scheduler *s, const char *what, json_object *obj)
+{
+	struct pcsi_informer *inf = !strcmp(what, "classes") ? s->classes
+				    : !strcmp(what, "pvcs")  ? s->pvcs
+							     : s->capacities;
+
+	pcsi_informer_feed(inf, "ADDED", obj);
+}
+
 int pcsi_scheduler_start(struct pcsi_scheduler *s, uv_loop_t *loop, struct pcsi_kube *k,
 			 const struct pcsi_config *cfg)
 {
-	static const struct pcsi_informer_ops class_ops = { take_class, drop_free, ignore_change,
-							    NULL };
-	static const struct pcsi_informer_ops pvc_ops = { take_pvc, drop_pvc, ignore_change, NULL };
-	static const struct pcsi_informer_ops cap_ops = { take_cap, drop_cap, ignore_change, NULL };
-
 	memset(s, 0, sizeof(*s));
 	s->cfg = cfg;
 	snprintf(s->resource, sizeof(s->resource), "%s/scheduler", cfg->driver_name);

@@ -58,6 +58,12 @@ int pcsi_scheduler_start(struct pcsi_scheduler *s, uv_loop_t *loop, struct pcsi_
 /* Stops serving and watching; handles close on later turns. */
 void pcsi_scheduler_stop(struct pcsi_scheduler *s);
 
+/* For tests: a scheduler without a client or listeners whose informers are
+ * fed by hand (pcsi_scheduler_feed: |what| is "classes", "pvcs" or
+ * "capacities"); pcsi_scheduler_stop() frees it. */
+void pcsi_scheduler_init_fed(struct pcsi_scheduler *s, const struct pcsi_config *cfg);
+void pcsi_scheduler_feed(struct pcsi_scheduler *s, const char *what, json_object *obj);
+
 /* For tests: the decisions, on JSON text. Each returns the answer's body
  * (malloc'd) and sets *status (200, 400). */
 char *pcsi_scheduler_filter(struct pcsi_scheduler *s, const char *args, int *status);

@@ -71,9 +71,22 @@ static void check_config(const struct pcsi_config *c)
 		   "config: a kubelet registration dir without a path");
 	FUZZ_CHECK(c->mode == PCSI_MODE_NODE || !c->kubelet_reg_dir,
 		   "config: kubelet registration in controller mode");
-	FUZZ_CHECK(c->verbosity >= 0 && c->verbosity <= 10, "config: verbosity out of range");
-	FUZZ_CHECK(c->pmem_percentage >= 1 && c->pmem_percentage <= 100,
+	FUZZ_CHECK(c->pmem_percentage >= 0 && c->pmem_percentage <= 100,
 		   "config: pmemPercentage out of range");
+	FUZZ_CHECK(c->mode >= PCSI_MODE_CONTROLLER && c->mode <= PCSI_MODE_CONVERT,
+		   "config: a mode");
+	FUZZ_CHECK(c->kube_api_burst >= 1 && c->kube_api_qps != 0, "config: API pacing");
+	FUZZ_CHECK(c->n_node_selector <= PCSI_MAX_SELECTOR && c->n_ignored <= PCSI_MAX_IGNORED,
+		   "config: list sizes");
+	for (size_t i = 0; i < c->n_node_selector; i++)
+		FUZZ_CHECK(c->node_selector[i].key[0] && strlen(c->node_selector[i].key) <= 317 &&
+				   strlen(c->node_selector[i].value) <= 63,
+			   "config: a node selector label");
+	FUZZ_CHECK((!c->log.file || c->log.file[0] == '/') && (!c->log.dir || c->log.dir[0] == '/'),
+		   "config: a relative log path");
+	FUZZ_CHECK(c->metrics_path && c->metrics_path[0] == '/', "config: a relative metrics path");
+	FUZZ_CHECK(c->log.stderr_threshold >= 0 && c->log.stderr_threshold <= 3,
+		   "config: a stderr threshold");
 	FUZZ_CHECK(c->max_recv_msg >= 1024 && c->max_recv_msg <= (1u << 30),
 		   "config: maxRecvMsgSize out of range");
 	pcsi_mode_name(c->mode);
