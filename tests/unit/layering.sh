@@ -6,6 +6,8 @@
 #   3. rpc/ and backends/ include nothing of daemon/ but daemon/core/, and no CSI protos
 #   4. the node role never includes the controller role's headers, and the other way round
 #   5. daemon/csi/ and daemon/metrics/ include neither role
+#   6. daemon/kube/ (the API client) includes only daemon/core/
+#   7. the webhooks role includes neither the node nor the controller role
 # Each rule prints the offending file:line when it fails.
 set -u
 cd "$(dirname "$0")/../.."
@@ -33,6 +35,10 @@ bad=$(echo "$incs" | awk -F: '($1 ~ /^daemon\/node\// && $3 ~ /^daemon\/controll
 check "the node and controller roles never include each other's headers" "$bad"
 bad=$(echo "$incs" | awk -F: '$1 ~ /^daemon\/(csi|metrics)\// && $3 ~ /^daemon\/(node|controller)\//')
 check "daemon/csi/ and daemon/metrics/ include neither role" "$bad"
+bad=$(echo "$incs" | awk -F: '$1 ~ /^daemon\/kube\// && $3 !~ /^daemon\/(core|kube)\//')
+check "daemon/kube/ includes only daemon/core/" "$bad"
+bad=$(echo "$incs" | awk -F: '$1 ~ /^daemon\/webhooks\// && $3 ~ /^daemon\/(node|controller)\//')
+check "the webhooks role includes neither the node nor the controller role" "$bad"
 # The checks above must see the tree: an empty include list is a failure too.
 check "the include list was read" "$([ -n "$incs" ] || echo 'no includes found (not a git checkout?)')"
 echo "1..$n"
