@@ -4,21 +4,22 @@
  * inside the call that started the work": an operation that can answer at
  * once still answers through pcsi_later(). The callback runs after the
  * current callback has returned to the loop (in its close phase), exactly
- * once, even when the loop is about to stop. Callbacks scheduled in the same
- * turn run in no promised order (libuv closes handles last in, first out):
- * where order matters, keep a FIFO of your own and schedule one call that
- * drains it (backends/backend.c delivers that way). */
+ * once, even when the loop is about to stop. Callbacks run in the order
+ * they were scheduled (first in, first out); one scheduled from inside a
+ * callback runs in the next round, after everything scheduled before it. */
 #ifndef PCSI_LATER_H
 #define PCSI_LATER_H
 
 #include <uv.h>
+
+#include "daemon/core/list.h"
 
 typedef void (*pcsi_later_cb)(void *data);
 
 /* Caller-owned storage for one pending call; must stay valid until |cb| runs
  * and may be reused from inside it. */
 struct pcsi_later {
-	uv_timer_t handle; /* never started: closing it is what schedules |cb| */
+	struct pcsi_list link; /* in its loop's queue */
 	pcsi_later_cb cb;
 	void *data;
 };

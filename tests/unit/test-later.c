@@ -140,6 +140,38 @@ START_TEST(later_many)
 }
 END_TEST
 
+/* Callbacks run in the order they were scheduled; one scheduled from inside
+ * a callback runs after those scheduled before it. */
+static uv_loop_t *fifo_loop;
+static struct pcsi_later fifo_again;
+static int fifo_tags[6] = { 0, 1, 2, 3, 4, 5 };
+
+static void on_fifo(void *data)
+{
+	on_later(data);
+	if (*(int *)data == 1) /* scheduled after 0..4: runs last */
+		pcsi_later_run(fifo_loop, &fifo_again, on_later, &fifo_tags[5]);
+}
+
+START_TEST(later_is_first_in_first_out)
+{
+	uv_loop_t loop;
+	struct pcsi_later l[5];
+	int i;
+
+	reset();
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	fifo_loop = &loop;
+	for (i = 0; i < 5; i++)
+		pcsi_later_run(&loop, &l[i], on_fifo, &fifo_tags[i]);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(n_order, 6);
+	for (i = 0; i < 6; i++)
+		ck_assert_int_eq(order[i], i);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 static Suite *later_suite(void)
 {
 	Suite *s = suite_create("later");
@@ -150,6 +182,7 @@ static Suite *later_suite(void)
 	tcase_add_test(tc, later_storage_reused_from_its_callback);
 	tcase_add_test(tc, later_runs_when_the_loop_stops);
 	tcase_add_test(tc, later_many);
+	tcase_add_test(tc, later_is_first_in_first_out);
 	suite_add_tcase(s, tc);
 	return s;
 }
