@@ -159,6 +159,16 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 		const Csi__V1__VolumeCapability *cap = in->volume_capabilities[i];
 		if (pcsi_cap_check(cap, params->persistency == PCSI_PERSIST_CACHE, err, errlen) < 0)
 			return PCSI_INVALID_ARGUMENT;
+		/* A Kata Containers VM gets an image file in the volume's
+		 * filesystem (daemon/node/kata.h): a block volume has none.
+		 * Intel's driver found out only at NodePublishVolume. */
+		if (params->kata &&
+		    cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK) {
+			snprintf(err, errlen,
+				 "raw block volumes cannot be Kata Containers volumes "
+				 "(kataContainers: \"true\")");
+			return PCSI_INVALID_ARGUMENT;
+		}
 		if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT &&
 		    !strcmp(pcsi_volume_fstype(cap, params), "xfs"))
 			xfs = true;
