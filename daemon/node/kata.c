@@ -25,9 +25,10 @@
 /* How long a loop device may take to go away after its detach (the kernel
  * finishes an autoclear on a work queue, and a device someone still holds
  * open goes only when that one closes it). */
-#define GONE_WAIT_MS 10000
-#define ANY_OFFSET   UINT64_MAX
-#define TMP_SUFFIX   ".tmp"
+#define GONE_WAIT_MS	10000
+#define ANY_OFFSET	UINT64_MAX
+#define UMOUNT_RETRY_MS 20
+#define TMP_SUFFIX	".tmp"
 
 /* ---- the layout ------------------------------------------------------------------------ */
 
@@ -554,8 +555,26 @@ static void td_done(struct pcsi_kata_job *j)
 	j->after_teardown(j);
 }
 
+static void td_cleared(struct pcsi_kata_job *j);
+
+static void w_pause(struct pcsi_kata_job *j)
+{
+	const struct timespec step = { 0, UMOUNT_RETRY_MS * 1000 * 1000 };
+
+	nanosleep(&step, NULL);
+}
+
 static void td_unmounted(struct pcsi_kata_job *j)
 {
+	/* The kernel drops a detached loop device's file after the device is
+	 * gone from sysfs (the last fput is deferred to a work queue), and
+	 * until then the host mount is busy: try again for a while. */
+	if (j->mount.error == -EBUSY && j->umount_tries++ < GONE_WAIT_MS / UMOUNT_RETRY_MS) {
+		j->error = 0;
+		j->msg[0] = '\0';
+		pool(j, w_pause, td_cleared);
+		return;
+	}
 	if (j->error) {
 		td_done(j);
 		return;
@@ -619,6 +638,7 @@ static void teardown(struct pcsi_kata_job *j, void (*then)(struct pcsi_kata_job 
 {
 	j->after_teardown = then;
 	j->nothing_there = false;
+	j->umount_tries = 0;
 	pool(j, w_td_scan, td_scanned);
 }
 
@@ -696,8 +716,22 @@ static void w_image(struct pcsi_kata_job *j)
  * durable and gets its name. */
 static void w_commit(struct pcsi_kata_job *j)
 {
+	struct stat st;
 	int dfd;
 
+	/* Zeroing through a loop device (mke2fs zeroes with fallocate on the
+	 * device, which the loop driver may turn into punched holes) can leave
+	 * holes: allocate them again, so that the image has none. Only then:
+	 * xfs reserves room for a whole range even where it is allocated. */
+	if (fstat(j->image_fd, &st) < 0) {
+		say(j, -EIO, "cannot look at %s: %s", j->tmp, strerror(errno));
+		return;
+	}
+	if ((uint64_t)st.st_blocks * 512 < j->image_size &&
+	    fallocate(j->image_fd, 0, 0, (off_t)j->image_size) < 0) {
+		say(j, -EIO, "cannot allocate %s: %s", j->tmp, strerror(errno));
+		return;
+	}
 	if (fsync(j->image_fd) < 0) {
 		say(j, -EIO, "cannot fsync %s: %s", j->tmp, strerror(errno));
 		return;
@@ -818,9 +852,16 @@ static void p_mkfs_done(struct pcsi_proc *p, void *data)
 static void p_image(struct pcsi_kata_job *j)
 {
 	/* The tool dies with the driver (pdeathsig): a retry never races it.
-	 * No discard: on a loop device that punches holes into the image. */
-	const char *ext4[] = { "setpriv", "--pdeathsig", "KILL",      "mkfs.ext4", "-q",    "-b",
-			       "4096",	  "-E",		 "nodiscard", "-F",	   j->loop, NULL };
+	 * No discard: on a loop device that punches holes into the image. The
+	 * inode tables and the journal are zeroed now, not by ext4's lazy
+	 * init after the mount, whose zeroing through the loop device would
+	 * punch holes as well while the volume is in use. */
+	const char *ext4[] = {
+		"setpriv",   "--pdeathsig", "KILL",
+		"mkfs.ext4", "-q",	    "-b",
+		"4096",	     "-E",	    "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+		"-F",	     j->loop,	    NULL
+	};
 	const char *xfs[] = { "setpriv", "--pdeathsig", "KILL", "mkfs.xfs",  "-q",
 			      "-b",	 "size=4096",	"-m",	"reflink=0", "-K",
 			      "-f",	 j->loop,	NULL };

@@ -146,6 +146,7 @@ struct pcsi_kata_job {
 	char opts[700];
 	char host[PATH_MAX], image[PATH_MAX], tmp[PATH_MAX];
 	int image_fd, loop_fd;
+	int umount_tries;
 	uint64_t image_size;
 	unsigned long loop_dev; /* of a loop device found, not attached here */
 	bool publishing, target_mounted, target_ours, target_ro, need_mkfs, attached;

@@ -831,6 +831,9 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 		op->size = op->params.size;
 		if (!strcmp(op->fstype, "xfs") && op->size < PCSI_XFS_MIN_SIZE)
 			op->size = PCSI_XFS_MIN_SIZE;
+		if (!strcmp(op->fstype, "xfs") && op->params.kata &&
+		    op->size < PCSI_KATA_XFS_MIN_SIZE)
+			op->size = PCSI_KATA_XFS_MIN_SIZE;
 		if (!nop_lock(op))
 			return;
 		op->breq.id = op->id;

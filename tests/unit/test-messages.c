@@ -427,6 +427,20 @@ START_TEST(create_kata)
 	cap_block(&r.caps[0], MODE(SINGLE_NODE_WRITER));
 	req_param(&r, "kataContainers", "false");
 	ck_assert_msg(validate(&r) == PCSI_OK, "%s", r.err);
+	/* xfs inside xfs: a larger minimum. */
+	req_init(&r);
+	cap_mount(&r.caps[0], MODE(SINGLE_NODE_WRITER), "xfs");
+	req_param(&r, "kataContainers", "true");
+	ck_assert_msg(validate(&r) == PCSI_OK, "%s", r.err);
+	ck_assert_uint_eq(r.size, PCSI_KATA_XFS_MIN_SIZE);
+	ck_assert_uint_gt(PCSI_KATA_XFS_MIN_SIZE, PCSI_XFS_MIN_SIZE);
+	req_range(&r, 0, (int64_t)PCSI_XFS_MIN_SIZE);
+	ck_assert_int_eq(validate(&r), PCSI_OUT_OF_RANGE);
+	ck_assert_msg(strstr(r.err, "Kata"), "%s", r.err);
+	req_init(&r);
+	req_param(&r, "kataContainers", "true"); /* ext4: nothing raised */
+	ck_assert_msg(validate(&r) == PCSI_OK, "%s", r.err);
+	ck_assert_uint_eq(r.size, 0);
 	req_init(&r);
 	req_param(&r, "kataContainers", "true");
 	req_param(&r, "usage", "FileIO");
