@@ -13,6 +13,7 @@ PKGS="
   nghttp2-client
   qemu-system-x86 linux-image-amd64 busybox-static kmod cpio udev xz-utils
   ndctl daxctl lvm2 e2fsprogs xfsprogs util-linux uuid-dev
+  parted
   prometheus curl
   containerd runc containernetworking-plugins iptables
 "
