@@ -131,7 +131,7 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 				      char *err, size_t errlen)
 {
 	struct pcsi_kv kv[PCSI_MAX_PARAMS];
-	uint64_t required = 0;
+	uint64_t required = 0, min;
 	bool xfs = false;
 	size_t i;
 
@@ -159,6 +159,16 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 		const Csi__V1__VolumeCapability *cap = in->volume_capabilities[i];
 		if (pcsi_cap_check(cap, params->persistency == PCSI_PERSIST_CACHE, err, errlen) < 0)
 			return PCSI_INVALID_ARGUMENT;
+		/* A Kata Containers VM gets an image file in the volume's
+		 * filesystem (daemon/node/kata.h): a block volume has none.
+		 * Intel's driver found out only at NodePublishVolume. */
+		if (params->kata &&
+		    cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK) {
+			snprintf(err, errlen,
+				 "raw block volumes cannot be Kata Containers volumes "
+				 "(kataContainers: \"true\")");
+			return PCSI_INVALID_ARGUMENT;
+		}
 		if (cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT &&
 		    !strcmp(pcsi_volume_fstype(cap, params), "xfs"))
 			xfs = true;
@@ -170,16 +180,18 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 		return PCSI_INVALID_ARGUMENT;
 	}
 	*size = required;
-	if (xfs && *size < PCSI_XFS_MIN_SIZE) {
-		if (*limit && *limit < PCSI_XFS_MIN_SIZE) {
+	min = params->kata ? PCSI_KATA_XFS_MIN_SIZE : PCSI_XFS_MIN_SIZE;
+	if (xfs && *size < min) {
+		if (*limit && *limit < min) {
 			snprintf(err, errlen,
 				 "xfs needs a volume of at least %llu bytes (mkfs.xfs refuses "
-				 "smaller "
-				 "filesystems); limit_bytes is %llu",
-				 PCSI_XFS_MIN_SIZE, (unsigned long long)*limit);
+				 "smaller filesystems%s); limit_bytes is %llu",
+				 (unsigned long long)min,
+				 params->kata ? ", and a Kata image holds one inside another" : "",
+				 (unsigned long long)*limit);
 			return PCSI_OUT_OF_RANGE;
 		}
-		*size = PCSI_XFS_MIN_SIZE;
+		*size = min;
 	}
 	return PCSI_OK;
 }

@@ -46,17 +46,10 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 				return -EINVAL;
 			}
 		} else if (!strcmp(k, "kataContainers")) {
-			bool kata;
-			if (pcsi_parse_bool(v, &kata) < 0) {
+			if (pcsi_parse_bool(v, &out->kata) < 0) {
 				snprintf(err, errlen,
 					 "parameter \"kataContainers\": \"%.64s\" is not a boolean",
 					 v);
-				return -EINVAL;
-			}
-			if (kata) {
-				snprintf(err, errlen,
-					 "parameter \"kataContainers\": Kata Containers volumes "
-					 "are not supported");
 				return -EINVAL;
 			}
 		} else if (!strcmp(k, "usage")) {
@@ -117,6 +110,13 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 	if (has_cache_size && out->persistency != PCSI_PERSIST_CACHE) {
 		snprintf(err, errlen,
 			 "parameter \"cacheSize\" is only valid with persistencyModel: cache");
+		return -EINVAL;
+	}
+	if (out->kata && out->usage == PCSI_USAGE_FILEIO) {
+		snprintf(err, errlen,
+			 "parameter \"kataContainers\": Kata Containers volumes and usage FileIO "
+			 "are "
+			 "mutually exclusive");
 		return -EINVAL;
 	}
 	if (origin == PCSI_ORIGIN_EPHEMERAL && !out->has_size) {

@@ -8,7 +8,10 @@
  *   cacheSize         1..N, only with persistencyModel=cache (default 1)
  *   eraseafter        Go ParseBool values (default true)
  *   usage             AppDirect (default) | FileIO
- *   kataContainers    refused: "not supported"
+ *   kataContainers    Go ParseBool values (default false): a Kata Containers volume,
+ *                     published as a loop device on an image file in the volume's
+ *                     filesystem (daemon/node/kata.h); not with usage=FileIO, not
+ *                     for raw block volumes (messages.h, the Node service)
  *   size              Kubernetes quantity; inline ephemeral volumes only
  *   csi.storage.k8s.io/fstype  ext4 | xfs: the filesystem when the capability
  *                              names none (Kubernetes moves it into the
@@ -39,6 +42,7 @@ struct pcsi_params {
 	enum pcsi_persistency persistency;
 	uint32_t cache_size;
 	bool erase_after;
+	bool kata; /* kataContainers */
 	enum pcsi_usage usage;
 	uint64_t size;	/* ephemeral only; 0 when not given */
 	char fstype[8]; /* csi.storage.k8s.io/fstype: "ext4", "xfs", or "" when not given */

@@ -131,6 +131,7 @@ static void fill_rec(struct create_op *op)
 	snprintf(op->rec.name, sizeof(op->rec.name), "%s", op->in->name);
 	op->rec.erase_after = op->params.erase_after;
 	op->rec.cache = op->params.persistency == PCSI_PERSIST_CACHE;
+	op->rec.kata = op->params.kata;
 	snprintf(op->rec.source, sizeof(op->rec.source), "%s", op->src);
 }
 

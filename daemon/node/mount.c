@@ -238,6 +238,11 @@ static void on_work(uv_work_t *w)
 	if (!j->bind) {
 		if (mount(j->src, j->target, j->fstype, j->flags, j->data[0] ? j->data : NULL) < 0)
 			fail(j, -errno, "mount");
+		else if (j->ro_view && mount(NULL, j->target, NULL,
+					     MS_REMOUNT | MS_BIND | MS_RDONLY | bflags, NULL) < 0) {
+			fail(j, -errno, "read-only remount of");
+			umount2(j->target, UMOUNT_NOFOLLOW | MNT_DETACH);
+		}
 		return;
 	}
 	if (mount(j->src, j->target, NULL, MS_BIND, NULL) < 0) {

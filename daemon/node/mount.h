@@ -70,6 +70,9 @@ struct pcsi_mount_job {
 	const char *opts;   /* comma-separated options, as `mount -o` takes them */
 	bool bind;	    /* a bind of |src|, read-only when |opts| has "ro" */
 	bool unmount;	    /* unmount |target| (symbolic links are not followed) */
+	bool ro_view;	    /* (not a bind) this mount point read-only, the filesystem
+			     * read-write for its other mounts: a remount of the new
+			     * mount alone, as a read-only bind gets; undone when it fails */
 	/* out, valid in the callback */
 	int error;     /* 0 or -errno */
 	char msg[512]; /* when error: what failed and why, for a gRPC message */

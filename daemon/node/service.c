@@ -18,6 +18,7 @@
 #include "daemon/core/util.h"
 #include "daemon/core/volid.h"
 #include "daemon/csi/messages.h"
+#include "daemon/node/kata.h"
 #include "daemon/node/mount.h"
 #include "daemon/node/controller.h"
 #include "daemon/csi/params.h"
@@ -38,6 +39,7 @@ struct nop {
 	bool block, ro, dax, ephemeral, locked;
 	bool grow;	    /* stage: an existing filesystem, grown to its device after mounting */
 	bool single_writer; /* SINGLE_NODE_SINGLE_WRITER: one target at a time */
+	bool rec_ok;	    /* unpublish: the volume's record was read */
 	uint64_t size;
 	struct pcsi_params params;
 	struct pcsi_backend_req breq;
@@ -46,6 +48,7 @@ struct nop {
 	char mount_opts[700];
 	char why[600]; /* the last tool or mount: empty, or what failed */
 	struct pcsi_volrec rec;
+	struct pcsi_kata_job *kata; /* a Kata Containers publish or unpublish (kata.h) */
 	void (*after_tool)(struct nop *op);
 };
 
@@ -68,6 +71,7 @@ static void nop_end(struct nop *op)
 {
 	if (op->locked)
 		pcsi_inflight_drop(&op->ns->node->busy, op->id);
+	free(op->kata);
 	free(op);
 }
 
@@ -533,11 +537,55 @@ static void publish_existing(struct nop *op, const struct pcsi_mount_info *mi, u
 	nop_ok(op, &out.base);
 }
 
+/* ---- Kata Containers volumes (kata.h) ---- */
+
+static void on_kata_published(struct pcsi_kata_job *k, void *data)
+{
+	Csi__V1__NodePublishVolumeResponse out = CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
+	struct nop *op = data;
+
+	if (k->error) {
+		nop_fail(op, pcsi_status_from_errno(k->error), "%s", k->msg);
+		return;
+	}
+	pcsi_info(2, "published", "volume=%s target=%s ro=%d ephemeral=%d kata=1 loop=%s image=%s",
+		  op->id, op->target, op->ro, op->ephemeral, k->loop, k->made ? "made" : "existed");
+	nop_ok(op, &out.base);
+}
+
+/* Publishes a Kata Containers volume whose filesystem is |src|: the
+ * staging mount (bound to the host mount), or the device of an inline
+ * volume (|device|: mounted there with dax). */
+static void publish_kata(struct nop *op, const char *src, bool device)
+{
+	struct pcsi_kata_job *k = op->kata = pcsi_xcalloc(1, sizeof(*k));
+
+	k->id = op->id;
+	k->target = op->target;
+	k->fstype = op->fstype;
+	k->host_src = src;
+	if (device) {
+		k->host_fstype = op->fstype;
+		snprintf(op->mount_opts, sizeof(op->mount_opts), "dax%s",
+			 strcmp(op->fstype, "xfs") ? "" : ",nouuid");
+		k->host_opts = op->mount_opts;
+	}
+	k->host_dev = rdev_of(op->dev);
+	k->flags = op->flags;
+	k->ro = op->ro;
+	k->single_writer = op->single_writer;
+	pcsi_kata_publish(op->ns->node, k, on_kata_published, op);
+}
+
 static void ephemeral_mount(struct nop *op);
 
 static void ephemeral_formatted(struct nop *op)
 {
-	if (tool_ok(op))
+	if (!tool_ok(op))
+		return;
+	if (op->params.kata)
+		publish_kata(op, op->dev, true);
+	else
 		ephemeral_mount(op);
 }
 
@@ -573,6 +621,10 @@ static void ephemeral_created(struct pcsi_backend_req *req, void *data)
 	}
 	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
 	op->size = req->vol.size;
+	if (req->existed && op->params.kata) {
+		publish_kata(op, op->dev, true); /* made earlier, formatted then */
+		return;
+	}
 	if (req->existed && pcsi_mount_lookup(op->target, &mi) == 1) {
 		publish_existing(op, &mi, rdev_of(op->dev));
 		return;
@@ -583,6 +635,7 @@ static void ephemeral_created(struct pcsi_backend_req *req, void *data)
 	}
 	op->rec.ephemeral = true;
 	op->rec.erase_after = op->params.erase_after;
+	op->rec.kata = op->params.kata;
 	pcsi_volrec_store(op->ns->node, op->id, &op->rec, ephemeral_rec_stored, op);
 }
 
@@ -629,6 +682,31 @@ static void publish_new(struct nop *op, const char *src)
 	run_mount(op, src, op->target, true, publish_done);
 }
 
+static void publish_rec_loaded(int error, void *data)
+{
+	struct nop *op = data;
+	struct pcsi_mount_info mi;
+	int rc;
+
+	if (error && error != -ENOENT)
+		pcsi_warn("cannot read the volume record", "volume=%s err=%s", op->id,
+			  strerror(-error));
+	if (op->params.kata || (!error && op->rec.kata)) {
+		publish_kata(op, op->staging, false);
+		return;
+	}
+	rc = pcsi_mount_lookup(op->target, &mi);
+	if (rc < 0) {
+		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+		return;
+	}
+	if (rc == 1) {
+		publish_existing(op, &mi, rdev_of(op->dev));
+		return;
+	}
+	publish_new(op, op->staging);
+}
+
 static void publish_found(struct pcsi_backend_req *req, void *data)
 {
 	struct nop *op = data;
@@ -667,11 +745,10 @@ static void publish_found(struct pcsi_backend_req *req, void *data)
 			 "volume %s is not staged at the staging path", op->id);
 		return;
 	}
-	if (rc == 1) {
-		publish_existing(op, &mi, smi.dev);
-		return;
-	}
-	publish_new(op, op->staging);
+	/* Whether it is a Kata Containers volume: the volume context says so
+	 * (Kubernetes passes CreateVolume's), or the volume's record (a volume
+	 * context written by hand may lack the parameter). */
+	pcsi_volrec_load(op->ns->node, op->id, &op->rec, publish_rec_loaded, op);
 }
 
 static void node_node_publish_volume(Csi__V1__Node_Service *svc,
@@ -721,6 +798,14 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 				ephemeral ? PCSI_ORIGIN_EPHEMERAL : PCSI_ORIGIN_CONTEXT);
 	if (!op)
 		return;
+	if (op->params.kata && op->block) {
+		/* A VM gets an image file in the volume's filesystem; a block
+		 * device with DAX cannot be passed into one. */
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+			       "raw block volumes are incompatible with Kata Containers");
+		free(op);
+		return;
+	}
 	op->ephemeral = ephemeral;
 	op->single_writer =
 		in->volume_capability->access_mode->mode ==
@@ -746,6 +831,9 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 		op->size = op->params.size;
 		if (!strcmp(op->fstype, "xfs") && op->size < PCSI_XFS_MIN_SIZE)
 			op->size = PCSI_XFS_MIN_SIZE;
+		if (!strcmp(op->fstype, "xfs") && op->params.kata &&
+		    op->size < PCSI_KATA_XFS_MIN_SIZE)
+			op->size = PCSI_KATA_XFS_MIN_SIZE;
 		if (!nop_lock(op))
 			return;
 		op->breq.id = op->id;
@@ -792,11 +880,19 @@ static void unpublish_deleted(struct pcsi_backend_req *req, void *data)
 	pcsi_volrec_store(op->ns->node, op->id, NULL, unpublish_rec_removed, op);
 }
 
-static void unpublish_rec_loaded(int error, void *data)
+/* Kata's loop devices and host mount are gone (or there were none): an
+ * ephemeral volume is deleted. */
+static void on_kata_unpublished(struct pcsi_kata_job *k, void *data)
 {
 	struct nop *op = data;
 
-	if (error || !op->rec.ephemeral) {
+	if (k->error) {
+		nop_fail(op, pcsi_status_from_errno(k->error), "%s", k->msg);
+		return;
+	}
+	if (k->in_use)
+		pcsi_info(2, "Kata image still published", "volume=%s at=%s", op->id, k->where);
+	if (!op->rec_ok || !op->rec.ephemeral) {
 		unpublish_reply(op);
 		return;
 	}
@@ -805,12 +901,29 @@ static void unpublish_rec_loaded(int error, void *data)
 	pcsi_backend_delete(op->ns->node->be, &op->breq, unpublish_deleted, op);
 }
 
-/* The target is unmounted (or was not mounted): remove it, then delete an
- * ephemeral volume. */
+static void unpublish_rec_loaded(int error, void *data)
+{
+	struct nop *op = data;
+
+	op->rec_ok = !error;
+	/* Whatever the record says: a host mount left by a publish (or by
+	 * Intel's driver) is what counts, and its absence costs one stat. */
+	op->kata = pcsi_xcalloc(1, sizeof(*op->kata));
+	op->kata->id = op->id;
+	pcsi_kata_unpublish(op->ns->node, op->kata, on_kata_unpublished, op);
+}
+
+/* The target is unmounted (or was not mounted): remove it, undo a Kata
+ * Containers volume's loop device and host mount, then delete an ephemeral
+ * volume. */
 static void unpublish_cleanup(struct nop *op)
 {
 	if (rmdir(op->target) < 0 && errno == ENOTDIR)
 		unlink(op->target);
+	if (!pcsi_volume_id_valid(op->id)) {
+		unpublish_reply(op); /* no volume, no record, no host mount can have it */
+		return;
+	}
 	pcsi_volrec_load(op->ns->node, op->id, &op->rec, unpublish_rec_loaded, op);
 }
 

@@ -7,7 +7,11 @@
  * path (or, for block, the device node onto a file) on the target, read-only
  * when asked; CSI inline ephemeral volumes (csi.storage.k8s.io/ephemeral) are
  * created, formatted and mounted directly on the target, and deleted again by
- * NodeUnpublishVolume. Every step checks the mount table first, so repeats
+ * NodeUnpublishVolume. A Kata Containers volume (kataContainers in the
+ * volume context or the volume's record) is published as a loop device on an
+ * image file in its filesystem instead (kata.h); NodeUnpublishVolume undoes
+ * that for any volume that left a host mount. Every step checks the mount
+ * table first, so repeats
  * are idempotent; mkfs, mount and umount run as child processes; operations
  * on one volume are serialised (a concurrent one gets ABORTED). */
 #ifndef PCSI_NODE_H

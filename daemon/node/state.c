@@ -93,6 +93,8 @@ static void do_store(struct job *j)
 	json_object_object_add(o, "eraseafter", json_object_new_boolean(j->rec.erase_after));
 	json_object_object_add(o, "cache", json_object_new_boolean(j->rec.cache));
 	json_object_object_add(o, "ephemeral", json_object_new_boolean(j->rec.ephemeral));
+	if (j->rec.kata)
+		json_object_object_add(o, "kata", json_object_new_boolean(true));
 	if (j->rec.source[0])
 		json_object_object_add(o, "source", json_object_new_string(j->rec.source));
 	if (j->rec.snapshot) {
@@ -150,6 +152,8 @@ static int read_rec(const char *path, struct pcsi_volrec *out)
 		out->cache = json_object_get_boolean(v);
 	if (json_object_object_get_ex(o, "ephemeral", &v))
 		out->ephemeral = json_object_get_boolean(v);
+	if (json_object_object_get_ex(o, "kata", &v))
+		out->kata = json_object_get_boolean(v);
 	if (json_object_object_get_ex(o, "source", &v) &&
 	    pcsi_volume_id_valid(json_object_get_string(v)))
 		snprintf(out->source, sizeof(out->source), "%s", json_object_get_string(v));
@@ -167,7 +171,8 @@ static int read_rec(const char *path, struct pcsi_volrec *out)
 
 /* A record Intel's PMEM-CSI (v0.7 and later) wrote for a volume it made:
  * <statePath>/<id>.json, {"id": ..., "size": ..., "parameters": {"name": ...,
- * "eraseafter": "false", "persistencyModel": ..., ...}}, the parameters as
+ * "eraseafter": "false", "persistencyModel": ..., "kataContainers": "true",
+ * ...}}, the parameters as
  * strings. Only read: a volume taken over keeps its record where Intel's
  * driver finds it again after a rollback, until the volume is deleted. */
 static int read_legacy_rec(const char *path, struct pcsi_volrec *out)
@@ -189,6 +194,10 @@ static int read_legacy_rec(const char *path, struct pcsi_volrec *out)
 	if (json_object_object_get_ex(p, "eraseafter", &v) &&
 	    pcsi_parse_bool(json_object_get_string(v), &out->erase_after) < 0)
 		out->erase_after = true;
+	/* Unparsable: not a Kata volume (Intel's driver refused to parse it). */
+	if (json_object_object_get_ex(p, "kataContainers", &v) &&
+	    pcsi_parse_bool(json_object_get_string(v), &out->kata) < 0)
+		out->kata = false;
 	if (json_object_object_get_ex(p, "persistencyModel", &v)) {
 		s = json_object_get_string(v);
 		out->cache = !strcmp(s, "cache");

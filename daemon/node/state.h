@@ -8,8 +8,8 @@
  * fsync, rename) on the thread pool. A missing record means defaults, erase
  * included: losing one never loses data, only an erase shortcut. Where a
  * volume has no record of ours, the one Intel's PMEM-CSI kept in
- * <statePath>/<id>.json is read instead (its name, eraseafter and
- * persistencyModel), and removed with the volume.
+ * <statePath>/<id>.json is read instead (its name, eraseafter,
+ * persistencyModel and kataContainers), and removed with the volume.
  *
  * Serialisation: |busy| holds the volume ids with an operation in progress
  * (inflight.h); a second operation on the same volume gets ABORTED. */
@@ -28,6 +28,7 @@ struct pcsi_volrec {
 	bool erase_after;
 	bool cache;
 	bool ephemeral;
+	bool kata; /* kataContainers: published through an image file (kata.h) */
 	/* Copies: a snapshot's source volume, or the snapshot or volume a
 	 * volume was made from; "" for an empty volume. */
 	char source[PCSI_VOLUME_ID_MAX + 1];

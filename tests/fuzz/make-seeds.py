@@ -328,6 +328,7 @@ def params_seeds():
                           "storage.kubernetes.io/csiProvisionerIdentity=1700000000000-8081-pmem-csi.intel.com"),
         "create-refused": (0, "kataContainers=false\nsize=1Gi\ncacheSize=3"),
         "ephemeral": (1, "size=1.5Gi\neraseafter=true\nkataContainers=true"),
+        "kata-fileio": (0, "usage=FileIO\nkataContainers=T"),
         "ephemeral-sizes": (1, "size=1e9\nsize=+12.5E\nsize=100Ei\nsize=0.001k\nsize=4Mi"),
         "context": (2, "name=pvc-1\npersistencyModel=normal\neraseafter=F\nusage=AppDirect"),
         "no-value": (2, "persistencyModel\nname"),

@@ -405,6 +405,50 @@ START_TEST(create_parameters)
 }
 END_TEST
 
+/* kataContainers: filesystem volumes only; the same parameter with a block
+ * capability (first or second) is refused, "false" is not. */
+START_TEST(create_kata)
+{
+	struct req r;
+
+	req_init(&r);
+	req_param(&r, "kataContainers", "true");
+	ck_assert_msg(validate(&r) == PCSI_OK, "%s", r.err);
+	ck_assert(r.p.kata);
+	cap_block(&r.caps[1], MODE(SINGLE_NODE_WRITER));
+	r.in.n_volume_capabilities = 2;
+	ck_assert_int_eq(validate(&r), PCSI_INVALID_ARGUMENT);
+	ck_assert_msg(strstr(r.err, "raw block"), "%s", r.err);
+	req_init(&r);
+	cap_block(&r.caps[0], MODE(SINGLE_NODE_WRITER));
+	req_param(&r, "kataContainers", "1");
+	ck_assert_int_eq(validate(&r), PCSI_INVALID_ARGUMENT);
+	req_init(&r);
+	cap_block(&r.caps[0], MODE(SINGLE_NODE_WRITER));
+	req_param(&r, "kataContainers", "false");
+	ck_assert_msg(validate(&r) == PCSI_OK, "%s", r.err);
+	/* xfs inside xfs: a larger minimum. */
+	req_init(&r);
+	cap_mount(&r.caps[0], MODE(SINGLE_NODE_WRITER), "xfs");
+	req_param(&r, "kataContainers", "true");
+	ck_assert_msg(validate(&r) == PCSI_OK, "%s", r.err);
+	ck_assert_uint_eq(r.size, PCSI_KATA_XFS_MIN_SIZE);
+	ck_assert_uint_gt(PCSI_KATA_XFS_MIN_SIZE, PCSI_XFS_MIN_SIZE);
+	req_range(&r, 0, (int64_t)PCSI_XFS_MIN_SIZE);
+	ck_assert_int_eq(validate(&r), PCSI_OUT_OF_RANGE);
+	ck_assert_msg(strstr(r.err, "Kata"), "%s", r.err);
+	req_init(&r);
+	req_param(&r, "kataContainers", "true"); /* ext4: nothing raised */
+	ck_assert_msg(validate(&r) == PCSI_OK, "%s", r.err);
+	ck_assert_uint_eq(r.size, 0);
+	req_init(&r);
+	req_param(&r, "kataContainers", "true");
+	req_param(&r, "usage", "FileIO");
+	ck_assert_int_eq(validate(&r), PCSI_INVALID_ARGUMENT);
+	ck_assert_msg(strstr(r.err, "FileIO"), "%s", r.err);
+}
+END_TEST
+
 START_TEST(create_capacity_range)
 {
 	struct req r;
@@ -553,6 +597,7 @@ static Suite *messages_suite(void)
 	tcase_add_test(tv, create_parameters);
 	tcase_add_test(tv, create_capacity_range);
 	tcase_add_test(tv, create_xfs_minimum);
+	tcase_add_test(tv, create_kata);
 	suite_add_tcase(s, tv);
 	return s;
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -287,6 +288,55 @@ START_TEST(mount_bind_unmount)
 }
 END_TEST
 
+/* A read-only view of a new mount (ro_view): that mount point refuses
+ * writes, the filesystem stays read-write (a second mount of it writes). */
+START_TEST(mount_read_only_view)
+{
+	char a[] = "/tmp/pcsi-test-mnt-a-XXXXXX", b[] = "/tmp/pcsi-test-mnt-b-XXXXXX";
+	struct pcsi_mount_job j = { .src = "pcsi-test", .fstype = "tmpfs", .opts = "size=1m" };
+	struct pcsi_mount_info ia, ib;
+	char path[64], line[1024];
+	bool super_rw = false;
+	FILE *f;
+	int fd;
+
+	ck_assert_msg(geteuid() == 0, "mounts need root: run the unit suite as root");
+	ck_assert_ptr_nonnull(mkdtemp(a));
+	ck_assert_ptr_nonnull(mkdtemp(b));
+	j.target = a;
+	j.ro_view = true;
+	ck_assert_int_eq(run_job(&j), 0);
+	ck_assert_int_eq(pcsi_mount_lookup(a, &ia), 1);
+	ck_assert(ia.ro);
+	snprintf(path, sizeof(path), "%s/g", a);
+	ck_assert_int_lt(open(path, O_WRONLY | O_CREAT, 0600), 0);
+	ck_assert_int_eq(errno, EROFS);
+	/* The superblock options (after " - tmpfs SOURCE ") say rw. */
+	f = fopen("/proc/self/mountinfo", "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, a) && strstr(line, " - tmpfs pcsi-test rw,"))
+			super_rw = true;
+	fclose(f);
+	ck_assert_msg(super_rw, "the filesystem itself went read-only");
+	/* A bind of it (which takes the read-only flag along) made read-write:
+	 * writable. */
+	ck_assert_int_eq(job(a, b, NULL, "", true, false, NULL, 0), 0);
+	ck_assert_int_eq(mount(NULL, b, NULL, MS_REMOUNT | MS_BIND, NULL), 0);
+	ck_assert_int_eq(pcsi_mount_lookup(b, &ib), 1);
+	ck_assert(!ib.ro);
+	ck_assert_uint_eq(ib.dev, ia.dev);
+	snprintf(path, sizeof(path), "%s/g", b);
+	fd = open(path, O_WRONLY | O_CREAT, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_int_eq(job(NULL, b, NULL, NULL, false, true, NULL, 0), 0);
+	ck_assert_int_eq(job(NULL, a, NULL, NULL, false, true, NULL, 0), 0);
+	ck_assert_int_eq(rmdir(a), 0);
+	ck_assert_int_eq(rmdir(b), 0);
+}
+END_TEST
+
 static Suite *mount_suite(void)
 {
 	Suite *s = suite_create("mount");
@@ -305,6 +355,7 @@ static Suite *mount_suite(void)
 	suite_add_tcase(s, tl);
 	tcase_add_test(tm, mount_flags_allowed);
 	tcase_add_test(tm, mount_bind_unmount);
+	tcase_add_test(tm, mount_read_only_view);
 	suite_add_tcase(s, tm);
 	return s;
 }

@@ -44,6 +44,48 @@ START_TEST(defaults)
 	ck_assert(p.erase_after);
 	ck_assert_int_eq(p.usage, PCSI_USAGE_APPDIRECT);
 	ck_assert(!p.has_size);
+	ck_assert(!p.kata);
+}
+END_TEST
+
+/* kataContainers: Go's ParseBool values, in every origin Intel's driver takes
+ * it from (StorageClass, inline volume, volume context); never with usage
+ * FileIO, whichever comes first. */
+START_TEST(kata_containers)
+{
+	static const enum pcsi_param_origin origins[] = { PCSI_ORIGIN_CREATE, PCSI_ORIGIN_EPHEMERAL,
+							  PCSI_ORIGIN_CONTEXT };
+	struct pcsi_kv kv[] = { KV("size", "1Gi"), KV("kataContainers", "True"),
+				KV("usage", "AppDirect") };
+	struct pcsi_params p;
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < 3; i++) {
+		/* "size" is for inline volumes only. */
+		const struct pcsi_kv *from = origins[i] == PCSI_ORIGIN_EPHEMERAL ? kv : kv + 1;
+		size_t n = origins[i] == PCSI_ORIGIN_EPHEMERAL ? 3 : 2;
+
+		kv[1].value = "True";
+		kv[2].value = "AppDirect";
+		ck_assert_int_eq(parse(origins[i], from, n, &p, err), 0);
+		ck_assert(p.kata);
+		kv[1].value = "0";
+		ck_assert_int_eq(parse(origins[i], from, n, &p, err), 0);
+		ck_assert(!p.kata);
+		/* FileIO without Kata is fine; with it, refused. */
+		kv[2].value = "FileIO";
+		ck_assert_int_eq(parse(origins[i], from, n, &p, err), 0);
+		ck_assert_int_eq(p.usage, PCSI_USAGE_FILEIO);
+		kv[1].value = "t";
+		ck_assert_int_eq(parse(origins[i], from, n, &p, err), -EINVAL);
+		ck_assert_msg(strstr(err, "mutually exclusive"), "%s", err);
+	}
+	/* The other order: usage first. */
+	kv[1] = (struct pcsi_kv)KV("usage", "FileIO");
+	kv[2] = (struct pcsi_kv)KV("kataContainers", "TRUE");
+	ck_assert_int_eq(parse(PCSI_ORIGIN_CREATE, kv + 1, 2, &p, err), -EINVAL);
+	ck_assert_msg(strstr(err, "mutually exclusive"), "%s", err);
 }
 END_TEST
 
@@ -72,7 +114,8 @@ START_TEST(refusals)
 		{ KV("foo", "1"), "parameter \"foo\" invalid in this context" },
 		{ KV("eraseAfter", "true"), "invalid in this context" },
 		{ KV("eraseafter", "yes"), "not a boolean" },
-		{ KV("kataContainers", "true"), "not supported" },
+		{ KV("kataContainers", "yes"), "not a boolean" },
+		{ KV("kataContainers", ""), "not a boolean" },
 		{ KV("persistencyModel", "ephemeral"), "is not normal, none or cache" },
 		{ KV("cacheSize", "2"), "only valid with persistencyModel: cache" },
 		{ KV("usage", "appdirect"), "is not AppDirect or FileIO" },
@@ -198,6 +241,7 @@ static Suite *params_suite(void)
 	tcase_add_test(tc, volume_id_matches_the_original_scheme);
 	tcase_add_test(tc, defaults);
 	tcase_add_test(tc, cache_volume);
+	tcase_add_test(tc, kata_containers);
 	tcase_add_test(tc, refusals);
 	tcase_add_test(tc, cache_size_values);
 	tcase_add_test(tc, ephemeral);

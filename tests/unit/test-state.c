@@ -112,6 +112,7 @@ static void garbage(struct pcsi_volrec *rec)
 	rec->erase_after = false;
 	rec->cache = true;
 	rec->ephemeral = true;
+	rec->kata = true;
 }
 
 static void check_defaults(const struct pcsi_volrec *rec)
@@ -120,6 +121,7 @@ static void check_defaults(const struct pcsi_volrec *rec)
 	ck_assert(rec->erase_after);
 	ck_assert(!rec->cache);
 	ck_assert(!rec->ephemeral);
+	ck_assert(!rec->kata);
 }
 
 /* The record file of |id|: ours, or the one Intel's PMEM-CSI keeps. */
@@ -197,6 +199,27 @@ START_TEST(intel_record_is_read)
 	ck_assert_int_eq(load("e3", &rec), 0);
 	ck_assert(rec.ephemeral);
 	ck_assert(rec.erase_after);
+	ck_assert(!rec.kata);
+	/* kataContainers, as Intel's driver records it ("true" from Go's %v),
+	 * and in the other ParseBool spellings; anything else is no Kata volume. */
+	write_legacy_record("k1", "{\"id\":\"k1\",\"size\":100663296,\"parameters\":{"
+				  "\"deviceMode\":\"direct\",\"kataContainers\":\"true\","
+				  "\"name\":\"vol-kata\",\"persistencyModel\":\"normal\"}}");
+	ck_assert_int_eq(load("k1", &rec), 0);
+	ck_assert(rec.kata);
+	ck_assert_str_eq(rec.name, "vol-kata");
+	write_legacy_record("k2", "{\"parameters\":{\"kataContainers\":\"T\","
+				  "\"persistencyModel\":\"ephemeral\",\"size\":\"67108864\"}}");
+	ck_assert_int_eq(load("k2", &rec), 0);
+	ck_assert(rec.kata && rec.ephemeral);
+	write_legacy_record("k3", "{\"parameters\":{\"kataContainers\":\"false\"}}");
+	garbage(&rec);
+	ck_assert_int_eq(load("k3", &rec), 0);
+	ck_assert(!rec.kata);
+	write_legacy_record("k4", "{\"parameters\":{\"kataContainers\":\"yes\"}}");
+	garbage(&rec);
+	ck_assert_int_eq(load("k4", &rec), 0);
+	ck_assert(!rec.kata);
 	/* Not Intel's shape: an error, not defaults (the erase stays). */
 	write_legacy_record("e4", "{\"parameters\":[1]}");
 	ck_assert_int_eq(load("e4", &rec), -EIO);
@@ -325,6 +348,19 @@ START_TEST(store_load_round_trip)
 	ck_assert(out.erase_after);
 	ck_assert(!out.cache);
 	ck_assert(out.ephemeral);
+	ck_assert(!out.kata);
+
+	/* The kata flag. */
+	rec.kata = true;
+	ck_assert_int_eq(store("pvc-1-abc", &rec), 0);
+	garbage(&out);
+	ck_assert_int_eq(load("pvc-1-abc", &out), 0);
+	ck_assert(out.kata && out.ephemeral);
+	rec.kata = false;
+	ck_assert_int_eq(store("pvc-1-abc", &rec), 0);
+	garbage(&out);
+	ck_assert_int_eq(load("pvc-1-abc", &out), 0);
+	ck_assert(!out.kata);
 }
 END_TEST
 

@@ -165,8 +165,8 @@ def _():
     expect(SC.INVALID_ARGUMENT, "Controller", "CreateVolume",
            csi.CreateVolumeRequest(name="x1"), "volume_capabilities")
     expect(SC.INVALID_ARGUMENT, "Controller", "CreateVolume", create("x2", MiB, params={"foo": "1"}), "foo")
-    expect(SC.INVALID_ARGUMENT, "Controller", "CreateVolume", create("x3", MiB, params={"kataContainers": "true"}),
-           "not supported")
+    expect(SC.INVALID_ARGUMENT, "Controller", "CreateVolume",
+           create("x3", MiB, cap=block_cap(), params={"kataContainers": "true"}), "raw block")
     expect(SC.INVALID_ARGUMENT, "Controller", "CreateVolume", create("x4", MiB, cap=mount_cap("btrfs")), "btrfs")
     expect(SC.INVALID_ARGUMENT, "Controller", "CreateVolume",
            create("x5", MiB, cap=mount_cap(mode=csi.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER)))

@@ -13,7 +13,15 @@ recorded (checked on the medium for LVM: the freed extents still hold the
 data of an `eraseafter: "false"` volume and are zero for the others). Then
 the other way: a volume ours made is left alone by Intel's driver (not
 listed, a DeleteVolume of it does not touch it), and ours finds it again
-with its data. TAP output.
+with its data. Kata Containers: Intel's driver also makes, stages and
+publishes a kataContainers volume (its image file made with parted and
+mkfs, attached with losetup) and writes through it; ours answers kubelet's
+retry of that publish as it is, unpublishes it (Intel's loop device
+detached, the host mount gone), checks the image as a Kata guest sees it and
+reads the data through a fresh loop device, publishes it again with the data
+intact, and makes a Kata volume of its own whose first 2 MiB have Intel's
+layout (the pfn superblock byte for byte, the MBR's partition entry). TAP
+output.
 
 usage: test_takeover.py PATH-TO-pmem-csi-driver direct|lvm
 Intel's driver: $PCSI_INTEL_PMEM_CSI, else the one scripts/go-tools.sh built
@@ -24,6 +32,7 @@ import functools
 import hashlib
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -75,6 +84,15 @@ VOLUMES = {
     "vol-block-keep": dict(block=True, size=48 * MiB, params={"eraseafter": "false"}),
 }
 EPHEMERAL_HANDLE = "csi-4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a99"
+# A Kata Containers volume (kataContainers in the StorageClass: Kubernetes
+# passes CreateVolume's volume context to NodePublishVolume), published by
+# Intel's driver at the switch. 96 MiB of ext4: the same size for ours.
+KATA = dict(fs="ext4", size=96 * MiB, params={"kataContainers": "true"})
+KATA_IMAGE = "kata-containers-pmem-csi-vm.img"
+KATA_HEADER = 2 * MiB
+
+# Intel's Kata publish attaches its image with losetup; a Kata node has loop devices.
+subprocess.run(["modprobe", "loop"], check=True)
 
 
 def sh(*cmd):
@@ -128,7 +146,8 @@ class Driver:
     def stop(self):
         self.ch.close()
         rc = self.d.stop(timeout=60)
-        pt.check(rc is not None, "%s did not stop on SIGTERM" % self.which)
+        pt.check(rc is not None, "%s did not stop on SIGTERM; its log ends:\n%s"
+                 % (self.which, self.d.stderr_text()[-3000:]))
         return self.d.stderr_text()
 
     def listed(self):
@@ -232,7 +251,99 @@ def devices():
     return {ns.get("name", "") for ns in nss} - {"", "pmem-csi"}
 
 
+def kata_host_mount(vid):
+    return os.path.join(os.path.realpath(STATE), "mount", vid)
+
+
+def kata_loops(image):
+    """{"loopN": (backing file, offset, autoclear)} of the loop devices on |image|."""
+    out = {}
+    for name in os.listdir("/sys/block"):
+        d = "/sys/block/%s/loop" % name
+        if not os.path.exists(d + "/backing_file"):
+            continue
+        with open(d + "/backing_file") as f:
+            bf = f.read().strip()
+        if bf != image:
+            continue
+        with open(d + "/offset") as f:
+            off = int(f.read())
+        with open(d + "/autoclear") as f:
+            out[name] = (bf, off, f.read().strip() == "1")
+    return out
+
+
+def kata_target_loop(target):
+    """(backing file, offset) of the loop device mounted at |target|, or None."""
+    with open("/proc/self/mountinfo") as f:
+        m = [line.split() for line in f if line.split()[4] == target]
+    if not m:
+        return None
+    d = "/sys/dev/block/%s/loop" % m[-1][2]
+    if not os.path.exists(d + "/backing_file"):
+        return None
+    with open(d + "/backing_file") as f, open(d + "/offset") as g:
+        return f.read().strip(), int(g.read())
+
+
+def fletcher64(b):
+    lo = hi = 0
+    for (w,) in struct.iter_unpack("<I", b):
+        lo = (lo + w) & 0xffffffff
+        hi = (hi + lo) & 0xffffffff
+    return hi << 32 | lo
+
+
+def kata_check_image(path, fs="ext4"):
+    """The image as a Kata guest sees it (the pfn superblock at 4 KiB) and as
+    losetup -P does (partition 1 at 2 MiB holding the filesystem)."""
+    size = os.stat(path).st_size
+    with open(path, "rb") as f:
+        head = f.read(KATA_HEADER)
+    sb = head[4096:8192]
+    pt.check(sb[:16] == b"NVDIMM_PFN_INFO\0", "%s: signature %r" % (path, sb[:16]))
+    fields = struct.unpack_from("<HHQQI", sb, 52) + struct.unpack_from("<I", sb, 84)
+    pt.check(fields == (0, 2, KATA_HEADER, 0, 1, KATA_HEADER), "%s: pfn superblock (version, dataoff, npfns, "
+             "mode, align) %r" % (path, fields))
+    pt.check(struct.unpack_from("<Q", sb, 4088)[0] == fletcher64(sb[:4088] + bytes(8)), "%s: pfn checksum" % path)
+    dev = sh("losetup", "-P", "-r", "-f", "--show", path).strip()
+    try:
+        name = os.path.basename(dev)
+        p1 = "/sys/block/%s/%sp1" % (name, name)
+        for _ in range(100):
+            if os.path.exists(p1):
+                break
+            time.sleep(0.05)
+        with open(p1 + "/start") as f, open(p1 + "/size") as g:
+            got = int(f.read()), int(g.read())
+        pt.check(got == (KATA_HEADER // 512, (size - KATA_HEADER) // 512), "%s: partition 1 %r" % (path, got))
+        typ = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", dev + "p1"], stdout=subprocess.PIPE,
+                             universal_newlines=True).stdout.strip()
+        pt.check(typ == fs, "%s: partition 1 holds %r" % (path, typ))
+    finally:
+        sh("losetup", "-d", dev)
+    return head, size
+
+
+def kata_read(image, name="data"):
+    """The file |name| in the filesystem at 2 MiB of |image|, through a loop device of our own."""
+    dev = sh("losetup", "-r", "-f", "--show", "-o", str(KATA_HEADER), image).strip()
+    mnt = pt.mkdtemp("pcsi-takeover-kata-")
+    try:
+        sh("mount", "-o", "ro", dev, mnt)
+        try:
+            with open(os.path.join(mnt, name), "rb") as f:
+                return f.read()
+        finally:
+            sh("umount", mnt)
+    finally:
+        sh("losetup", "-d", dev)
+        os.rmdir(mnt)
+
+
 ids = {}  # name -> volume id (Intel's)
+kata_ctx = {}  # the Kata volume's context, as Intel's CreateVolume made it
+kata_intel = {}  # Intel's Kata image: its first 2 MiB, size, inode
 sizes = {}  # volume id -> capacity Intel reported
 intel_capacity = [None]
 eph_id = [None]
@@ -256,6 +367,31 @@ def _():
         write_data(name, tg, v)
         if name != "vol-ext4":  # stays published across the switch
             d.unpublish_unstage(name, ids[name])
+    # A Kata volume, published at the switch.
+    r = d.ok("Controller", "CreateVolume", csi.CreateVolumeRequest(
+        name="vol-kata", capacity_range=csi.CapacityRange(required_bytes=KATA["size"]),
+        volume_capabilities=[cap(KATA)], parameters=KATA["params"]))
+    ids["vol-kata"] = kvid = r.volume.volume_id
+    sizes[kvid] = r.volume.capacity_bytes
+    kata_ctx.update(r.volume.volume_context)
+    pt.check(kata_ctx.get("kataContainers") == "true", "Intel's volume context: %r" % kata_ctx)
+    st, tg = d.paths("vol-kata")
+    os.makedirs(st, exist_ok=True)
+    d.ok("Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
+        volume_id=kvid, staging_target_path=st, volume_capability=cap(KATA), volume_context=kata_ctx))
+    d.ok("Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
+        volume_id=kvid, staging_target_path=st, target_path=tg, volume_capability=cap(KATA),
+        volume_context=kata_ctx))
+    write_data("vol-kata", tg, KATA)
+    img = os.path.join(kata_host_mount(kvid), KATA_IMAGE)
+    lo = kata_loops(img)
+    pt.check(len(lo) == 1 and list(lo.values())[0][1:] == (KATA_HEADER, False),
+             "Intel's loop devices of %s: %r" % (img, lo))
+    pt.check(kata_target_loop(tg) == (img, KATA_HEADER), "Intel's target: %r" % (kata_target_loop(tg),))
+    with open(img, "rb") as f:
+        kata_intel["head"] = f.read(KATA_HEADER)
+    kata_intel["size"] = os.stat(img).st_size
+    kata_intel["ino"] = os.stat(img).st_ino
     # An inline ephemeral volume, in use at the switch.
     tg = os.path.join(WORK, "eph-target")
     d.ok("Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
@@ -302,6 +438,96 @@ def _():
     pt.check(opts and "dax" in " ".join(opts[-1]), "not a DAX mount: %r" % opts)
     d.unpublish_unstage("vol-ext4", ids["vol-ext4"])
     pt.check(not mounted(tg) and not mounted(d.paths("vol-ext4")[0]), "still mounted after unstage")
+
+
+@t.test("Kata: the volume Intel published is published again by ours as it is (kubelet's retry)")
+def _():
+    d = cur[0]
+    vid = ids["vol-kata"]
+    st, tg = d.paths("vol-kata")
+    img = os.path.join(kata_host_mount(vid), KATA_IMAGE)
+    d.ok("Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
+        volume_id=vid, staging_target_path=st, target_path=tg, volume_capability=cap(KATA), volume_context=kata_ctx))
+    pt.check(kata_target_loop(tg) == (img, KATA_HEADER), "target %r" % (kata_target_loop(tg),))
+    pt.check(data_intact("vol-kata", tg, KATA), "data changed")
+
+
+@t.test("Kata: ours unpublishes Intel's publish: its loop device detached, the host mount gone, the image "
+        "kept; as a Kata guest sees it, with the data (read through a fresh loop device at 2 MiB)")
+def _():
+    d = cur[0]
+    vid = ids["vol-kata"]
+    st, tg = d.paths("vol-kata")
+    img = os.path.join(kata_host_mount(vid), KATA_IMAGE)
+    for _ in range(2):
+        d.ok("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tg))
+    pt.check(not mounted(tg) and not os.path.exists(tg), "target left")
+    pt.check(not kata_loops(img), "loop devices left: %r" % kata_loops(img))
+    pt.check(not mounted(kata_host_mount(vid)) and not os.path.exists(kata_host_mount(vid)), "host mount left")
+    img = os.path.join(st, KATA_IMAGE)  # the same file, in the staged filesystem
+    pt.check(os.stat(img).st_ino == kata_intel["ino"], "the image is another file")
+    kata_check_image(img)
+    pt.check(kata_read(img) == payload("vol-kata"), "data changed")
+
+
+@t.test("Kata: published again by ours: a loop device of its own on Intel's image at 2 MiB, data intact")
+def _():
+    d = cur[0]
+    vid = ids["vol-kata"]
+    st, tg = d.paths("vol-kata")
+    img = os.path.join(kata_host_mount(vid), KATA_IMAGE)
+    d.ok("Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
+        volume_id=vid, staging_target_path=st, target_path=tg, volume_capability=cap(KATA), volume_context=kata_ctx))
+    pt.check(kata_target_loop(tg) == (img, KATA_HEADER), "target %r" % (kata_target_loop(tg),))
+    lo = kata_loops(img)
+    pt.check(len(lo) == 1 and list(lo.values())[0][2], "loop devices %r (one, autoclear)" % lo)
+    pt.check(os.stat(img).st_ino == kata_intel["ino"], "the image was made anew")
+    pt.check(data_intact("vol-kata", tg, KATA), "data changed")
+    d.ok("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tg))
+    d.ok("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=st))
+    pt.check(not kata_loops(img) and not os.path.exists(kata_host_mount(vid)), "left behind")
+
+
+@t.test("Kata: a volume ours makes has Intel's layout: the pfn superblock byte for byte, the MBR's "
+        "partition entry, zeros elsewhere in the first 2 MiB")
+def _():
+    d = cur[0]
+    r = d.ok("Controller", "CreateVolume", csi.CreateVolumeRequest(
+        name="ours-kata", capacity_range=csi.CapacityRange(required_bytes=KATA["size"]),
+        volume_capabilities=[cap(KATA)], parameters=KATA["params"]))
+    vid, ctx = r.volume.volume_id, dict(r.volume.volume_context)
+    st, tg = d.paths("ours-kata")
+    os.makedirs(st, exist_ok=True)
+    d.ok("Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
+        volume_id=vid, staging_target_path=st, volume_capability=cap(KATA), volume_context=ctx))
+    d.ok("Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
+        volume_id=vid, staging_target_path=st, target_path=tg, volume_capability=cap(KATA), volume_context=ctx))
+    write_data("ours-kata", tg, KATA)
+    d.ok("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tg))
+    ours, size = kata_check_image(os.path.join(st, KATA_IMAGE))
+    pt.check(kata_read(os.path.join(st, KATA_IMAGE)) == payload("ours-kata"), "data changed")
+    theirs, tsize = kata_intel["head"], kata_intel["size"]
+    t.diag("%s: image sizes: Intel's %d, ours %d (volumes of %d and %d bytes)"
+           % (BACKEND, tsize, size, sizes[ids["vol-kata"]], r.volume.capacity_bytes))
+    pt.check(ours[4096:8192] == theirs[4096:8192], "the pfn superblocks differ")
+    for name, h in (("Intel's", theirs), ("ours", ours)):
+        pt.check(h[512:4096] == bytes(4096 - 512) and h[8192:] == bytes(KATA_HEADER - 8192),
+                 "%s image: more than the MBR and the pfn superblock in its first 2 MiB" % name)
+        pt.check(h[510:512] == b"\x55\xaa" and h[462:510] == bytes(48), "%s MBR: signature or entries 2-4" % name)
+    # Entry 1: status, type, start; the length and the end's CHS follow the size.
+    pt.check((ours[446], ours[450], ours[454:458]) == (theirs[446], theirs[450], theirs[454:458]),
+             "partition entries: ours %s, Intel's %s" % (ours[446:462].hex(), theirs[446:462].hex()))
+    pt.check(ours[447:450] == theirs[447:450], "start CHS: ours %s, Intel's %s" % (ours[447:450].hex(),
+                                                                                 theirs[447:450].hex()))
+    for h, sz in ((ours, size), (theirs, tsize)):
+        pt.check(struct.unpack_from("<I", h, 458)[0] == (sz - KATA_HEADER) // 512, "partition length")
+    if size == tsize:
+        pt.check(ours[446:462] == theirs[446:462], "same size, different entries: ours %s, Intel's %s"
+                 % (ours[446:462].hex(), theirs[446:462].hex()))
+    d.ok("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=st))
+    d.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
+    d.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=ids["vol-kata"]))
+    pt.check(not {vid, ids["vol-kata"]} & devices(), "not deleted")
 
 
 @t.test("each volume Intel made stages and publishes with ours, data intact")
