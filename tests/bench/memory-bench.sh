@@ -1,7 +1,6 @@
 #!/bin/bash
-# Memory benchmark (not part of meson test): where an idle driver's resident
-# pages go, per mapping (/proc/PID/smaps), side by side with two references
-# measured in the same run:
+# Memory benchmark (not part of meson test): what an idle driver costs, as
+# the kernel charges it, side by side with references measured in the same run:
 #   libc     a program that only waits (libc and the loader)
 #   floor    the same program linked against exactly the shared libraries the
 #            driver loads (readelf NEEDED of the binary): what loading them
@@ -11,25 +10,25 @@
 #   ctrl     the driver, -mode=controller with mutual TLS on the registry port
 #            (certificates of manifests/certs/setup-ca.sh), after one mutual
 #            TLS handshake with ALPN h2 (openssl s_client)
-# The driver runs with the environment of manifests/Containerfile's runtime
+#   grpc-go  a Go gRPC server on current grpc-go (tests/bench/goref, plaintext
+#            h2c, one unary method) after a few Probe calls: what a Go CSI
+#            driver's gRPC part costs at rest
+# The drivers run with the environment of manifests/Containerfile's runtime
 # stage (GLIBC_TUNABLES), as deployed.
-# Each figure is the highest of 7 samples over one memory-trim period (5 s),
-# taken once the process has been at rest for two periods, in KiB: what is
-# resident at any moment of an idle process, between one trim and the next.
-# The totals are split into private pages (RssAnon: heap, stacks, the
-# libraries' relocated data) and mapped file pages (RssFile: code and
-# read-only data of the program and its libraries, which the page cache
-# shares with every process that maps the same files; the driver drops its
-# mappings of them after an idle period, daemon/core/memtrim.h).
+# Each figure is the highest of 7 samples over one heap-trim period (5 s),
+# taken once the process has been at rest for two periods, in KiB. The
+# figures that count are a process's own pages: private (Private_Clean +
+# Private_Dirty of /proc/PID/smaps_rollup: pages no other process shares,
+# heap, stacks, relocated data) and PSS (every page divided by the number of
+# processes that map it: the cost charged to this process when libraries are
+# shared); RSS, which counts shared file pages in full for each process, is
+# shown per mapping for where the pages go, and in total.
 # Then both driver processes serve 100,000 more calls (the node a mix of
 # Identity, Node and Controller calls with a CreateVolume and DeleteVolume
 # every 100th, the controller Probe and GetPluginCapabilities over a handful
-# of mutual-TLS connections): the peak RSS during them and the idle RSS after
-# them are printed (an idle driver's memory must not grow with the calls it
-# has served). Last, what the dropped mappings cost the next call: the first
-# call after a release next to warm calls in the same run (node: Probe on an
-# open connection; controller: a new mutual-TLS connection and a Probe, as a
-# node's heartbeat makes).
+# of mutual-TLS connections): the peak during them and the figures at rest
+# after them are printed (an idle driver's memory must not grow with the
+# calls it has served).
 #
 # usage: tests/bench/memory-bench.sh [BUILD_DIR=build-tests]
 # (the node needs the test-only backend: a build with -Dfake-backend=true)
@@ -63,11 +62,13 @@ sample() {
 		awk -v s="$i" '/^[0-9a-f]+-[0-9a-f]+ /{n = $6; if (n == "") n = "[anon]"; sub(".*/", "", n)}
 			/^Rss:/{r[n] += $2} END{for (n in r) print s, n, r[n]}' "/proc/$pid/smaps"
 		awk -v s="$i" '/^RssAnon:/{print s, "@anon", $2} /^RssFile:/{print s, "@file", $2}' "/proc/$pid/status"
+		awk -v s="$i" '/^Pss:/{print s, "@pss", $2} /^Private_(Clean|Dirty):/{p += $2}
+			END{print s, "@priv", p}' "/proc/$pid/smaps_rollup"
 		sleep 0.8
 	done | awk '{k = $2; if (!(k in m) || $3 > m[k]) m[k] = $3} END{for (k in m) print k, m[k]}'
 }
 
-# at_rest PID: waits two trim periods without a call, so that the next
+# at_rest: waits two trim periods without a call, so that the next
 # samples are those of a process at rest
 at_rest() {
 	sleep $((2 * 5 + 1))
@@ -116,35 +117,59 @@ if ! openssl s_client -connect "127.0.0.1:$port" -CAfile "$c/ca.crt" -cert "$c/p
 	tail -20 "$work/s_client.log" >&2
 	exit 1
 fi
+# The Go reference, after a few calls.
+goref=$(scripts/go-tools.sh grpc-goref | awk '{ print $3 }')
+gport=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$goref" -listen "127.0.0.1:$gport" 2>"$work/goref.log" &
+pids+=($!)
+gopid=$!
+/usr/bin/python3 - "$gport" <<'PY'
+import os, sys, time
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "integration"))
+import pcsi_test as pt
+csi = pt.protos().csi
+path, _, resp = pt.rpc(csi, "Identity", "Probe")
+for _ in range(50):
+    try:
+        with pt.insecure_channel(int(sys.argv[1])) as ch:
+            for _ in range(5):
+                pt.call(ch, path, csi.ProbeRequest(), resp)
+        break
+    except Exception:
+        time.sleep(0.1)
+PY
 at_rest
 samplers=()
-for n in libc floor node ctrl; do
-	case $n in libc) p=${pids[0]} ;; floor) p=${pids[1]} ;; node) p=$node ;; ctrl) p=$ctrl ;; esac
+for n in libc floor node ctrl grpc-go; do
+	case $n in libc) p=${pids[0]} ;; floor) p=${pids[1]} ;; node) p=$node ;; ctrl) p=$ctrl ;; grpc-go) p=$gopid ;; esac
 	sample "$p" >"$work/$n.rss" &
 	samplers+=($!)
 done
 wait "${samplers[@]}"
 
-# One table: a row per mapping, a column per process.
+# One table: a row per mapping, a column per process, then the totals.
 awk 'FNR == 1 {col++} /^@/ {st[$1, col] = $2; next} {v[$1, col] = $2; keys[$1] = 1; tot[col] += $2}
 	END {
-		printf "%-28s %8s %8s %8s %8s\n", "mapping (KiB RSS, at rest)", "libc", "floor", "node", "ctrl"
+		printf "%-28s %8s %8s %8s %8s %8s\n", "mapping (KiB RSS, at rest)", "libc", "floor", "node", "ctrl", "grpc-go"
 		n = 0
-		for (k in keys) { m = 0; for (c = 1; c <= 4; c++) if (v[k, c] > m) m = v[k, c]; if (m >= 8) order[++n] = k }
+		for (k in keys) { m = 0; for (c = 1; c <= 5; c++) if (v[k, c] > m) m = v[k, c]; if (m >= 8) order[++n] = k }
 		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) {
 			a = v[order[i], 4] + v[order[i], 3] + v[order[i], 2]; b = v[order[j], 4] + v[order[j], 3] + v[order[j], 2]
 			if (b > a) { t = order[i]; order[i] = order[j]; order[j] = t } }
 		for (i = 1; i <= n; i++) { k = order[i]
-			printf "%-28s %8d %8d %8d %8d\n", substr(k, 1, 28), v[k, 1], v[k, 2], v[k, 3], v[k, 4] }
-		printf "%-28s %8d %8d %8d %8d\n", "total", tot[1], tot[2], tot[3], tot[4]
-		printf "%-28s %8d %8d %8d %8d\n", "  private (RssAnon)", st["@anon", 1], st["@anon", 2], st["@anon", 3], st["@anon", 4]
-		printf "%-28s %8d %8d %8d %8d\n", "  file pages (RssFile)", st["@file", 1], st["@file", 2], st["@file", 3], st["@file", 4]
-		printf "node: %d KiB at rest (target 4096), controller with mutual TLS: %d KiB (target 5120)\n", tot[3], tot[4]
-	}' "$work/libc.rss" "$work/floor.rss" "$work/node.rss" "$work/ctrl.rss"
+			printf "%-28s %8d %8d %8d %8d %8d\n", substr(k, 1, 28), v[k, 1], v[k, 2], v[k, 3], v[k, 4], v[k, 5] }
+		printf "%-28s %8d %8d %8d %8d %8d\n", "RSS", tot[1], tot[2], tot[3], tot[4], tot[5]
+		split("@priv @pss @anon @file", rows, " ")
+		split("private (own pages)|PSS|RssAnon|RssFile (shared file pages)", names, "|")
+		for (r = 1; r <= 4; r++)
+			printf "%-28s %8d %8d %8d %8d %8d\n", names[r], st[rows[r], 1], st[rows[r], 2], st[rows[r], 3], st[rows[r], 4], st[rows[r], 5]
+		printf "memory: private node %d KiB, controller (mutual TLS) %d KiB, grpc-go %d KiB; PSS node %d, controller %d, grpc-go %d KiB\n",
+			st["@priv", 3], st["@priv", 4], st["@priv", 5], st["@pss", 3], st["@pss", 4], st["@pss", 5]
+	}' "$work/libc.rss" "$work/floor.rss" "$work/node.rss" "$work/ctrl.rss" "$work/grpc-go.rss"
 
-# Steady after 100,000 calls; then the first call after a release.
+# Steady after 100,000 calls.
 /usr/bin/python3 - "$work/node.sock" "$port" "$c" "$node" "$ctrl" <<'PY'
-import os, statistics, sys, threading, time
+import os, sys, threading
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "integration"))
 import pcsi_test as pt
 P = pt.protos()
@@ -161,6 +186,11 @@ def status(pid, field):
     raise RuntimeError("no %s in /proc/%s/status" % (field, pid))
 
 
+def private(pid):
+    with open("/proc/%s/smaps_rollup" % pid) as f:
+        return sum(int(l.split()[1]) for l in f if l.startswith(("Private_Clean:", "Private_Dirty:")))
+
+
 def method(svc, name, req):
     path, _, resp = pt.rpc(csi, svc, name)
     return path, req, resp
@@ -169,7 +199,7 @@ def method(svc, name, req):
 def drive(channels, mix, pid):
     # WORKERS threads, each calling mix(i) (a list of calls; a call that
     # takes the previous reply is a function of it) on its own channel.
-    # Returns the highest VmRSS sampled every 0.2 s while they run.
+    # Returns the highest private memory sampled every 0.2 s while they run.
     errors = []
     peak = [0]
     done = threading.Event()
@@ -187,7 +217,7 @@ def drive(channels, mix, pid):
 
     def watch():
         while not done.wait(0.2):
-            peak[0] = max(peak[0], status(pid, "VmRSS"))
+            peak[0] = max(peak[0], private(pid))
     ts = [threading.Thread(target=work, args=(w,)) for w in range(WORKERS)]
     wt = threading.Thread(target=watch)
     wt.start()
@@ -233,62 +263,9 @@ cch = [tls_channel() for _ in range(4)]
 ctrl_peak = drive(cch, lambda i: [ctrl_calls[i % 2]], ctrl_pid)
 for ch in cch:
     ch.close()
-print("peak while serving 100,000 calls: node %d KiB, controller %d KiB" % (node_peak, ctrl_peak))
+print("peak private memory while serving 100,000 calls: node %d KiB, controller %d KiB" % (node_peak, ctrl_peak))
 sys.stdout.flush()
 
-# The first call after a release, next to warm calls, with the page faults
-# each took in the driver (minflt of /proc/PID/stat). A release shows as
-# RssFile falling. Each process on its own, so that one's calls do not
-# disturb the other's.
-ROUNDS = 5
-probe = method("Identity", "Probe", csi.ProbeRequest())
-
-
-def minflt(pid):
-    with open("/proc/%s/stat" % pid) as f:
-        return int(f.read().rsplit(")", 1)[1].split()[7])
-
-
-def node_call():
-    pt.call(nch[0], probe[0], probe[1], probe[2])
-
-
-def ctrl_call():
-    with tls_channel() as ch:
-        pt.call(ch, probe[0], probe[1], probe[2], timeout=10)
-
-
-def timed(pid, fn):
-    f0 = minflt(pid)
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0, minflt(pid) - f0
-
-
-def wait_release(pid):
-    # until the process's RssFile is 256 KiB below what it is now
-    high = status(pid, "RssFile")
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline:
-        if status(pid, "RssFile") < high - 256:
-            return
-        time.sleep(0.2)
-    raise RuntimeError("no release of file mappings within 40 s: RssFile %d -> %d KiB" %
-                       (high, status(pid, "RssFile")))
-
-
-for pid, fn, what in ((node_pid, node_call, "node, Probe on an open connection"),
-                      (ctrl_pid, ctrl_call, "controller, new mutual-TLS connection + Probe")):
-    warm, cold = [], []
-    for r in range(ROUNDS):
-        warm += [timed(pid, fn) for _ in range(10)]
-        wait_release(pid)
-        cold.append(timed(pid, fn))
-    print("first call after a release, %s: median %.2f ms, %d page faults (%s ms); "
-          "warm: median %.2f ms, %d page faults (%d calls)" % (
-              what, statistics.median(x[0] for x in cold) * 1e3, statistics.median(x[1] for x in cold),
-              ", ".join("%.2f" % (x[0] * 1e3) for x in cold),
-              statistics.median(x[0] for x in warm) * 1e3, statistics.median(x[1] for x in warm), len(warm)))
 for ch in nch:
     ch.close()
 PY
@@ -296,6 +273,6 @@ at_rest
 sample "$node" >"$work/node2.rss" &
 sample "$ctrl" >"$work/ctrl2.rss"
 wait "${!}"
-awk 'FNR == 1 {f++} /^@/ {next} {t[f] += $2}
-	END {printf "at rest after 100,000 more calls each: node %d KiB (was %d), controller %d KiB (was %d)\n", t[3], t[1], t[4], t[2]}' \
+awk 'FNR == 1 {f++} $1 == "@priv" {p[f] = $2} $1 == "@pss" {q[f] = $2}
+	END {printf "at rest after 100,000 more calls each: private node %d KiB (was %d), controller %d KiB (was %d); PSS node %d (was %d), controller %d (was %d)\n", p[3], p[1], p[4], p[2], q[3], q[1], q[4], q[2]}' \
 	"$work/node.rss" "$work/ctrl.rss" "$work/node2.rss" "$work/ctrl2.rss"
