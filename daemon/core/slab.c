@@ -63,9 +63,97 @@ static void oom(size_t n)
 	abort();
 }
 
+/* ---- which mappings are ours ----------------------------------------------------- *
+ * An open-addressing set of the mappings' addresses, so that a pointer that
+ * did not come from here (a heap block, one past an object, a freed large
+ * mapping) is refused before anything of it is read or written. */
+
+static uintptr_t *owned; /* 0: empty slot, 1: removed */
+static size_t owned_cap, owned_n, owned_dead;
+
+static size_t owned_slot(uintptr_t a)
+{
+	return (size_t)((a / SLAB_SIZE) * 0x9E3779B97F4A7C15ull) & (owned_cap - 1);
+}
+
+static void owned_put(uintptr_t a);
+
+static void owned_grow(void)
+{
+	uintptr_t *old = owned;
+	size_t old_cap = owned_cap;
+
+	owned_cap = owned_cap ? owned_cap * 2 : 64;
+	owned = calloc(owned_cap, sizeof(*owned));
+	if (!owned)
+		oom(owned_cap * sizeof(*owned));
+	owned_n = owned_dead = 0;
+	for (size_t i = 0; i < old_cap; i++)
+		if (old[i] > 1)
+			owned_put(old[i]);
+	free(old);
+}
+
+static void owned_put(uintptr_t a)
+{
+	size_t i;
+
+	if ((owned_n + owned_dead + 1) * 2 > owned_cap)
+		owned_grow();
+	for (i = owned_slot(a); owned[i] > 1; i = (i + 1) & (owned_cap - 1))
+		;
+	if (owned[i] == 1)
+		owned_dead--;
+	owned[i] = a;
+	owned_n++;
+}
+
+static size_t owned_find(uintptr_t a)
+{
+	if (!owned_cap)
+		return SIZE_MAX;
+	for (size_t i = owned_slot(a); owned[i]; i = (i + 1) & (owned_cap - 1))
+		if (owned[i] == a)
+			return i;
+	return SIZE_MAX;
+}
+
+static void owned_del(uintptr_t a)
+{
+	size_t i = owned_find(a);
+
+	owned[i] = 1;
+	owned_n--;
+	owned_dead++;
+}
+
+static void misuse(const char *what, const void *p)
+{
+	fprintf(stderr,
+		"F pmem-csi-driver: %s %p: not memory of pcsi_slab_alloc() (heap "
+		"memory goes back with free())\n",
+		what, p);
+	abort();
+}
+
 static struct slab *slab_of(const void *p)
 {
 	return (struct slab *)((uintptr_t)p & ~(uintptr_t)(SLAB_SIZE - 1));
+}
+
+/* The mapping of |p|, checked: one of ours, and |p| the start of an object
+ * handed out there (not its header, not the unused tail). Aborts otherwise. */
+static struct slab *checked_slab_of(const void *p, const char *what)
+{
+	struct slab *s = slab_of(p);
+	uintptr_t off = (uintptr_t)p - (uintptr_t)s;
+
+	if (owned_find((uintptr_t)s) == SIZE_MAX || off < HDR)
+		misuse(what, p);
+	if (s->cls == LARGE ? off != HDR
+			    : ((off - HDR) % class_size[s->cls] != 0 || (const char *)p >= s->bump))
+		misuse(what, p);
+	return s;
 }
 
 /* A SLAB_SIZE-aligned mapping of |len| bytes (a multiple of the page size). */
@@ -88,6 +176,7 @@ static struct slab *map_slab(size_t len)
 	stats.mappings++;
 	LSAN_ROOT(a, len);
 	((struct slab *)a)->len = len;
+	owned_put((uintptr_t)a);
 	return (struct slab *)a;
 }
 
@@ -96,6 +185,7 @@ static void unmap_slab(struct slab *s)
 	stats.mapped -= s->len;
 	stats.mappings--;
 	LSAN_UNROOT(s, s->len);
+	owned_del((uintptr_t)s);
 	munmap(s, s->len);
 }
 
@@ -188,7 +278,7 @@ void pcsi_slab_free(void *p)
 
 	if (!p)
 		return;
-	s = slab_of(p);
+	s = checked_slab_of(p, "pcsi_slab_free");
 	if (s->cls == LARGE) {
 		stats.used -= s->len - HDR;
 		unmap_slab(s);
@@ -216,7 +306,7 @@ void *pcsi_slab_realloc(void *p, size_t n)
 
 	if (!p)
 		return pcsi_slab_alloc(n);
-	cap = capacity(slab_of(p));
+	cap = capacity(checked_slab_of(p, "pcsi_slab_realloc"));
 	if (n <= cap && (n > cap / 2 || cap <= 16)) {
 		/* Bytes past the size asked for are kept zero, so a later
 		 * growth in place hands out zeroes too. */

@@ -16,7 +16,10 @@
  * mapping each.
  *
  * Contract: loop thread only (no locking). Memory is zeroed. A pointer from
- * here goes back with pcsi_slab_free(), never free(), and vice versa. Out of
+ * here goes back with pcsi_slab_free(), never free(), and vice versa: both
+ * mistakes abort (pcsi_slab_free() and pcsi_slab_realloc() check that the
+ * pointer starts an object of one of these mappings; glibc's free() and
+ * ASan refuse a pointer that malloc() did not return). Out of
  * memory aborts, as pcsi_xmalloc() does. Under AddressSanitizer, freed and
  * unused bytes are poisoned, so use-after-free is still caught. */
 #ifndef PCSI_SLAB_H

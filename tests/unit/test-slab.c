@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "daemon/core/slab.h"
 #include "tests/unit/rss.h"
@@ -134,6 +136,66 @@ START_TEST(records_do_not_pin_heap_pages)
 }
 END_TEST
 
+/* Misuse of the two allocators is caught: each runs in a child, which must
+ * not come back from the call (it aborts: ours, glibc's or ASan's check). */
+enum misuse {
+	SLAB_FREE_OF_HEAP,
+	FREE_OF_SLAB,
+	SLAB_FREE_INSIDE,
+	SLAB_REALLOC_OF_HEAP,
+	SLAB_FREE_OF_LARGE_INSIDE,
+	N_MISUSE
+};
+
+static void misuse(enum misuse m)
+{
+	char *slab = pcsi_slab_alloc(100), *heap = malloc(100), *large = pcsi_slab_alloc(10000);
+
+	switch (m) {
+	case SLAB_FREE_OF_HEAP:
+		pcsi_slab_free(heap);
+		break;
+	case FREE_OF_SLAB:
+		free(slab);
+		break;
+	case SLAB_FREE_INSIDE:
+		pcsi_slab_free(slab + 16);
+		break;
+	case SLAB_REALLOC_OF_HEAP:
+		pcsi_slab_realloc(heap, 10);
+		break;
+	case SLAB_FREE_OF_LARGE_INSIDE:
+		pcsi_slab_free(large + 4096);
+		break;
+	default:
+		break;
+	}
+}
+
+START_TEST(misuse_is_caught)
+{
+	for (int m = 0; m < N_MISUSE; m++) {
+		int status = 0;
+		pid_t pid = fork();
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			/* keep the expected report out of the test's output */
+			if (!freopen("/dev/null", "w", stderr))
+				_exit(3);
+			misuse(m);
+			_exit(0); /* not caught */
+		}
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(!(WIFEXITED(status) && WEXITSTATUS(status) == 0),
+			      "misuse %d was not caught", m);
+	}
+	/* and the right use still works */
+	pcsi_slab_free(pcsi_slab_alloc(100));
+	free(malloc(100));
+}
+END_TEST
+
 static Suite *slab_suite(void)
 {
 	Suite *s = suite_create("slab");
@@ -143,6 +205,7 @@ static Suite *slab_suite(void)
 	tcase_add_test(tc, reuse_and_unmap);
 	tcase_add_test(tc, realloc_keeps_and_zeroes);
 	tcase_add_test(tc, records_do_not_pin_heap_pages);
+	tcase_add_test(tc, misuse_is_caught);
 	suite_add_tcase(s, tc);
 	return s;
 }
