@@ -337,7 +337,7 @@ class Cluster:
         self.start_control_plane()
         log("control plane up (%.0f s)" % (time.monotonic() - t0))
         self.start_nodes(sorted(tars.values()))
-        self.wait_nodes()
+        self.wait_nodes(int(os.environ.get("PCSI_K8S_NODE_TIMEOUT", "600")))
         log("nodes Ready (%.0f s)" % (time.monotonic() - t0))
         self.kubectl("apply", "-f", os.path.join(HERE, "coredns.yaml"))
         self.wait(lambda: self.kubectl_json("-n", "kube-system", "get", "deployment", "coredns")
