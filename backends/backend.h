@@ -97,11 +97,12 @@ struct pcsi_backend_req {
 	struct pcsi_backend *be;
 	int op, step;
 	bool pending, erasing;	       /* submitted, not delivered; in a delete's erase */
-	struct pcsi_backend_req *next; /* in the backend's queue */
+	bool laned;		       /* running in one of the backend's lanes */
+	struct pcsi_backend_req *next; /* waiting to start, or for the job lane */
 	struct pcsi_proc *proc;	       /* the running tool (backend_internal.h) */
 	uv_work_t work;
 	uv_fs_t fs;
-	struct pcsi_list link; /* in the backend's delivery queue */
+	struct pcsi_list link; /* while running: the running set; then the delivery queue */
 	void *priv;
 };
 
