@@ -4,9 +4,13 @@
  * Scheduling (backend_internal.h has the rules): submitted requests wait in
  * one FIFO (be->head); run_next() walks it and starts every request the
  * rules let start, in order, each time something may have changed (a
- * submission, an operation's end). Started requests are in be->running
- * until the implementation ends them; what follows (zeroing, the busy check,
- * an erase, a copy) runs outside the lanes. */
+ * submission, an operation's end). A request is active from its first
+ * start until it is delivered (be->active: what later requests on the same
+ * volume wait for, a delete's erase included); it runs, and holds its lane,
+ * only while the implementation works on it (be->n_running). What the front
+ * end does between the implementation's steps (zeroing, the busy check, an
+ * erase, a copy) runs outside the lanes. A request that goes back to the
+ * FIFO for its next step keeps its place (submission order, req->seq). */
 #include "backends/backend_internal.h"
 
 #include <errno.h>
@@ -105,7 +109,7 @@ int pcsi_backend_new(uv_loop_t *loop, const struct pcsi_backend_config *cfg,
 	be->loop = loop;
 	be->lanes = be->ops->lanes ? be->ops->lanes : 1;
 	pcsi_list_init(&be->done);
-	pcsi_list_init(&be->running);
+	pcsi_list_init(&be->active);
 	be->cfg = *cfg;
 	be->cfg.name = be->ops->name;
 	rc = be->ops->init ? be->ops->init(be) : 0;
@@ -179,6 +183,7 @@ static void deliver(struct pcsi_backend_req *req, int error)
 	if (req->proc)
 		free(pcsi_container_of(req->proc, struct tool, proc));
 	req->proc = NULL;
+	pcsi_list_remove(&req->link); /* from the active set, if it started */
 	pcsi_list_add_tail(&be->done, &req->link);
 	if (!be->kicked) {
 		be->kicked = true;
@@ -273,7 +278,7 @@ static bool conflict(const struct pcsi_backend_req *a, const struct pcsi_backend
 	return false;
 }
 
-/* Whether |req| must wait for a running request, or for one submitted
+/* Whether |req| must wait for an active request, or for one submitted
  * before it that still waits, on the same volume. */
 static bool volume_busy(struct pcsi_backend *be, const struct pcsi_backend_req *req)
 {
@@ -283,9 +288,9 @@ static bool volume_busy(struct pcsi_backend *be, const struct pcsi_backend_req *
 
 	if (!ids_of(req, ids))
 		return false;
-	pcsi_list_foreach (p, &be->running) {
+	pcsi_list_foreach (p, &be->active) {
 		r = pcsi_list_entry(p, struct pcsi_backend_req, link);
-		if (conflict(r, req))
+		if (r != req && conflict(r, req))
 			return true;
 	}
 	for (r = be->head; r && r != req; r = r->next)
@@ -357,16 +362,22 @@ static void start(struct pcsi_backend_req *req)
 	}
 }
 
+/* Puts |req| in the waiting FIFO at its place by submission order: new
+ * requests at the end, one that comes back for its next step where it was. */
 static void enqueue(struct pcsi_backend_req *req)
 {
 	struct pcsi_backend *be = req->be;
+	struct pcsi_backend_req *r, *prev = NULL;
 
-	req->next = NULL;
-	if (be->tail)
-		be->tail->next = req;
+	for (r = be->head; r && r->seq < req->seq; r = r->next)
+		prev = r;
+	req->next = r;
+	if (prev)
+		prev->next = req;
 	else
 		be->head = req;
-	be->tail = req;
+	if (!r)
+		be->tail = req;
 	run_next(be);
 }
 
@@ -381,7 +392,9 @@ static void launch(struct pcsi_backend *be, struct pcsi_backend_req *req, bool l
 		be->exclusive = true;
 	if (req->op == OP_OPEN)
 		be->opened = false; /* the picture is made anew: nothing reads it meanwhile */
-	pcsi_list_add_tail(&be->running, &req->link);
+	be->n_running++;
+	if (pcsi_list_empty(&req->link))
+		pcsi_list_add_tail(&be->active, &req->link);
 	start(req);
 }
 
@@ -395,7 +408,7 @@ static bool start_one(struct pcsi_backend *be)
 	for (req = be->head; req; req = next) {
 		next = req->next;
 		if (is_exclusive(req)) {
-			if (!pcsi_list_empty(&be->running) || blocked) {
+			if (be->n_running || blocked) {
 				blocked = true;
 				continue;
 			}
@@ -455,6 +468,8 @@ static void run_next(struct pcsi_backend *be)
 		r->op = OP_REFRESH;
 		r->pending = true;
 		r->cb = on_refreshed;
+		pcsi_list_init(&r->link);
+		r->seq = 0; /* ahead of everything */
 		r->next = be->head;
 		be->head = r;
 		if (!be->tail)
@@ -485,9 +500,9 @@ void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 {
 	struct pcsi_backend *be = req->be;
 
-	/* The request leaves the running set and its lane first: what follows
-	 * runs outside the lanes. */
-	pcsi_list_remove(&req->link);
+	/* The request gives its lane back first: what follows runs outside
+	 * the lanes (it stays active until it is delivered). */
+	be->n_running--;
 	if (req->laned)
 		be->lanes_busy--;
 	req->laned = false;
@@ -926,6 +941,8 @@ static void submit(struct pcsi_backend *be, struct pcsi_backend_req *req, int op
 	req->erasing = false;
 	req->laned = false;
 	req->priv = NULL;
+	req->seq = ++be->seq;
+	pcsi_list_init(&req->link);
 	memset(&req->vol, 0, sizeof(req->vol));
 	memset(&req->from, 0, sizeof(req->from));
 	if (op == OP_COPY && !pcsi_volume_id_valid(req->src)) {

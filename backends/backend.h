@@ -98,11 +98,12 @@ struct pcsi_backend_req {
 	int op, step;
 	bool pending, erasing;	       /* submitted, not delivered; in a delete's erase */
 	bool laned;		       /* running in one of the backend's lanes */
+	uint64_t seq;		       /* submission order */
 	struct pcsi_backend_req *next; /* waiting to start, or for the job lane */
 	struct pcsi_proc *proc;	       /* the running tool (backend_internal.h) */
 	uv_work_t work;
 	uv_fs_t fs;
-	struct pcsi_list link; /* while running: the running set; then the delivery queue */
+	struct pcsi_list link; /* while active: the active set; then the delivery queue */
 	void *priv;
 };
 

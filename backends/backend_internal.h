@@ -27,14 +27,16 @@
  *
  * Scheduling. Requests start in submission order, as far as these rules
  * allow; several run at once:
- *   - open and refresh run alone: each waits until nothing runs, and no
- *     request that uses a lane starts before it has ended;
+ *   - open and refresh run alone: each waits until the implementation
+ *     works on nothing else, and no request that uses a lane starts before
+ *     it has ended;
  *   - an operation that does device work (a tool, a thread-pool job; the
  *     implementation says which through |uses_lane|) takes one of the
  *     backend's |lanes| and waits while all are taken; one that answers
  *     from the picture takes none and never waits for device work;
- *   - requests that name the same volume never run at once when either
- *     changes it (create, delete, expand): they run in submission order.
+ *   - requests that name the same volume never overlap when either changes
+ *     it (create, delete, expand): the later one starts once the earlier is
+ *     delivered (a delete's erase included).
  * A request that has not started can be cancelled (pcsi_backend_cancel()).
  */
 #ifndef PCSI_BACKEND_INTERNAL_H
@@ -86,8 +88,10 @@ struct pcsi_backend {
 	struct pcsi_backend_config cfg;
 	unsigned lanes;			      /* ops->lanes; init may change it */
 	struct pcsi_backend_req *head, *tail; /* waiting to start, in submission order */
-	struct pcsi_list running;	      /* started, not yet ended by the implementation */
-	unsigned lanes_busy;		      /* running requests that hold a lane */
+	struct pcsi_list active;	      /* started once, not yet delivered */
+	unsigned n_running;		      /* in the implementation's hands now */
+	unsigned lanes_busy;		      /* of them, those that hold a lane */
+	uint64_t seq;			      /* the last request's submission number */
 	bool exclusive;			      /* an open or a refresh runs */
 	bool scheduling, rescan;	      /* run_next() is on the stack; look again */
 	bool opened;
