@@ -261,7 +261,11 @@ static int ids_of(const struct pcsi_backend_req *req, const char *ids[2])
 }
 
 /* Whether |a| and |b| name a volume in common and one of them changes it:
- * then they run one after the other. */
+ * then they run one after the other. A list names every volume: it waits
+ * for the changes submitted before it, so that it lists what they made
+ * (the central controller learns a node's volumes from it after a restart:
+ * a create that ends after the list would leave a copy it never learns
+ * of), and changes submitted after it wait for it. */
 static bool conflict(const struct pcsi_backend_req *a, const struct pcsi_backend_req *b)
 {
 	const char *ia[2], *ib[2];
@@ -269,6 +273,8 @@ static bool conflict(const struct pcsi_backend_req *a, const struct pcsi_backend
 
 	if (!is_writer(a) && !is_writer(b))
 		return false;
+	if (a->op == OP_LIST || b->op == OP_LIST)
+		return true;
 	na = ids_of(a, ia);
 	nb = ids_of(b, ib);
 	for (i = 0; i < na; i++)
@@ -286,7 +292,7 @@ static bool volume_busy(struct pcsi_backend *be, const struct pcsi_backend_req *
 	struct pcsi_list *p;
 	const char *ids[2];
 
-	if (!ids_of(req, ids))
+	if (req->op != OP_LIST && !ids_of(req, ids))
 		return false;
 	pcsi_list_foreach (p, &be->active) {
 		r = pcsi_list_entry(p, struct pcsi_backend_req, link);

@@ -36,7 +36,10 @@
  *     from the picture takes none and never waits for device work;
  *   - requests that name the same volume never overlap when either changes
  *     it (create, delete, expand): the later one starts once the earlier is
- *     delivered (a delete's erase included).
+ *     delivered (a delete's erase included); a list names every volume (it
+ *     lists what the changes submitted before it made).
+ * So a picture read may pass a change of another volume, never one of its
+ * own, and a list is a snapshot at its place in submission order.
  * A request that has not started can be cancelled (pcsi_backend_cancel()).
  */
 #ifndef PCSI_BACKEND_INTERNAL_H
