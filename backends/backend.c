@@ -44,11 +44,11 @@ enum op {
 static const char *const op_names[] = { "open", "capacity", "create", "get",	"delete",
 					"list", "expand",   "copy",   "refresh" };
 
-/* Delete runs in steps: find the device (queued), check it is not busy and
- * erase it (not queued), remove it (queued again). */
+/* Delete runs in steps: find the device (scheduled), check it is not busy
+ * and erase it (outside the lanes), remove it (scheduled again). */
 enum { DEL_FIND, DEL_REMOVE };
-/* Copy: find the source (queued), the destination (queued), copy (not
- * queued). */
+/* Copy: find the source (scheduled), the destination (scheduled), copy
+ * (outside the lanes). */
 enum { COPY_SRC, COPY_DST };
 
 static const struct pcsi_backend_ops *const all_ops[] = {
@@ -152,7 +152,7 @@ void pcsi_backend_msg(struct pcsi_backend_req *req, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* ---- delivery and the queue ------------------------------------------------ */
+/* ---- delivery and scheduling ----------------------------------------------- */
 
 /* Delivers every completed request, in completion order. A request that
  * completes inside one of these callbacks waits for the next turn. */
@@ -404,22 +404,22 @@ static void launch(struct pcsi_backend *be, struct pcsi_backend_req *req, bool l
 	start(req);
 }
 
-/* One walk over the waiting requests: starts the first one the rules let
- * start and returns true, or returns false when none can. */
-static bool start_one(struct pcsi_backend *be)
+/* One walk over the waiting requests, in order, starting each that the
+ * rules let start. Stops early when something it started changed the FIFO
+ * (be->rescan: the caller walks again). */
+static void walk(struct pcsi_backend *be)
 {
 	struct pcsi_backend_req *req, *next;
 	bool blocked = false; /* an open or refresh waits ahead: lanes stay free for it */
 
-	for (req = be->head; req; req = next) {
+	for (req = be->head; req && !be->rescan; req = next) {
 		next = req->next;
 		if (is_exclusive(req)) {
-			if (be->n_running || blocked) {
+			if (be->n_running || blocked)
 				blocked = true;
-				continue;
-			}
-			launch(be, req, false);
-			return true;
+			else
+				launch(be, req, false);
+			continue;
 		}
 		if (!be->opened) {
 			if (be->exclusive || blocked)
@@ -428,25 +428,21 @@ static bool start_one(struct pcsi_backend *be)
 			unlink_waiting(be, req);
 			pcsi_backend_msg(req, "the %s device manager is not ready", be->ops->name);
 			deliver(req, -EAGAIN);
-			return true;
+			continue;
 		}
 		if (volume_busy(be, req))
 			continue;
-		if (!uses_lane(be, req)) {
+		if (!uses_lane(be, req))
 			launch(be, req, false);
-			return true;
-		}
-		if (blocked || be->exclusive || be->lanes_busy >= be->lanes)
-			continue;
-		launch(be, req, true);
-		return true;
+		else if (!blocked && !be->exclusive && be->lanes_busy < be->lanes)
+			launch(be, req, true);
 	}
-	return false;
 }
 
 static void on_refreshed(struct pcsi_backend_req *req, void *data)
 {
 	(void)data;
+	req->be->refresh_out = false; /* refresh_req may be used again */
 	if (req->error)
 		pcsi_warn("cannot read the device manager's state afresh; keeping what it had",
 			  "deviceManager=%s err=\"%s\"", req->be->ops->name, req->msg);
@@ -458,17 +454,18 @@ static void on_refreshed(struct pcsi_backend_req *req, void *data)
 static void run_next(struct pcsi_backend *be)
 {
 	if (be->scheduling) {
-		/* Called from inside an operation that start_one() started (it
-		 * ended at once): the walk below goes on afterwards. */
+		/* Called from inside an operation that walk() started (it
+		 * ended at once, or went back to the FIFO): walk again. */
 		be->rescan = true;
 		return;
 	}
-	if (be->want_refresh && !be->refresh_req.pending) {
+	if (be->want_refresh) {
 		/* Ahead of everything that waits: it runs once the lanes are
 		 * empty, and nothing new takes a lane before it. */
 		struct pcsi_backend_req *r = &be->refresh_req;
 
 		be->want_refresh = false;
+		be->refresh_out = true;
 		memset(r, 0, sizeof(*r));
 		r->be = be;
 		r->op = OP_REFRESH;
@@ -484,17 +481,15 @@ static void run_next(struct pcsi_backend *be)
 	be->scheduling = true;
 	do {
 		be->rescan = false;
-		while (start_one(be))
-			;
+		walk(be);
 	} while (be->rescan);
 	be->scheduling = false;
 }
 
 void pcsi_backend_refresh(struct pcsi_backend *be)
 {
-	if (!be->ops->refresh || be->refresh_req.pending)
-		return;
-	be->want_refresh = true;
+	if (be->ops->refresh && !be->refresh_out)
+		be->want_refresh = true;
 }
 
 static void after_create(struct pcsi_backend_req *req);

@@ -99,6 +99,7 @@ struct pcsi_backend {
 	bool scheduling, rescan;	      /* run_next() is on the stack; look again */
 	bool opened;
 	bool want_refresh; /* pcsi_backend_refresh() was asked; not queued yet */
+	bool refresh_out;  /* refresh_req is queued, runs or awaits its callback */
 	struct pcsi_backend_req refresh_req;
 	/* Thread-pool jobs run one at a time (libndctl is not thread-safe):
 	 * the running one and those waiting behind it. */

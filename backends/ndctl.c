@@ -54,6 +54,7 @@ struct job {
 	struct pcsi_pmem_ns ns;	  /* create, get: the namespace made or found */
 	struct pcsi_capacity cap; /* the regions after the job, when have_cap */
 	bool have_cap;
+	uint64_t t_repair, t_work; /* create: pcsi_now_ns() after the repair, the create */
 };
 
 static struct direct *impl(struct pcsi_backend *be)
@@ -93,9 +94,21 @@ static void direct_after(struct pcsi_backend_req *req)
 	uint64_t ns = j->t1 > j->t0 ? j->t1 - j->t0 : 0;
 	int rc = j->rc;
 
-	pcsi_info(4, "libndctl job", "op=%s id=%s error=%d duration_ms=%llu.%03llu", j->op,
-		  req->vol.id[0] ? req->vol.id : "-", j->rc, (unsigned long long)(ns / 1000000),
-		  (unsigned long long)(ns / 1000 % 1000));
+	if (j->t_work)
+		pcsi_info(4, "libndctl job",
+			  "op=%s id=%s error=%d duration_ms=%llu.%03llu repair_ms=%llu "
+			  "create_ms=%llu "
+			  "capacity_ms=%llu",
+			  j->op, req->vol.id, j->rc, (unsigned long long)(ns / 1000000),
+			  (unsigned long long)(ns / 1000 % 1000),
+			  (unsigned long long)((j->t_repair - j->t0) / 1000000),
+			  (unsigned long long)((j->t_work - j->t_repair) / 1000000),
+			  (unsigned long long)((j->t1 - j->t_work) / 1000000));
+	else
+		pcsi_info(4, "libndctl job", "op=%s id=%s error=%d duration_ms=%llu.%03llu", j->op,
+			  req->vol.id[0] ? req->vol.id : "-", j->rc,
+			  (unsigned long long)(ns / 1000000),
+			  (unsigned long long)(ns / 1000 % 1000));
 	if (j->repaired[0])
 		pcsi_warn("reset a namespace that an interrupted create left half made", "what=%s",
 			  j->repaired);
@@ -377,6 +390,7 @@ static int create_ns(struct direct *d, struct job *j, struct pcsi_backend_req *r
 	/* A predecessor killed inside a create of this very name (a retry)
 	 * or of another one leaves the seed half made. */
 	rc = repair(d, j);
+	j->t_repair = pcsi_now_ns();
 	if (rc < 0)
 		return rc;
 	/* One scan: pmem.c's create says -EEXIST and describes the namespace
@@ -417,6 +431,9 @@ static void create_fn(struct pcsi_backend_req *req)
 
 	job_begin(j);
 	rc = create_ns(d, j, req);
+	j->t_work = pcsi_now_ns();
+	if (!j->t_repair)
+		j->t_repair = j->t_work;
 	/* The regions as the create left them (a failed one too: it may have
 	 * found the picture wrong). */
 	read_capacity(d, j);
