@@ -34,6 +34,8 @@
 #include "daemon/core/util.h"
 #include "backends/pmem.h"
 
+#define MAX_REGIONS 64 /* per node; more are not counted in capacity */
+
 struct direct {
 	struct pcsi_pmem *pmem;	  /* opened by the open job; used by jobs only */
 	struct pcsi_capacity cap; /* the picture (loop thread) */
@@ -262,18 +264,21 @@ static void found_after(struct pcsi_backend_req *req)
 /* The original driver's GetCapacity for direct mode: every region counts in
  * total; disabled ones count nowhere else; free space is counted in whole
  * alignment units, since that is what a new namespace can use. In a job:
- * fills j->cap (j->have_cap) from a fresh scan of the regions, or leaves it
- * when the scan fails (the picture keeps what it had). */
-static int read_capacity(struct direct *d, struct job *j)
+ * fills j->cap (j->have_cap) from the regions (with |scan|, a scan of its
+ * own; else the free space left by the create or remove just done), or
+ * leaves it when they cannot be read (the picture keeps what it had). */
+static int read_capacity(struct direct *d, struct job *j, bool scan)
 {
 	struct pcsi_capacity *c = &j->cap;
-	struct pcsi_pmem_region *r;
+	struct pcsi_pmem_region r[MAX_REGIONS];
 	int i, n;
 
 	memset(c, 0, sizeof(*c));
-	n = get_regions(d, &r);
+	n = scan ? pcsi_pmem_regions(d->pmem, r, MAX_REGIONS)
+		 : pcsi_pmem_regions_now(d->pmem, r, MAX_REGIONS);
 	if (n < 0)
 		return n;
+	n = PCSI_MIN(n, MAX_REGIONS);
 	for (i = 0; i < n; i++) {
 		uint64_t align = r[i].align ? r[i].align : 1, max;
 
@@ -288,7 +293,6 @@ static int read_capacity(struct direct *d, struct job *j)
 		if (!c->min_volume_size || pcsi_pmem_aligned_size(0, align) < c->min_volume_size)
 			c->min_volume_size = pcsi_pmem_aligned_size(0, align);
 	}
-	free(r);
 	j->have_cap = true;
 	return 0;
 }
@@ -351,7 +355,7 @@ static void open_fn(struct pcsi_backend_req *req)
 			j->nvols += strcmp(ns[i].name, PCSI_LVM_NS_NAME) != 0;
 		free(ns);
 	}
-	rc = read_capacity(d, j);
+	rc = read_capacity(d, j, true);
 	if (rc < 0) {
 		snprintf(j->err, sizeof(j->err), "listing pmem regions: %s", strerror(-rc));
 		job_end(j, -EIO);
@@ -436,7 +440,7 @@ static void create_fn(struct pcsi_backend_req *req)
 		j->t_repair = j->t_work;
 	/* The regions as the create left them (a failed one too: it may have
 	 * found the picture wrong). */
-	read_capacity(d, j);
+	read_capacity(d, j, false);
 	job_end(j, rc);
 }
 
@@ -488,7 +492,7 @@ static void remove_fn(struct pcsi_backend_req *req)
 		rc = 0; /* gone meanwhile: that is what was wanted */
 	else if (rc < 0 && rc != -EBUSY)
 		rc = -EIO;
-	read_capacity(d, j);
+	read_capacity(d, j, false);
 	job_end(j, rc);
 }
 
@@ -518,7 +522,7 @@ static void list_fn(struct pcsi_backend_req *req)
 		to_volume(&ns[i], &req->vols[req->n_vols++]);
 	}
 	free(ns);
-	read_capacity(d, j);
+	read_capacity(d, j, true);
 	job_end(j, 0);
 }
 
