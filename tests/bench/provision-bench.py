@@ -12,7 +12,8 @@ lvm, and on the test-only backend (`fake-for-testing-only`: bookkeeping, no
 device work), whose rate is the ceiling that the provisioner, the API server,
 the scheduler and kubelet set on this cluster. The direct runs come first
 (lvm then takes the whole region); the ceiling is measured right before each
-backend's runs in the same mode, so that it sees the same cluster and load.
+backend's runs in the same mode, so that it sees the same cluster and load
+(central direct, distributed direct, distributed lvm, central lvm).
 
 Per run it prints PVCs per minute (N / the time until the last one is
 Bound), p50/p99 time to Bound, the CreateVolume calls that did not succeed
@@ -61,6 +62,11 @@ def log(msg):
     print("# %s %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
 
 
+def nfail(d):
+    """The failed calls in a failures() dict (a provisioner restart is not one)."""
+    return sum(n for k, n in d.items() if k != "provisioner restarts")
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * p))]
@@ -105,10 +111,13 @@ class Bench:
         return out.replace("-deviceManager=lvm", "-deviceManager=" + backend)
 
     def deploy(self, mode, backend):
+        """|mode| on |backend|: the other mode's objects removed first; within
+        a mode the changed manifests are applied over the running ones (the
+        DaemonSet rolls node by node, the controller is recreated)."""
         if self.deployed == (mode, backend):
             return
         t0 = time.monotonic()
-        if self.deployed:
+        if self.deployed and self.deployed[0] != mode:
             self.k("delete", "-f", "-", "--wait=true", "--ignore-not-found", input=self.rendered(*self.deployed),
                    timeout=600)
             self.c.wait(lambda: self.k("get", "namespace", NS, check=False).returncode != 0, 600,
@@ -128,9 +137,20 @@ class Bench:
             self.k("-n", NS, "rollout", "status", "deployment/pmem-csi-controller", "--timeout=600s", timeout=630)
         self.k("-n", NS, "rollout", "status", "daemonset/pmem-csi-node", "--timeout=600s", timeout=630)
         self.deployed = (mode, backend)
-        # Both nodes serve (central: registered with the controller): the
-        # provisioner has published their capacity for the late-binding
-        # class (distributed mode publishes none for Immediate ones).
+        if mode == "central":
+            # The controller answers UNAVAILABLE until the nodes it may
+            # know of have registered again (its grace period).
+            def grace_over():
+                out = self.k("-n", NS, "logs", "deployment/pmem-csi-controller", "-c", "pmem-driver",
+                             check=False).stdout
+                return "registration grace period ended" in out
+            try:
+                self.c.wait(grace_over, 120, "the controller's registration grace period to end", 2)
+            except RuntimeError:
+                log("the controller did not say its grace period ended; going on")
+        # Both nodes serve: the provisioner has published their capacity
+        # for the late-binding class (distributed mode publishes none for
+        # Immediate ones).
         self.c.wait(lambda: len(self.capacities("wffc")) == 2, 300, "CSIStorageCapacity objects of both nodes", 2)
         log("%s mode on %s deployed (%.0f s)" % (mode, backend, time.monotonic() - t0))
 
@@ -152,11 +172,15 @@ class Bench:
 
     def sidecar_counts(self):
         """{(method, code): count} summed over every csi-provisioner of the
-        deployment, from its metrics endpoint (port 10011)."""
-        counts = {}
+        deployment, from its metrics endpoint (port 10011), and under the key
+        "restarts" how often those containers restarted (a restart starts
+        the counts from zero)."""
+        counts = {"restarts": 0}
         for p in self.kj("-n", NS, "get", "pods")["items"]:
             if not any(c["name"] == "csi-provisioner" for c in p["spec"]["containers"]):
                 continue
+            counts["restarts"] += sum(c["restartCount"] for c in p["status"].get("containerStatuses", [])
+                                      if c["name"] == "csi-provisioner")
             ip = p["status"].get("podIP")
             r = self.c.run("/usr/bin/curl", "-sf", "--max-time", "20", "http://%s:10011/metrics" % ip, check=False)
             if r.returncode != 0:
@@ -169,12 +193,19 @@ class Bench:
 
     @staticmethod
     def failures(before, after, method):
-        """The calls of |method| that did not end OK between two counts, by code."""
+        """The calls of |method| that did not end OK between two counts, by
+        code (after a provisioner restart, what the new process counted)."""
         out = {}
-        for (m, code), n in after.items():
-            d = n - before.get((m, code), 0)
+        restarted = after["restarts"] != before["restarts"]
+        for key, n in after.items():
+            if key == "restarts":
+                continue
+            m, code = key
+            d = n if restarted else n - before.get(key, 0)
             if m == method and code != "OK" and d:
                 out[code] = d
+        if restarted:
+            out["provisioner restarts"] = after["restarts"] - before["restarts"]
         return out
 
     def save_logs(self, tag):
@@ -251,8 +282,8 @@ class Bench:
              "deleted": deleted, "delete_fail": self.failures(c1, c2, DELETE)}
         log("%-36s %5.1f PVCs/min (all %d bound in %5.1f s), to Bound p50 %5.1f s p99 %5.1f s, CreateVolume "
             "retries %d %s; deleted in %5.1f s, DeleteVolume retries %d %s"
-            % (tag, r["rate"], N, total, r["p50"], r["p99"], sum(r["create_fail"].values()),
-               r["create_fail"] or "", deleted, sum(r["delete_fail"].values()), r["delete_fail"] or ""))
+            % (tag, r["rate"], N, total, r["p50"], r["p99"], nfail(r["create_fail"]),
+               r["create_fail"] or "", deleted, nfail(r["delete_fail"]), r["delete_fail"] or ""))
         return r
 
     def runs(self, mode, backend):
@@ -268,13 +299,16 @@ class Bench:
             % (start, N, SIZE_MIB, DRIVER))
         self.classes()
         res = {}
-        # direct first: lvm then makes its volume group of the whole region.
-        for backend in ("direct", "lvm"):
-            for mode in ("central", "distributed"):
-                if ONLY and "%s-%s" % (mode, backend) not in ONLY:
-                    continue
-                res[(mode, FAKE, backend)] = self.runs(mode, FAKE)
-                res[(mode, backend)] = self.runs(mode, backend)
+        # direct first (lvm then makes its volume group of the whole
+        # region); a mode's runs together (a change of mode replaces every
+        # object, a change of backend rolls the pods); each backend's
+        # ceiling right before it, in the same mode.
+        plan = [("central", "direct"), ("distributed", "direct"), ("distributed", "lvm"), ("central", "lvm")]
+        for mode, backend in plan:
+            if ONLY and "%s-%s" % (mode, backend) not in ONLY:
+                continue
+            res[(mode, FAKE, backend)] = self.runs(mode, FAKE)
+            res[(mode, backend)] = self.runs(mode, backend)
         entries = []
         for mode, backend in (("central", "lvm"), ("distributed", "lvm"), ("central", "direct"),
                               ("distributed", "direct")):
@@ -285,7 +319,7 @@ class Bench:
             entries.append("%s %s %.0f/min (ceiling %.0f/min, ratio %.2f, p99 %.0f s, retries %d)" % (
                 mode, backend, got[worst]["rate"], ceil[worst]["rate"], got[worst]["rate"] / ceil[worst]["rate"],
                 max(got[b]["p99"] for b in CLASSES),
-                sum(sum(got[b]["create_fail"].values()) for b in CLASSES)))
+                sum(nfail(got[b]["create_fail"]) for b in CLASSES)))
         print("provision: " + "; ".join(entries), flush=True)
 
 
