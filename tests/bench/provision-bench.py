@@ -30,12 +30,14 @@ The driver must be built with -Dfake-backend=true (build-tests/daemon/
 pmem-csi-driver): the same binary serves every row, so that the rows differ
 only in the backend. Environment: PCSI_K8S_WORK (keep the work directory
 there), PCSI_CACHE, PCSI_BENCH_ONLY (comma-separated entries such as
-"central-lvm,distributed-fake" to run only those; the ceiling runs when a
-backend of its mode does).
+"central-lvm,distributed-direct" to run only those, each with its
+ceiling), PCSI_BENCH_MANIFESTS (a copy of manifests/ to deploy instead,
+e.g. an older one for a "before" figure).
 """
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +52,7 @@ DRIVER = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else sys.exit(__doc__
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 50
 WORK = os.environ.get("PCSI_K8S_WORK") or tempfile.mkdtemp(prefix="pcsi-prov-")
 ONLY = set(filter(None, os.environ.get("PCSI_BENCH_ONLY", "").split(",")))
+MANIFESTS = os.path.abspath(os.environ.get("PCSI_BENCH_MANIFESTS") or os.path.join(TOP, "manifests"))
 NS = "pmem-csi"
 DRV = "pmem-csi.intel.com"
 SIZE_MIB = 64
@@ -89,7 +92,9 @@ def has_fake(driver):
 
 class Bench:
     def __init__(self):
-        self.c = kc.Cluster(WORK, DRIVER, nvdimm_size="4G")
+        # The guests live as long as the whole run (about 2 h under TCG on a
+        # loaded host; their default is 1 h).
+        self.c = kc.Cluster(WORK, DRIVER, nvdimm_size="4G", timeout=5 * 3600)
         self.deployed = None  # (mode, backend)
         self.certs = None
 
@@ -104,10 +109,10 @@ class Bench:
     def rendered(self, mode, backend):
         """The shipped manifests of |mode| (kubectl kustomize), with
         -deviceManager set to |backend| in every container that has it."""
-        out = self.k("kustomize", os.path.join(TOP, "manifests", mode)).stdout
+        out = self.k("kustomize", os.path.join(MANIFESTS, mode)).stdout
         n = out.count("-deviceManager=lvm")
         if n == 0:
-            sys.exit("no -deviceManager=lvm in manifests/%s" % mode)
+            sys.exit("no -deviceManager=lvm in %s/%s" % (MANIFESTS, mode))
         return out.replace("-deviceManager=lvm", "-deviceManager=" + backend)
 
     def deploy(self, mode, backend):
@@ -123,13 +128,13 @@ class Bench:
             self.c.wait(lambda: self.k("get", "namespace", NS, check=False).returncode != 0, 600,
                         "namespace %s gone" % NS)
         self.k("label", "nodes", "node-x", "node-y", "storage=nvdimm", "--overwrite")
-        self.k("apply", "-f", os.path.join(TOP, "manifests", "common", "namespace.yaml"))
+        self.k("apply", "-f", os.path.join(MANIFESTS, "common", "namespace.yaml"))
         if mode == "central":
             if not self.certs:
                 certs = os.path.join(WORK, "certs")
-                subprocess.run([os.path.join(TOP, "manifests", "certs", "setup-ca.sh"), certs], check=True,
+                subprocess.run([os.path.join(MANIFESTS, "certs", "setup-ca.sh"), certs], check=True,
                                stdout=subprocess.DEVNULL)
-                self.certs = subprocess.run([os.path.join(TOP, "manifests", "certs", "make-secrets.sh"), certs],
+                self.certs = subprocess.run([os.path.join(MANIFESTS, "certs", "make-secrets.sh"), certs],
                                             check=True, stdout=subprocess.PIPE, text=True).stdout
             self.k("apply", "-f", "-", input=self.certs)
         self.k("apply", "-f", "-", input=self.rendered(mode, backend))
@@ -323,6 +328,11 @@ class Bench:
         print("provision: " + "; ".join(entries), flush=True)
 
 
+def on_term(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, on_term)  # the guests and the control plane are stopped below
 b = Bench()
 try:
     b.main()
