@@ -195,6 +195,8 @@ def at_once(label, method, reqs, kill):
         time.sleep(kill)
         in_flight = sum(not f.done() for f in futs)
         ctl.kill()
+        if os.environ.get("PCSI_CRASH_VERBOSE"):
+            t.diag("%s: killed at %.3f s with %d of %d calls in flight" % (label, kill, in_flight, len(futs)))
         stats["kills"] += 1
         if in_flight:
             stats["mid"] += 1

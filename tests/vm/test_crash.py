@@ -333,6 +333,7 @@ def at_once(label, reqs, vids, kill_at):
         time.sleep(kill_at)
         in_flight = sum(not f.done() for f in futs)
         drv.kill()
+        t.diag("parallel %s: killed at %.2f s with %d of %d calls in flight" % (label, kill_at, in_flight, len(futs)))
         stats["kills"] += 1
         if in_flight:
             stats["mid"] += 1
