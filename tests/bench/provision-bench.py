@@ -214,12 +214,19 @@ class Bench:
         return out
 
     def save_logs(self, tag):
+        """The driver's and the provisioners' logs of the run |tag| in WORK
+        (of a container that restarted, also the one before)."""
         for p in self.kj("-n", NS, "get", "pods")["items"]:
             name = p["metadata"]["name"]
+            restarted = {c["name"] for c in p["status"].get("containerStatuses", []) if c["restartCount"]}
             for c in p["spec"]["containers"]:
-                if c["name"] in ("pmem-driver", "csi-provisioner"):
-                    out = self.k("-n", NS, "logs", name, "-c", c["name"], check=False).stdout
-                    with open(os.path.join(WORK, "%s-%s-%s.log" % (tag, name, c["name"])), "w") as f:
+                if c["name"] not in ("pmem-driver", "csi-provisioner"):
+                    continue
+                for prev in ([False, True] if c["name"] in restarted else [False]):
+                    out = self.k("-n", NS, "logs", name, "-c", c["name"], *(["--previous"] if prev else []),
+                                 check=False).stdout
+                    with open(os.path.join(WORK, "%s-%s-%s%s.log" % (tag, name, c["name"], "-previous" if prev
+                                                                     else "")), "w") as f:
                         f.write(out)
 
     def volumes_left(self, backend):
