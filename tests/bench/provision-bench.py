@@ -94,8 +94,9 @@ def has_fake(driver):
 class Bench:
     def __init__(self):
         # The guests live as long as the whole run (about 2 h under TCG on a
-        # loaded host; their default is 1 h).
-        self.c = kc.Cluster(WORK, DRIVER, nvdimm_size="4G", timeout=5 * 3600)
+        # loaded host; their default is 1 h), and may take long to boot
+        # when other guests share the cores.
+        self.c = kc.Cluster(WORK, DRIVER, nvdimm_size="4G", timeout=5 * 3600, ready_timeout=1800)
         self.deployed = None  # (mode, backend)
         self.certs = None
 

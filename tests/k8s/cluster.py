@@ -74,7 +74,8 @@ def openssl(*args, cwd):
 
 
 class Cluster:
-    def __init__(self, workdir, driver, guest_mem="3G", timeout=3600, e2e_images=False, nvdimm_size=None):
+    def __init__(self, workdir, driver, guest_mem="3G", timeout=3600, e2e_images=False, nvdimm_size=None,
+                 ready_timeout=600):
         self.work = os.path.abspath(workdir)
         self.driver = driver
         self.ns = "pcsi-k8s-%d" % os.getpid()
@@ -88,6 +89,7 @@ class Cluster:
         # 64 MiB fit on one node.
         self.nvdimm_size = nvdimm_size or ("4G" if e2e_images else "2G")
         self.timeout = timeout
+        self.ready_timeout = ready_timeout  # s for the guests to boot and their nodes to be Ready
         self.kube = go_tool("kube")
         self.pki = os.path.join(self.work, "pki")
         self.stopped = False
@@ -332,7 +334,7 @@ class Cluster:
         self.start_control_plane()
         log("control plane up (%.0f s)" % (time.monotonic() - t0))
         self.start_nodes(sorted(tars.values()))
-        self.wait_nodes()
+        self.wait_nodes(self.ready_timeout)
         log("nodes Ready (%.0f s)" % (time.monotonic() - t0))
         self.kubectl("apply", "-f", os.path.join(HERE, "coredns.yaml"))
         self.wait(lambda: self.kubectl_json("-n", "kube-system", "get", "deployment", "coredns")
