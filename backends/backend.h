@@ -10,12 +10,29 @@
  *
  * Every operation is asynchronous: the caller fills a struct pcsi_backend_req
  * (caller-owned, valid until the callback), and the callback runs exactly once,
- * always on a later loop turn, with req->error = 0 or -errno. Operations are
- * queued and run one at a time per backend (libndctl is not thread-safe, LVM
- * misbehaves under concurrent commands); the loop itself never blocks: libndctl
- * calls run on the libuv thread pool, one at a time, and lvm2, wipefs, dd and
- * shred run as child processes. Erasing a deleted volume runs outside the
- * queue, so a long erase does not hold up other volumes.
+ * always on a later loop turn, with req->error = 0 or -errno. The loop itself
+ * never blocks: libndctl calls run on the libuv thread pool, and lvm2, wipefs,
+ * shred and dd run as child processes.
+ *
+ * Several operations run at once. Requests start in submission order as far
+ * as these rules allow (backend_internal.h has them in full):
+ *   - device work (an lvm command, a libndctl job) runs in one of the
+ *     backend's lanes: lvm 4 commands at once (LVM serializes the metadata
+ *     updates of one volume group on its lock; what overlaps is each
+ *     command's start, scan and activation), direct 1 (libndctl is not
+ *     thread-safe: one job at a time, while the zeroing, erase, records and
+ *     replies of other volumes overlap it);
+ *   - capacity, and a get or list the backend answers from its picture of
+ *     the PMEM, never wait for device work; the picture is read at open and
+ *     kept exact by every create, delete and expand (the space of one in
+ *     progress counts as used), and read afresh after a tool failed;
+ *   - two requests on the same volume never overlap when one changes it
+ *     (create, delete, expand): the later starts once the earlier has been
+ *     delivered; a list waits for the changes submitted before it;
+ *   - open runs alone, before anything else.
+ * Callbacks come in the order the operations end, which is not always the
+ * order of submission. Erasing a deleted volume and copying run outside the
+ * lanes, so a long erase does not hold up other volumes.
  *
  * Errors, per operation:
  *   open:     -ENODEV (no usable PMEM region), -EIO (setup command failed),
@@ -97,11 +114,13 @@ struct pcsi_backend_req {
 	struct pcsi_backend *be;
 	int op, step;
 	bool pending, erasing;	       /* submitted, not delivered; in a delete's erase */
-	struct pcsi_backend_req *next; /* in the backend's queue */
+	bool laned;		       /* running in one of the backend's lanes */
+	uint64_t seq;		       /* submission order */
+	struct pcsi_backend_req *next; /* waiting to start, or for the job lane */
 	struct pcsi_proc *proc;	       /* the running tool (backend_internal.h) */
 	uv_work_t work;
 	uv_fs_t fs;
-	struct pcsi_list link; /* in the backend's delivery queue */
+	struct pcsi_list link; /* while active: the active set; then the delivery queue */
 	void *priv;
 };
 
@@ -137,7 +156,7 @@ void pcsi_backend_expand(struct pcsi_backend *be, struct pcsi_backend_req *req, 
 			 void *data);
 /* Copies all of volume req->src, byte for byte, over the start of volume
  * req->id (both must exist; the destination at least as large; the rest of
- * it is left as it is). The copy runs outside the queue as a child process
+ * it is left as it is). The copy runs outside the lanes as a child process
  * (dd with O_DIRECT on both devices), so other volumes' operations go on;
  * it is not cancelled with the caller. The caller keeps both volumes from
  * other uses meanwhile and makes the source consistent (a filesystem on it
@@ -148,11 +167,14 @@ void pcsi_backend_copy(struct pcsi_backend *be, struct pcsi_backend_req *req, pc
 bool pcsi_backend_can_expand(const struct pcsi_backend *be);
 
 /* For a caller that no longer waits (its call was cancelled or its deadline
- * passed): a request still waiting in the queue ends with -ECANCELED, and a
- * delete's erase is stopped (its child process group is killed; the volume
- * stays whole and a later delete erases it from the start), also ending with
- * -ECANCELED. What would be left half made if interrupted (a namespace or
- * logical volume being made or removed, zeroing its start) runs to its end.
+ * passed): a request that has not started (waiting for a lane, or behind
+ * another request on its volume) ends with -ECANCELED, and so does a delete
+ * that only cleared the first 4 KiB and waits for a lane to remove the
+ * volume (the volume stays); a delete's erase is stopped (its child process
+ * group is killed; the volume stays whole and a later delete erases it from
+ * the start), also ending with -ECANCELED. What would be left half made if
+ * interrupted (a namespace or logical volume being made or removed, zeroing
+ * its start) runs to its end, and so does the removal of an erased volume.
  * The callback runs exactly once either way, never inside this call. No
  * effect on a request that is not pending. */
 void pcsi_backend_cancel(struct pcsi_backend_req *req);

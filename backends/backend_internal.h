@@ -1,13 +1,17 @@
 /* backend_internal.h: what a backend implementation provides and may call.
  * Private to backends/.
  *
- * backend.c owns the queue, validation, zeroing on create, the busy check and
- * erasing on delete, and delivery of completions. An implementation provides
- * the device operations below. Each starts the work for |req| and ends it,
- * now or later, with exactly one pcsi_backend_op_done(req, error).
+ * backend.c owns scheduling (which requests run at once, see below),
+ * validation, zeroing on create, the busy check and erasing on delete, and
+ * delivery of completions. An implementation provides the device operations
+ * below. Each starts the work for |req| and ends it, now or later, with
+ * exactly one pcsi_backend_op_done(req, error).
  *
- *   open:     find PMEM, prepare it, learn the existing volumes
- *   capacity: fill req->cap
+ *   open:     find PMEM, prepare it, learn the existing volumes and build
+ *             the picture (free space, volumes) the other operations keep
+ *   refresh:  read the picture afresh from the medium (asked for with
+ *             pcsi_backend_refresh()); NULL when never needed
+ *   capacity: fill req->cap from the picture, at once: no tool, no job
  *   create:   make req->id with at least req->size bytes; fill req->vol (path,
  *             actual size); an existing volume of a size that satisfies the
  *             request is returned with req->existed = true, another size is
@@ -17,6 +21,26 @@
  *   list:     fill req->vols / req->n_vols (malloc'd array)
  *   expand:   grow req->id to at least req->size bytes, keeping its data;
  *             fill req->vol; NULL in a backend that cannot (-EOPNOTSUPP)
+ * create, remove and expand update the picture before they end, so that a
+ * capacity answered after them (or while they run: space a create or an
+ * expand is about to use counts as used from its start) is exact.
+ *
+ * Scheduling. Requests start in submission order, as far as these rules
+ * allow; several run at once:
+ *   - open and refresh run alone: each waits until the implementation
+ *     works on nothing else, and no request that uses a lane starts before
+ *     it has ended;
+ *   - an operation that does device work (a tool, a thread-pool job; the
+ *     implementation says which through |uses_lane|) takes one of the
+ *     backend's |lanes| and waits while all are taken; one that answers
+ *     from the picture takes none and never waits for device work;
+ *   - requests that name the same volume never overlap when either changes
+ *     it (create, delete, expand): the later one starts once the earlier is
+ *     delivered (a delete's erase included); a list names every volume (it
+ *     lists what the changes submitted before it made).
+ * So a picture read may pass a change of another volume, never one of its
+ * own, and a list is a snapshot at its place in submission order.
+ * A request that has not started can be cancelled (pcsi_backend_cancel()).
  */
 #ifndef PCSI_BACKEND_INTERNAL_H
 #define PCSI_BACKEND_INTERNAL_H
@@ -25,10 +49,33 @@
 #include "daemon/core/later.h"
 #include "daemon/core/proc.h"
 
+/* The implementation's operations, as |uses_lane| is asked about them. */
+enum pcsi_backend_kind {
+	PCSI_BK_OPEN,
+	PCSI_BK_REFRESH,
+	PCSI_BK_CAPACITY,
+	PCSI_BK_CREATE,
+	PCSI_BK_GET,
+	PCSI_BK_REMOVE,
+	PCSI_BK_LIST,
+	PCSI_BK_EXPAND,
+};
+
 struct pcsi_backend_ops {
 	const char *name;
+	/* How many operations that do device work may run at once (>= 1;
+	 * init may set be->lanes instead). */
+	unsigned lanes;
 	int (*init)(struct pcsi_backend *be); /* allocate be->impl; 0 or -errno */
+	/* Whether operation |kind| on |req| (req->vol.id is set for create, get,
+	 * remove, expand) will run a tool or a thread-pool job, and so needs a
+	 * lane. Asked on the loop thread just before the operation starts; the
+	 * answer must hold for the whole operation. NULL: every operation but
+	 * capacity does. */
+	bool (*uses_lane)(struct pcsi_backend *be, const struct pcsi_backend_req *req,
+			  enum pcsi_backend_kind kind);
 	void (*open)(struct pcsi_backend *be, struct pcsi_backend_req *req);
+	void (*refresh)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*capacity)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*create)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*get)(struct pcsi_backend *be, struct pcsi_backend_req *req);
@@ -42,9 +89,22 @@ struct pcsi_backend {
 	const struct pcsi_backend_ops *ops;
 	uv_loop_t *loop;
 	struct pcsi_backend_config cfg;
-	struct pcsi_backend_req *head, *tail; /* queued, head is running */
-	bool running;
+	unsigned lanes;			      /* ops->lanes; init may change it */
+	struct pcsi_backend_req *head, *tail; /* waiting to start, in submission order */
+	struct pcsi_list active;	      /* started once, not yet delivered */
+	unsigned n_running;		      /* in the implementation's hands now */
+	unsigned lanes_busy;		      /* of them, those that hold a lane */
+	uint64_t seq;			      /* the last request's submission number */
+	bool exclusive;			      /* an open or a refresh runs */
+	bool scheduling, rescan;	      /* run_next() is on the stack; look again */
 	bool opened;
+	bool want_refresh; /* pcsi_backend_refresh() was asked; not queued yet */
+	bool refresh_out;  /* refresh_req is queued, runs or awaits its callback */
+	struct pcsi_backend_req refresh_req;
+	/* Thread-pool jobs run one at a time (libndctl is not thread-safe):
+	 * the running one and those waiting behind it. */
+	bool job_running;
+	struct pcsi_backend_req *job_head, *job_tail;
 	void *impl;
 	/* Completed requests, delivered in completion order on a later turn. */
 	struct pcsi_list done;
@@ -64,10 +124,16 @@ void pcsi_backend_msg(struct pcsi_backend_req *req, const char *fmt, ...)
 void pcsi_backend_run(struct pcsi_backend_req *req, const char *const *argv,
 		      void (*cb)(struct pcsi_backend_req *req));
 
-/* Runs |fn| on the thread pool for |req|, then |after| on the loop. Only one
- * such job runs at a time per backend (the queue guarantees it). */
+/* Runs |fn| on the thread pool for |req|, then |after| on the loop. One such
+ * job runs at a time per backend: a job submitted while another runs waits
+ * for it (in submission order), so |fn| may use libndctl. */
 void pcsi_backend_work(struct pcsi_backend_req *req, void (*fn)(struct pcsi_backend_req *req),
 		       void (*after)(struct pcsi_backend_req *req));
+
+/* Asks for ops->refresh to run as soon as the requests running now have
+ * ended (the picture may be off: a tool failed). Requests that use a lane
+ * and start later wait for it; the others go on with the picture as it is. */
+void pcsi_backend_refresh(struct pcsi_backend *be);
 
 /* Rounds |v| up to a multiple of |align| (> 0), saturating. */
 uint64_t pcsi_align_up(uint64_t v, uint64_t align);

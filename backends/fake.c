@@ -4,9 +4,12 @@
  * Volumes live in memory: a restart forgets them. Capacity comes from
  * PCSI_FAKE_CAPACITY (bytes, default 8 GiB); sizes are rounded up to 4 MiB.
  * Volumes have no device: their path is empty, so the front end has nothing
- * to zero, check or erase. PCSI_FAKE_DELAY_MS makes each create and remove
- * first run `sleep` as a child process for that long, as a real backend's
- * tools take time (crash tests kill the controller while nodes work). */
+ * to zero, check or erase. PCSI_FAKE_DELAY_MS makes each create, remove and
+ * expand first run `sleep` as a child process for that long, as a real
+ * backend's tools take time (crash tests kill the controller while nodes
+ * work); PCSI_FAKE_LANES (default 4, as lvm) of them run at once. Like a
+ * real backend, a create or an expand counts its space as used from its
+ * start; the volume itself appears when the delay is over. */
 #include "backends/backend_internal.h"
 
 #include <errno.h>
@@ -23,6 +26,11 @@ struct fake {
 	char delay[24]; /* seconds for sleep(1), "" for none */
 };
 
+/* A create or expand that waits for its delay: the space it took (req->priv). */
+struct pending {
+	uint64_t size, taken;
+};
+
 static struct fake *impl(struct pcsi_backend *be)
 {
 	return be->impl;
@@ -34,8 +42,11 @@ static int fake_init(struct pcsi_backend *be)
 	const char *cap = getenv("PCSI_FAKE_CAPACITY");
 
 	const char *delay = getenv("PCSI_FAKE_DELAY_MS");
+	const char *lanes = getenv("PCSI_FAKE_LANES");
 
 	f->total = cap ? strtoull(cap, NULL, 10) : 8ull << 30;
+	if (lanes && strtoul(lanes, NULL, 10) > 0)
+		be->lanes = (unsigned)strtoul(lanes, NULL, 10);
 	if (delay && strtoul(delay, NULL, 10) > 0)
 		snprintf(f->delay, sizeof(f->delay), "%.3f", strtoul(delay, NULL, 10) / 1000.0);
 	be->impl = f;
@@ -85,32 +96,26 @@ static void delayed(struct pcsi_backend_req *req, void (*then)(struct pcsi_backe
 		then(req);
 }
 
+static void end(struct pcsi_backend_req *req, int error)
+{
+	free(req->priv);
+	req->priv = NULL;
+	pcsi_backend_op_done(req, error);
+}
+
 static void create_now(struct pcsi_backend_req *req)
 {
 	struct fake *f = impl(req->be);
-	uint64_t size = pcsi_align_up(req->size ? req->size : PCSI_LVM_ALIGN, PCSI_LVM_ALIGN);
-	struct pcsi_volume *v = find(f, req->id);
+	struct pending *p = req->priv;
+	struct pcsi_volume *v;
 
-	if (v) {
-		req->vol = *v;
-		req->existed = true;
-		pcsi_backend_op_done(req, v->size >= size ? 0 : -EEXIST);
-		return;
-	}
-	if (size > f->total - f->used) {
-		pcsi_backend_msg(req, "not enough space: %llu bytes free",
-				 (unsigned long long)(f->total - f->used));
-		pcsi_backend_op_done(req, -ENOSPC);
-		return;
-	}
 	f->vols = pcsi_xrealloc(f->vols, (f->n + 1) * sizeof(*f->vols));
 	v = &f->vols[f->n++];
 	memset(v, 0, sizeof(*v));
 	memcpy(v->id, req->vol.id, sizeof(v->id));
-	v->size = size;
-	f->used += size;
+	v->size = p->size;
 	req->vol = *v;
-	pcsi_backend_op_done(req, 0);
+	end(req, 0);
 }
 
 static void fake_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
@@ -127,6 +132,27 @@ static void fake_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
 
 static void fake_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
+	struct fake *f = impl(be);
+	uint64_t size = pcsi_align_up(req->size ? req->size : PCSI_LVM_ALIGN, PCSI_LVM_ALIGN);
+	struct pcsi_volume *v = find(f, req->id);
+	struct pending *p;
+
+	if (v) {
+		req->vol = *v;
+		req->existed = true;
+		pcsi_backend_op_done(req, v->size >= size ? 0 : -EEXIST);
+		return;
+	}
+	if (size > f->total - f->used) {
+		pcsi_backend_msg(req, "not enough space: %llu bytes free",
+				 (unsigned long long)(f->total - f->used));
+		pcsi_backend_op_done(req, -ENOSPC);
+		return;
+	}
+	p = pcsi_xcalloc(1, sizeof(*p));
+	p->size = p->taken = size;
+	f->used += size;
+	req->priv = p;
 	delayed(req, create_now);
 }
 
@@ -160,9 +186,21 @@ static void fake_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
 
 static void expand_now(struct pcsi_backend_req *req)
 {
-	struct fake *f = impl(req->be);
+	struct pcsi_backend *be = req->be;
+	struct pending *p = req->priv;
+	struct pcsi_volume *v = find(impl(be), req->id);
+
+	v->size = p->size;
+	req->vol = *v;
+	end(req, 0);
+}
+
+static void fake_expand(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct fake *f = impl(be);
 	uint64_t size = pcsi_align_up(req->size, PCSI_LVM_ALIGN);
 	struct pcsi_volume *v = find(f, req->id);
+	struct pending *p;
 
 	if (!v) {
 		pcsi_backend_op_done(req, -ENOENT);
@@ -174,23 +212,39 @@ static void expand_now(struct pcsi_backend_req *req)
 		pcsi_backend_op_done(req, -ENOSPC);
 		return;
 	}
-	req->existed = v->size >= size;
-	if (!req->existed) {
-		f->used += size - v->size;
-		v->size = size;
-	}
 	req->vol = *v;
-	pcsi_backend_op_done(req, 0);
+	req->existed = v->size >= size;
+	if (req->existed) {
+		pcsi_backend_op_done(req, 0);
+		return;
+	}
+	p = pcsi_xcalloc(1, sizeof(*p));
+	p->size = size;
+	p->taken = size - v->size;
+	f->used += p->taken;
+	req->priv = p;
+	delayed(req, expand_now);
 }
 
-static void fake_expand(struct pcsi_backend *be, struct pcsi_backend_req *req)
+/* Only the delayed operations run a tool. */
+static bool fake_uses_lane(struct pcsi_backend *be, const struct pcsi_backend_req *req,
+			   enum pcsi_backend_kind kind)
 {
-	delayed(req, expand_now);
+	switch (kind) {
+	case PCSI_BK_CREATE:
+	case PCSI_BK_REMOVE:
+	case PCSI_BK_EXPAND:
+		return impl(be)->delay[0] != '\0';
+	default:
+		return false;
+	}
 }
 
 const struct pcsi_backend_ops pcsi_fake_ops = {
 	.name = "fake-for-testing-only",
+	.lanes = 4,
 	.init = fake_init,
+	.uses_lane = fake_uses_lane,
 	.open = fake_open,
 	.capacity = fake_capacity,
 	.create = fake_create,

@@ -6,8 +6,19 @@
  * <bus><region>fsdax (e.g. ndbus0region0fsdax) holding it. A volume is a
  * logical volume named by the volume id in the first VG with room; its size is
  * rounded up to 4 MiB. LVM is driven through its command-line tools as child
- * processes, one command at a time (the backend queue), reading reports with
- * --reportformat json. Only LVs in our VGs count as volumes. */
+ * processes, reading reports with --reportformat json. Only LVs in our VGs
+ * count as volumes.
+ *
+ * The picture: the VGs (size, free) and the volumes, read at open and kept
+ * by every create, remove and expand of this process, so that capacity, get
+ * and list answer at once, without a tool, while creates run. LANES lvm
+ * commands run at once: LVM itself serializes metadata updates on each VG's
+ * lock (a file lock in /run/lock/lvm), and what overlaps is each command's
+ * start, device scan and activation. A create or an expand takes its space
+ * from the VG's free count when it starts (given back if its tool fails), so
+ * two of them never count on the same extents. A failed tool may mean the
+ * picture is off (someone else's LV took space): it is read afresh (vgs,
+ * lvs) once the commands running then have ended. */
 #include "backends/backend_internal.h"
 
 #include <errno.h>
@@ -21,6 +32,11 @@
 #include "backends/pmem.h"
 
 #define MAX_REGIONS 32
+
+/* lvm commands at once. Measured in a 2-vCPU TCG guest (24 volumes of
+ * 64 MiB): lvcreate 1, 2, 3, 4 at a time 23.8, 21.3, 14.7, 15.1 s, lvremove
+ * 19.2, 15.0, 16.8, 13.1 s. */
+#define LANES 4
 
 struct vg {
 	char name[128];
@@ -48,10 +64,15 @@ struct lvm {
 	int work_rc;
 	char work_err[256];
 	char repaired[512]; /* what pcsi_pmem_repair() reset, for the log */
-	/* create */
+	bool refreshing;    /* the open steps O_VGS, O_LVS run for a refresh */
+};
+
+/* A create's or an expand's own state (req->priv). */
+struct op {
 	int ivg;
-	uint64_t want;	  /* requested size, 4 MiB aligned */
-	uint64_t want_vg; /* the same, aligned to the extent size of VG ivg */
+	uint64_t want;	   /* requested size, 4 MiB aligned */
+	uint64_t want_vg;  /* the same, aligned to the extent size of VG ivg */
+	uint64_t reserved; /* taken from vgs[ivg].free while the tool runs */
 };
 
 enum open_step { O_WIPE, O_PVS, O_VGS_ALL, O_ADD_PVS, O_VGS, O_LVS, O_DONE };
@@ -373,6 +394,7 @@ static void open_tool_done(struct pcsi_backend_req *req)
 	}
 	pcsi_proc_done(req->proc);
 	if (rc < 0) {
+		l->refreshing = false;
 		pcsi_backend_op_done(req, rc);
 		return;
 	}
@@ -452,7 +474,10 @@ static void open_next(struct pcsi_backend_req *req)
 		pcsi_backend_run(req, c.argv, open_tool_done);
 		return;
 	case O_DONE:
-		pcsi_info(2, "lvm device manager ready", "vgs=%d volumes=%zu", l->nvgs, l->nvols);
+		if (!l->refreshing)
+			pcsi_info(2, "lvm device manager ready", "vgs=%d volumes=%zu", l->nvgs,
+				  l->nvols);
+		l->refreshing = false;
 		pcsi_backend_op_done(req, 0);
 		return;
 	}
@@ -485,93 +510,106 @@ static void lvm_open(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	pcsi_backend_work(req, open_regions_job, open_regions_done);
 }
 
-/* ---- capacity ------------------------------------------------------------------ */
-
-static void capacity_done(struct pcsi_backend_req *req)
+/* Reads the VGs and the volumes afresh (the open's last two steps). */
+static void lvm_refresh(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
-	struct lvm *l = impl(req->be);
-	int rc = tool_result(req), i;
-
-	if (rc == 0)
-		rc = apply_vgs(req, l, false);
-	pcsi_proc_done(req->proc);
-	if (rc == 0) {
-		memset(&req->cap, 0, sizeof(req->cap));
-		req->cap.total = l->total;
-		req->cap.min_volume_size = PCSI_LVM_ALIGN;
-		for (i = 0; i < l->nvgs; i++) {
-			if (!l->vgs[i].exists)
-				continue;
-			req->cap.managed += l->vgs[i].size;
-			req->cap.available += l->vgs[i].free;
-			req->cap.max_volume_size =
-				PCSI_MAX(req->cap.max_volume_size,
-					 l->vgs[i].free - l->vgs[i].free % PCSI_LVM_ALIGN);
-		}
-	}
-	pcsi_backend_op_done(req, rc);
+	impl(be)->refreshing = true;
+	req->step = O_VGS;
+	open_next(req);
 }
+
+/* ---- capacity ------------------------------------------------------------------ */
 
 static void lvm_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
-	struct cmd c = { .n = 0 };
+	struct lvm *l = impl(be);
+	int i;
 
-	cmd_report(&c, "vgs", "vg_name,vg_size,vg_free,vg_extent_size");
-	cmd_our_vgs(&c, impl(be));
-	pcsi_backend_run(req, c.argv, capacity_done);
+	memset(&req->cap, 0, sizeof(req->cap));
+	req->cap.total = l->total;
+	req->cap.min_volume_size = PCSI_LVM_ALIGN;
+	for (i = 0; i < l->nvgs; i++) {
+		if (!l->vgs[i].exists)
+			continue;
+		req->cap.managed += l->vgs[i].size;
+		req->cap.available += l->vgs[i].free;
+		req->cap.max_volume_size = PCSI_MAX(
+			req->cap.max_volume_size, l->vgs[i].free - l->vgs[i].free % PCSI_LVM_ALIGN);
+	}
+	pcsi_backend_op_done(req, 0);
 }
 
 /* ---- create -------------------------------------------------------------------- */
+
+static void op_end(struct pcsi_backend_req *req, int error)
+{
+	free(req->priv);
+	req->priv = NULL;
+	pcsi_backend_op_done(req, error);
+}
+
+/* Gives the space a tool was to use back to its VG (the tool failed). */
+static void unreserve(struct lvm *l, struct op *o)
+{
+	l->vgs[o->ivg].free += o->reserved;
+	o->reserved = 0;
+}
 
 static void create_try(struct pcsi_backend_req *req);
 
 static void create_done(struct pcsi_backend_req *req)
 {
 	struct lvm *l = impl(req->be);
-	struct vg *vg;
+	struct op *o = req->priv;
+	struct vg *vg = &l->vgs[o->ivg];
 
 	if (!pcsi_proc_ok(req->proc)) {
-		/* Perhaps the VG had less room than we thought: try the next. */
+		/* Perhaps the VG had less room than we thought: try the next,
+		 * and read the picture afresh once the tools running now end. */
 		tool_result(req);
 		pcsi_info(2, "lvcreate failed, trying the next volume group", "vg=%s reason=\"%s\"",
-			  l->vgs[l->ivg].name, req->msg);
+			  vg->name, req->msg);
 		pcsi_proc_done(req->proc);
-		l->ivg++;
+		unreserve(l, o);
+		pcsi_backend_refresh(req->be);
+		o->ivg++;
 		create_try(req);
 		return;
 	}
 	pcsi_proc_done(req->proc);
 	/* The LV is exactly the size asked for (a multiple of the extent size)
-	 * at the path lvm2 always gives it: no report needed. */
-	vg = &l->vgs[l->ivg];
+	 * at the path lvm2 always gives it: no report needed. Its space was
+	 * taken from the VG when the tool started. */
 	snprintf(req->vol.path, sizeof(req->vol.path), "/dev/%s/%s", vg->name, req->id);
-	req->vol.size = l->want_vg;
+	req->vol.size = o->want_vg;
 	l->vols = pcsi_xrealloc(l->vols, (l->nvols + 1) * sizeof(*l->vols));
 	l->vols[l->nvols++] = req->vol;
-	vg->free -= PCSI_MIN(vg->free, l->want_vg);
-	pcsi_backend_op_done(req, 0);
+	op_end(req, 0);
 }
 
 static void create_try(struct pcsi_backend_req *req)
 {
 	struct lvm *l = impl(req->be);
+	struct op *o = req->priv;
 	struct cmd c = { .n = 0 };
 	char size[32];
 
-	for (; l->ivg < l->nvgs; l->ivg++) {
-		struct vg *vg = &l->vgs[l->ivg];
-		l->want_vg = vg->extent ? pcsi_align_up(l->want, vg->extent) : l->want;
-		if (vg->exists && vg->free >= l->want_vg)
+	for (; o->ivg < l->nvgs; o->ivg++) {
+		struct vg *vg = &l->vgs[o->ivg];
+		o->want_vg = vg->extent ? pcsi_align_up(o->want, vg->extent) : o->want;
+		if (vg->exists && vg->free >= o->want_vg)
 			break;
 	}
-	if (l->ivg >= l->nvgs) {
+	if (o->ivg >= l->nvgs) {
 		if (!req->msg[0])
 			pcsi_backend_msg(req, "no volume group has %llu bytes free",
-					 (unsigned long long)l->want);
-		pcsi_backend_op_done(req, -ENOSPC);
+					 (unsigned long long)o->want);
+		op_end(req, -ENOSPC);
 		return;
 	}
-	snprintf(size, sizeof(size), "%lluB", (unsigned long long)l->want_vg);
+	o->reserved = o->want_vg;
+	l->vgs[o->ivg].free -= o->reserved;
+	snprintf(size, sizeof(size), "%lluB", (unsigned long long)o->want_vg);
 	/* -Zn: we zero the first 4 KiB ourselves; -Wy --yes: wipe old
 	 * signatures without asking (stdin is /dev/null). */
 	cmd_add(&c, "lvcreate");
@@ -582,7 +620,7 @@ static void create_try(struct pcsi_backend_req *req)
 	cmd_add(&c, size);
 	cmd_add(&c, "-n");
 	cmd_add(&c, req->id);
-	cmd_add(&c, l->vgs[l->ivg].name);
+	cmd_add(&c, l->vgs[o->ivg].name);
 	pcsi_backend_run(req, c.argv, create_done);
 }
 
@@ -590,12 +628,13 @@ static void lvm_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
 	struct lvm *l = impl(be);
 	struct pcsi_volume *v = find_vol(l, req->id);
+	uint64_t want = pcsi_align_up(req->size ? req->size : PCSI_LVM_ALIGN, PCSI_LVM_ALIGN);
+	struct op *o;
 
-	l->want = pcsi_align_up(req->size ? req->size : PCSI_LVM_ALIGN, PCSI_LVM_ALIGN);
 	if (v) {
 		req->vol = *v;
 		req->existed = true;
-		if (v->size < l->want) {
+		if (v->size < want) {
 			pcsi_backend_msg(req, "volume %s exists with %llu bytes", req->id,
 					 (unsigned long long)v->size);
 			pcsi_backend_op_done(req, -EEXIST);
@@ -604,7 +643,9 @@ static void lvm_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
 		pcsi_backend_op_done(req, 0);
 		return;
 	}
-	l->ivg = 0;
+	o = pcsi_xcalloc(1, sizeof(*o));
+	o->want = want;
+	req->priv = o;
 	create_try(req);
 }
 
@@ -659,6 +700,8 @@ static void remove_done(struct pcsi_backend_req *req)
 			vg->free += v->size;
 		*v = l->vols[--l->nvols];
 	}
+	if (rc)
+		pcsi_backend_refresh(req->be);
 	pcsi_backend_op_done(req, rc);
 }
 
@@ -677,17 +720,20 @@ static void lvm_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
 static void expand_done(struct pcsi_backend_req *req)
 {
 	struct lvm *l = impl(req->be);
+	struct op *o = req->priv;
 	struct vg *vg;
 	int rc;
 	struct pcsi_volume *v = tool_done_on(req, &rc, &vg);
 
-	if (v) {
-		if (vg)
-			vg->free -= PCSI_MIN(vg->free, l->want_vg - v->size);
-		v->size = l->want_vg;
+	if (rc) {
+		unreserve(l, o);
+		pcsi_backend_refresh(req->be);
+	} else if (v) {
+		/* The new extents were taken from the VG when the tool started. */
+		v->size = o->want_vg;
 		req->vol = *v;
 	}
-	pcsi_backend_op_done(req, rc);
+	op_end(req, rc);
 }
 
 /* lvextend works while the LV is open and mounted: the new extents are
@@ -698,6 +744,8 @@ static void lvm_expand(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	struct pcsi_volume *v = find_vol(l, req->id);
 	struct cmd c = { .n = 0 };
 	struct vg *vg;
+	struct op *o;
+	uint64_t want, want_vg;
 	char size[32];
 
 	if (!v || !(vg = vg_of(l, v))) {
@@ -705,21 +753,28 @@ static void lvm_expand(struct pcsi_backend *be, struct pcsi_backend_req *req)
 		return;
 	}
 	req->vol = *v;
-	l->want = pcsi_align_up(req->size, PCSI_LVM_ALIGN);
-	l->want_vg = vg->extent ? pcsi_align_up(l->want, vg->extent) : l->want;
-	if (v->size >= l->want_vg) {
+	want = pcsi_align_up(req->size, PCSI_LVM_ALIGN);
+	want_vg = vg->extent ? pcsi_align_up(want, vg->extent) : want;
+	if (v->size >= want_vg) {
 		req->existed = true;
 		pcsi_backend_op_done(req, 0);
 		return;
 	}
-	if (vg->free < l->want_vg - v->size) {
+	if (vg->free < want_vg - v->size) {
 		pcsi_backend_msg(req, "volume group %s has %llu bytes free, %llu more are needed",
 				 vg->name, (unsigned long long)vg->free,
-				 (unsigned long long)(l->want_vg - v->size));
+				 (unsigned long long)(want_vg - v->size));
 		pcsi_backend_op_done(req, -ENOSPC);
 		return;
 	}
-	snprintf(size, sizeof(size), "%lluB", (unsigned long long)l->want_vg);
+	o = pcsi_xcalloc(1, sizeof(*o));
+	o->ivg = (int)(vg - l->vgs);
+	o->want = want;
+	o->want_vg = want_vg;
+	o->reserved = want_vg - v->size;
+	vg->free -= o->reserved;
+	req->priv = o;
+	snprintf(size, sizeof(size), "%lluB", (unsigned long long)want_vg);
 	cmd_add(&c, "lvextend");
 	cmd_add(&c, "--yes");
 	cmd_add(&c, "-L");
@@ -728,10 +783,30 @@ static void lvm_expand(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	pcsi_backend_run(req, c.argv, expand_done);
 }
 
+/* Tools: creating a volume that is not there yet, removing, growing; open
+ * and refresh (they run alone anyway). The rest answers from the picture. */
+static bool lvm_uses_lane(struct pcsi_backend *be, const struct pcsi_backend_req *req,
+			  enum pcsi_backend_kind kind)
+{
+	switch (kind) {
+	case PCSI_BK_CREATE:
+		return !find_vol(impl(be), req->vol.id);
+	case PCSI_BK_GET:
+	case PCSI_BK_LIST:
+	case PCSI_BK_CAPACITY:
+		return false;
+	default:
+		return true;
+	}
+}
+
 const struct pcsi_backend_ops pcsi_lvm_ops = {
 	.name = "lvm",
+	.lanes = LANES,
 	.init = lvm_init,
+	.uses_lane = lvm_uses_lane,
 	.open = lvm_open,
+	.refresh = lvm_refresh,
 	.capacity = lvm_capacity,
 	.create = lvm_create,
 	.get = lvm_get,

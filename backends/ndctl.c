@@ -12,8 +12,17 @@
  * volume here.
  *
  * Every libndctl call runs in a thread-pool job (pcsi_backend_work(): |fn| off
- * the loop, |after| back on it); the backend queue runs one job at a time, so
- * the job's inputs and results can live in the backend's struct direct. */
+ * the loop, |after| back on it), one job at a time (libndctl is not
+ * thread-safe): the backend has one lane. What else a create or a delete
+ * does (zeroing the start, the busy check, an erase, the node's record and
+ * reply) overlaps with the next job. Each job's inputs and results are its
+ * own (struct job, req->priv).
+ *
+ * Capacity is answered from a picture of the regions (total, available,
+ * largest free extent) that the open job reads and every create, remove and
+ * list job reads again before it ends, so that it never waits for a job and
+ * is exact after each change this process makes (and after a list, for the
+ * changes of others). */
 #include "backends/backend_internal.h"
 
 #include <errno.h>
@@ -25,24 +34,39 @@
 #include "daemon/core/util.h"
 #include "backends/pmem.h"
 
+#define MAX_REGIONS 64 /* per node; more are not counted in capacity */
+
 struct direct {
-	struct pcsi_pmem *pmem; /* opened by the open job */
-	/* the running job */
-	const char *op;
-	uint64_t t0, t1; /* pcsi_now_ns() around the libndctl calls */
-	int rc;
-	int nregions, nactive, nvols; /* open: for the log */
-	char err[256];
-	char repaired[512];	    /* what pcsi_pmem_repair() reset, for the log */
-	struct pcsi_pmem_ns job_ns; /* create, get: the namespace made or found */
+	struct pcsi_pmem *pmem;	  /* opened by the open job; used by jobs only */
+	struct pcsi_capacity cap; /* the picture (loop thread) */
+	bool have_cap;
 	/* Namespaces found or made so far (loop thread only). */
 	struct pcsi_pmem_ns *known;
 	size_t nknown;
 };
 
+/* One job's inputs and results (req->priv). */
+struct job {
+	const char *op;
+	uint64_t t0, t1; /* pcsi_now_ns() around the libndctl calls */
+	int rc;
+	int nregions, nactive, nvols; /* open: for the log */
+	char err[256];
+	char repaired[512];	  /* what pcsi_pmem_repair() reset, for the log */
+	struct pcsi_pmem_ns ns;	  /* create, get: the namespace made or found */
+	struct pcsi_capacity cap; /* the regions after the job, when have_cap */
+	bool have_cap;
+	uint64_t t_repair, t_work; /* create: pcsi_now_ns() after the repair, the create */
+};
+
 static struct direct *impl(struct pcsi_backend *be)
 {
 	return be->impl;
+}
+
+static struct job *job_of(struct pcsi_backend_req *req)
+{
+	return req->priv;
 }
 
 static int direct_init(struct pcsi_backend *be)
@@ -63,32 +87,53 @@ static void direct_fini(struct pcsi_backend *be)
 
 /* ---- jobs ---------------------------------------------------------------------- */
 
-/* On the loop: logs the job's duration and hands its result back. */
+/* On the loop: logs the job's duration, takes its picture of the regions
+ * and hands its result back. */
 static void direct_after(struct pcsi_backend_req *req)
 {
 	struct direct *d = impl(req->be);
-	uint64_t ns = d->t1 > d->t0 ? d->t1 - d->t0 : 0;
+	struct job *j = job_of(req);
+	uint64_t ns = j->t1 > j->t0 ? j->t1 - j->t0 : 0;
+	int rc = j->rc;
 
-	pcsi_info(4, "libndctl job", "op=%s id=%s error=%d duration_ms=%llu.%03llu", d->op,
-		  req->vol.id[0] ? req->vol.id : "-", d->rc, (unsigned long long)(ns / 1000000),
-		  (unsigned long long)(ns / 1000 % 1000));
-	if (d->repaired[0])
+	if (j->t_work)
+		pcsi_info(4, "libndctl job",
+			  "op=%s id=%s error=%d duration_ms=%llu.%03llu repair_ms=%llu "
+			  "create_ms=%llu "
+			  "capacity_ms=%llu",
+			  j->op, req->vol.id, j->rc, (unsigned long long)(ns / 1000000),
+			  (unsigned long long)(ns / 1000 % 1000),
+			  (unsigned long long)((j->t_repair - j->t0) / 1000000),
+			  (unsigned long long)((j->t_work - j->t_repair) / 1000000),
+			  (unsigned long long)((j->t1 - j->t_work) / 1000000));
+	else
+		pcsi_info(4, "libndctl job", "op=%s id=%s error=%d duration_ms=%llu.%03llu", j->op,
+			  req->vol.id[0] ? req->vol.id : "-", j->rc,
+			  (unsigned long long)(ns / 1000000),
+			  (unsigned long long)(ns / 1000 % 1000));
+	if (j->repaired[0])
 		pcsi_warn("reset a namespace that an interrupted create left half made", "what=%s",
-			  d->repaired);
-	if (d->rc < 0 && d->err[0])
-		pcsi_backend_msg(req, "%s", d->err);
-	pcsi_backend_op_done(req, d->rc);
+			  j->repaired);
+	if (j->rc < 0 && j->err[0])
+		pcsi_backend_msg(req, "%s", j->err);
+	if (j->have_cap) {
+		d->cap = j->cap;
+		d->have_cap = true;
+	}
+	free(j);
+	req->priv = NULL;
+	pcsi_backend_op_done(req, rc);
 }
 
-static void job_begin(struct direct *d)
+static void job_begin(struct job *j)
 {
-	d->t0 = pcsi_now_ns();
+	j->t0 = pcsi_now_ns();
 }
 
-static void job_end(struct direct *d, int rc)
+static void job_end(struct job *j, int rc)
 {
-	d->t1 = pcsi_now_ns();
-	d->rc = rc;
+	j->t1 = pcsi_now_ns();
+	j->rc = rc;
 }
 
 /* Runs |fn| on the thread pool, then |after| (direct_after when NULL) on the
@@ -97,23 +142,21 @@ static void run(struct pcsi_backend_req *req, const char *op,
 		void (*fn)(struct pcsi_backend_req *req),
 		void (*after)(struct pcsi_backend_req *req))
 {
-	struct direct *d = impl(req->be);
+	struct job *j = pcsi_xcalloc(1, sizeof(*j));
 
-	d->op = op;
-	d->rc = 0;
-	d->err[0] = d->repaired[0] = '\0';
-	d->t0 = d->t1 = 0;
+	j->op = op;
+	req->priv = j;
 	pcsi_backend_work(req, fn, after ? after : direct_after);
 }
 
-/* Resets what an interrupted create left (pmem.h); 0 or -EIO with d->err. */
-static int repair(struct direct *d)
+/* Resets what an interrupted create left (pmem.h); 0 or -EIO with j->err. */
+static int repair(struct direct *d, struct job *j)
 {
-	int rc = pcsi_pmem_repair(d->pmem, d->repaired, sizeof(d->repaired));
+	int rc = pcsi_pmem_repair(d->pmem, j->repaired, sizeof(j->repaired));
 
 	if (rc >= 0)
 		return 0;
-	snprintf(d->err, sizeof(d->err), "resetting a half-made namespace: %.160s: %s", d->repaired,
+	snprintf(j->err, sizeof(j->err), "resetting a half-made namespace: %.160s: %s", j->repaired,
 		 strerror(-rc));
 	return -EIO;
 }
@@ -209,96 +252,33 @@ static void remember(struct direct *d, const struct pcsi_pmem_ns *ns)
 /* After a create or get job: the namespace it made or found is known. */
 static void found_after(struct pcsi_backend_req *req)
 {
-	struct direct *d = impl(req->be);
+	struct job *j = job_of(req);
 
-	if (d->rc == 0)
-		remember(d, &d->job_ns);
+	if (j->rc == 0)
+		remember(impl(req->be), &j->ns);
 	direct_after(req);
-}
-
-/* ---- open ----------------------------------------------------------------------- */
-
-static void open_fn(struct pcsi_backend_req *req)
-{
-	struct direct *d = impl(req->be);
-	struct pcsi_pmem_region *r = NULL;
-	struct pcsi_pmem_ns *ns = NULL;
-	int rc, i, n;
-
-	job_begin(d);
-	d->nregions = d->nactive = d->nvols = 0;
-	if (!d->pmem) {
-		rc = pcsi_pmem_open(&d->pmem);
-		if (rc < 0) {
-			snprintf(d->err, sizeof(d->err), "libndctl: %s", strerror(-rc));
-			job_end(d, -EIO);
-			return;
-		}
-	}
-	rc = repair(d);
-	if (rc < 0) {
-		job_end(d, rc);
-		return;
-	}
-	n = get_regions(d, &r);
-	if (n < 0) {
-		snprintf(d->err, sizeof(d->err), "listing pmem regions: %s", strerror(-n));
-		job_end(d, -EIO);
-		return;
-	}
-	d->nregions = n;
-	for (i = 0; i < n; i++)
-		d->nactive += r[i].active;
-	free(r);
-	if (d->nactive == 0) {
-		snprintf(d->err, sizeof(d->err), "no active pmem region (%d inactive)", n);
-		job_end(d, -ENODEV);
-		return;
-	}
-	n = get_namespaces(d, NULL, &ns);
-	if (n >= 0) {
-		for (i = 0; i < n; i++)
-			d->nvols += strcmp(ns[i].name, PCSI_LVM_NS_NAME) != 0;
-		free(ns);
-	}
-	job_end(d, 0);
-}
-
-static void open_after(struct pcsi_backend_req *req)
-{
-	struct direct *d = impl(req->be);
-
-	if (d->rc == 0)
-		pcsi_info(2, "direct device manager ready", "regions=%d active=%d volumes=%d",
-			  d->nregions, d->nactive, d->nvols);
-	direct_after(req);
-}
-
-static void direct_open(struct pcsi_backend *be, struct pcsi_backend_req *req)
-{
-	run(req, "open", open_fn, open_after);
 }
 
 /* ---- capacity ------------------------------------------------------------------- */
 
 /* The original driver's GetCapacity for direct mode: every region counts in
  * total; disabled ones count nowhere else; free space is counted in whole
- * alignment units, since that is what a new namespace can use. */
-static void capacity_fn(struct pcsi_backend_req *req)
+ * alignment units, since that is what a new namespace can use. In a job:
+ * fills j->cap (j->have_cap) from the regions (with |scan|, a scan of its
+ * own; else the free space left by the create or remove just done), or
+ * leaves it when they cannot be read (the picture keeps what it had). */
+static int read_capacity(struct direct *d, struct job *j, bool scan)
 {
-	struct direct *d = impl(req->be);
-	struct pcsi_capacity *c = &req->cap;
-	struct pcsi_pmem_region *r;
+	struct pcsi_capacity *c = &j->cap;
+	struct pcsi_pmem_region r[MAX_REGIONS];
 	int i, n;
 
-	job_begin(d);
 	memset(c, 0, sizeof(*c));
-	n = get_regions(d, &r);
-	if (n < 0) {
-		snprintf(d->err, sizeof(d->err), "listing pmem regions: %s", strerror(-n));
-		job_end(d, -EIO);
-		return;
-	}
+	n = scan ? pcsi_pmem_regions(d->pmem, r, MAX_REGIONS)
+		 : pcsi_pmem_regions_now(d->pmem, r, MAX_REGIONS);
+	if (n < 0)
+		return n;
+	n = PCSI_MIN(n, MAX_REGIONS);
 	for (i = 0; i < n; i++) {
 		uint64_t align = r[i].align ? r[i].align : 1, max;
 
@@ -313,65 +293,155 @@ static void capacity_fn(struct pcsi_backend_req *req)
 		if (!c->min_volume_size || pcsi_pmem_aligned_size(0, align) < c->min_volume_size)
 			c->min_volume_size = pcsi_pmem_aligned_size(0, align);
 	}
+	j->have_cap = true;
+	return 0;
+}
+
+static void direct_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(be);
+
+	if (!d->have_cap) {
+		pcsi_backend_msg(req, "the pmem regions could not be read");
+		pcsi_backend_op_done(req, -EIO);
+		return;
+	}
+	req->cap = d->cap;
+	pcsi_backend_op_done(req, 0);
+}
+
+/* ---- open ----------------------------------------------------------------------- */
+
+static void open_fn(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+	struct job *j = job_of(req);
+	struct pcsi_pmem_region *r = NULL;
+	struct pcsi_pmem_ns *ns = NULL;
+	int rc, i, n;
+
+	job_begin(j);
+	if (!d->pmem) {
+		rc = pcsi_pmem_open(&d->pmem);
+		if (rc < 0) {
+			snprintf(j->err, sizeof(j->err), "libndctl: %s", strerror(-rc));
+			job_end(j, -EIO);
+			return;
+		}
+	}
+	rc = repair(d, j);
+	if (rc < 0) {
+		job_end(j, rc);
+		return;
+	}
+	n = get_regions(d, &r);
+	if (n < 0) {
+		snprintf(j->err, sizeof(j->err), "listing pmem regions: %s", strerror(-n));
+		job_end(j, -EIO);
+		return;
+	}
+	j->nregions = n;
+	for (i = 0; i < n; i++)
+		j->nactive += r[i].active;
 	free(r);
-	job_end(d, 0);
+	if (j->nactive == 0) {
+		snprintf(j->err, sizeof(j->err), "no active pmem region (%d inactive)", n);
+		job_end(j, -ENODEV);
+		return;
+	}
+	n = get_namespaces(d, NULL, &ns);
+	if (n >= 0) {
+		for (i = 0; i < n; i++)
+			j->nvols += strcmp(ns[i].name, PCSI_LVM_NS_NAME) != 0;
+		free(ns);
+	}
+	rc = read_capacity(d, j, true);
+	if (rc < 0) {
+		snprintf(j->err, sizeof(j->err), "listing pmem regions: %s", strerror(-rc));
+		job_end(j, -EIO);
+		return;
+	}
+	job_end(j, 0);
+}
+
+static void open_after(struct pcsi_backend_req *req)
+{
+	struct job *j = job_of(req);
+
+	if (j->rc == 0)
+		pcsi_info(2, "direct device manager ready", "regions=%d active=%d volumes=%d",
+			  j->nregions, j->nactive, j->nvols);
+	direct_after(req);
+}
+
+static void direct_open(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	run(req, "open", open_fn, open_after);
 }
 
 /* ---- create --------------------------------------------------------------------- */
 
-static void create_fn(struct pcsi_backend_req *req)
+static int create_ns(struct direct *d, struct job *j, struct pcsi_backend_req *req)
 {
-	struct direct *d = impl(req->be);
 	struct pcsi_pmem_ns ns;
 	int rc;
 
-	job_begin(d);
 	if (!strcmp(req->vol.id, PCSI_LVM_NS_NAME)) {
-		snprintf(d->err, sizeof(d->err), "\"%s\" is reserved for the lvm device manager",
+		snprintf(j->err, sizeof(j->err), "\"%s\" is reserved for the lvm device manager",
 			 PCSI_LVM_NS_NAME);
-		job_end(d, -EINVAL);
-		return;
+		return -EINVAL;
 	}
 	/* A predecessor killed inside a create of this very name (a retry)
 	 * or of another one leaves the seed half made. */
-	rc = repair(d);
-	if (rc < 0) {
-		job_end(d, rc);
-		return;
-	}
+	rc = repair(d, j);
+	j->t_repair = pcsi_now_ns();
+	if (rc < 0)
+		return rc;
 	/* One scan: pmem.c's create says -EEXIST and describes the namespace
 	 * in |ns| when the name is taken. */
-	rc = pcsi_pmem_create(d->pmem, NULL, req->vol.id, req->size, &ns, d->err, sizeof(d->err));
+	rc = pcsi_pmem_create(d->pmem, NULL, req->vol.id, req->size, &ns, j->err, sizeof(j->err));
 	if (rc == 0) {
 		to_volume(&ns, &req->vol);
-		d->job_ns = ns;
-		job_end(d, 0);
-		return;
+		j->ns = ns;
+		return 0;
 	}
-	if (rc != -EEXIST) {
-		job_end(d, rc == -ENOSPC || rc == -EINVAL ? rc : -EIO);
-		return;
-	}
-	d->err[0] = '\0';
+	if (rc != -EEXIST)
+		return rc == -ENOSPC || rc == -EINVAL ? rc : -EIO;
+	j->err[0] = '\0';
 	/* It exists: good enough when it has at least the requested size (the
 	 * aligned size it was made with is never smaller than that). */
 	if (ns.size < req->size) {
-		snprintf(d->err, sizeof(d->err),
+		snprintf(j->err, sizeof(j->err),
 			 "volume %s exists with %llu bytes, fewer than the %llu requested",
 			 req->vol.id, (unsigned long long)ns.size, (unsigned long long)req->size);
-		job_end(d, -EEXIST);
-		return;
+		return -EEXIST;
 	}
 	if (!ns.blockdev[0]) {
-		snprintf(d->err, sizeof(d->err), "volume %s (%s) exists but is not enabled",
+		snprintf(j->err, sizeof(j->err), "volume %s (%s) exists but is not enabled",
 			 req->vol.id, ns.dev);
-		job_end(d, -EIO);
-		return;
+		return -EIO;
 	}
 	to_volume(&ns, &req->vol);
-	d->job_ns = ns;
+	j->ns = ns;
 	req->existed = true;
-	job_end(d, 0);
+	return 0;
+}
+
+static void create_fn(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+	struct job *j = job_of(req);
+	int rc;
+
+	job_begin(j);
+	rc = create_ns(d, j, req);
+	j->t_work = pcsi_now_ns();
+	if (!j->t_repair)
+		j->t_repair = j->t_work;
+	/* The regions as the create left them (a failed one too: it may have
+	 * found the picture wrong). */
+	read_capacity(d, j, false);
+	job_end(j, rc);
 }
 
 /* ---- get ------------------------------------------------------------------------- */
@@ -379,28 +449,29 @@ static void create_fn(struct pcsi_backend_req *req)
 static void get_fn(struct pcsi_backend_req *req)
 {
 	struct direct *d = impl(req->be);
+	struct job *j = job_of(req);
 	struct pcsi_pmem_ns ns;
 	int rc;
 
-	job_begin(d);
+	job_begin(j);
 	if (!strcmp(req->vol.id, PCSI_LVM_NS_NAME)) {
-		job_end(d, -ENOENT);
+		job_end(j, -ENOENT);
 		return;
 	}
 	rc = pcsi_pmem_namespaces(d->pmem, req->vol.id, &ns, 1);
 	if (rc < 0) {
-		snprintf(d->err, sizeof(d->err), "listing namespaces: %s", strerror(-rc));
-		job_end(d, -EIO);
+		snprintf(j->err, sizeof(j->err), "listing namespaces: %s", strerror(-rc));
+		job_end(j, -EIO);
 		return;
 	}
 	if (rc == 0) {
-		job_end(d, -ENOENT);
+		job_end(j, -ENOENT);
 		return;
 	}
 	/* A namespace that is not enabled has no block device: path "". */
 	to_volume(&ns, &req->vol);
-	d->job_ns = ns;
-	job_end(d, 0);
+	j->ns = ns;
+	job_end(j, 0);
 }
 
 /* ---- remove ---------------------------------------------------------------------- */
@@ -408,19 +479,21 @@ static void get_fn(struct pcsi_backend_req *req)
 static void remove_fn(struct pcsi_backend_req *req)
 {
 	struct direct *d = impl(req->be);
+	struct job *j = job_of(req);
 	int rc;
 
-	job_begin(d);
+	job_begin(j);
 	if (!strcmp(req->vol.id, PCSI_LVM_NS_NAME)) {
-		job_end(d, 0); /* never a volume here: nothing to delete */
+		job_end(j, 0); /* never a volume here: nothing to delete */
 		return;
 	}
-	rc = pcsi_pmem_destroy(d->pmem, req->vol.id, d->err, sizeof(d->err));
+	rc = pcsi_pmem_destroy(d->pmem, req->vol.id, j->err, sizeof(j->err));
 	if (rc == -ENOENT)
 		rc = 0; /* gone meanwhile: that is what was wanted */
 	else if (rc < 0 && rc != -EBUSY)
 		rc = -EIO;
-	job_end(d, rc);
+	read_capacity(d, j, false);
+	job_end(j, rc);
 }
 
 /* ---- list ------------------------------------------------------------------------ */
@@ -428,16 +501,17 @@ static void remove_fn(struct pcsi_backend_req *req)
 static void list_fn(struct pcsi_backend_req *req)
 {
 	struct direct *d = impl(req->be);
+	struct job *j = job_of(req);
 	struct pcsi_pmem_ns *ns;
 	int i, n;
 
-	job_begin(d);
+	job_begin(j);
 	req->vols = NULL;
 	req->n_vols = 0;
 	n = get_namespaces(d, NULL, &ns);
 	if (n < 0) {
-		snprintf(d->err, sizeof(d->err), "listing namespaces: %s", strerror(-n));
-		job_end(d, -EIO);
+		snprintf(j->err, sizeof(j->err), "listing namespaces: %s", strerror(-n));
+		job_end(j, -EIO);
 		return;
 	}
 	req->vols = pcsi_xcalloc((size_t)n + 1, sizeof(*req->vols));
@@ -448,15 +522,11 @@ static void list_fn(struct pcsi_backend_req *req)
 		to_volume(&ns[i], &req->vols[req->n_vols++]);
 	}
 	free(ns);
-	job_end(d, 0);
+	read_capacity(d, j, true);
+	job_end(j, 0);
 }
 
 /* ---- entry points ------------------------------------------------------------------ */
-
-static void direct_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
-{
-	run(req, "capacity", capacity_fn, NULL);
-}
 
 static void direct_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
@@ -473,6 +543,8 @@ static void direct_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
 		pcsi_backend_op_done(req, 0);
 		return;
 	}
+	/* Not known (then this get has a lane), or known but changed since
+	 * (rare: then its job waits for the running one, outside the lanes). */
 	forget(d, req->vol.id);
 	run(req, "get", get_fn, found_after);
 }
@@ -493,9 +565,27 @@ static void direct_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	run(req, "list", list_fn, NULL);
 }
 
+/* libndctl jobs take the one lane: create, remove, list, open, and a get of
+ * a namespace this process has not found or made yet. Capacity and the
+ * other gets answer at once. */
+static bool direct_uses_lane(struct pcsi_backend *be, const struct pcsi_backend_req *req,
+			     enum pcsi_backend_kind kind)
+{
+	switch (kind) {
+	case PCSI_BK_CAPACITY:
+		return false;
+	case PCSI_BK_GET:
+		return !known(impl(be), req->vol.id);
+	default:
+		return true;
+	}
+}
+
 const struct pcsi_backend_ops pcsi_direct_ops = {
 	.name = "direct",
+	.lanes = 1,
 	.init = direct_init,
+	.uses_lane = direct_uses_lane,
 	.open = direct_open,
 	.capacity = direct_capacity,
 	.create = direct_create,

@@ -39,6 +39,7 @@
 struct pcsi_pmem {
 	struct ndctl_ctx *ctx;
 	char last[160]; /* libndctl's last error message, for |err| */
+	bool fresh;	/* a repair just scanned and changed nothing: ctx is current */
 };
 
 /* ---- context ---------------------------------------------------------------------- */
@@ -67,6 +68,7 @@ static int refresh(struct pcsi_pmem *p)
 	struct ndctl_ctx *ctx;
 	int rc;
 
+	p->fresh = false;
 	if (p->ctx) {
 		ndctl_unref(p->ctx);
 		p->ctx = NULL;
@@ -372,14 +374,39 @@ static int fresh_regions(struct pcsi_pmem *p, struct ndctl_region ***out)
 	return rc < 0 ? rc : sorted_regions(p, out);
 }
 
+static int fill_regions(struct pcsi_pmem *p, struct ndctl_region **regs, int nr,
+			struct pcsi_pmem_region *out, size_t n);
+
 int pcsi_pmem_regions(struct pcsi_pmem *p, struct pcsi_pmem_region *out, size_t n)
 {
 	struct ndctl_region **regs;
-	int i, nr;
+	int nr;
 
 	nr = fresh_regions(p, &regs);
 	if (nr < 0)
 		return nr;
+	return fill_regions(p, regs, nr, out, n);
+}
+
+int pcsi_pmem_regions_now(struct pcsi_pmem *p, struct pcsi_pmem_region *out, size_t n)
+{
+	struct ndctl_region **regs;
+	int nr;
+
+	if (!p->ctx)
+		return -ENODEV;
+	nr = sorted_regions(p, &regs);
+	if (nr < 0)
+		return nr;
+	return fill_regions(p, regs, nr, out, n);
+}
+
+/* Fills |out| from |regs| (freed here); returns |nr|. */
+static int fill_regions(struct pcsi_pmem *p, struct ndctl_region **regs, int nr,
+			struct pcsi_pmem_region *out, size_t n)
+{
+	int i;
+
 	for (i = 0; i < nr && (size_t)i < n; i++) {
 		struct ndctl_region *r = regs[i];
 		struct pcsi_pmem_region *o = &out[i];
@@ -511,6 +538,7 @@ int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len)
 	nr = fresh_regions(p, &regs);
 	if (nr < 0)
 		return nr;
+	p->fresh = false;
 	for (i = 0; i < nr; i++) {
 		struct ndctl_namespace *ndns = ndctl_region_get_namespace_seed(regs[i]);
 		struct ndctl_pfn *pfn = ndctl_region_get_pfn_seed(regs[i]);
@@ -537,6 +565,7 @@ int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len)
 		n++;
 	}
 	free(regs);
+	p->fresh = n == 0;
 	return n;
 }
 
@@ -652,7 +681,9 @@ int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, 
 		fail(NULL, err, errlen, "invalid namespace name");
 		return -EINVAL;
 	}
-	rc = refresh(p);
+	/* Right after a repair that changed nothing, its scan is current. */
+	rc = p->fresh ? 0 : refresh(p);
+	p->fresh = false;
 	if (rc == 0)
 		rc = find_ns(p, name, &ndns);
 	if (rc < 0) {

@@ -62,7 +62,8 @@ struct pcsi_cluster {
 	uv_loop_t *loop;
 	struct pcsi_tls_ctx *tls; /* client side, borrowed; NULL: plaintext (-insecure) */
 	uint64_t start_ms;
-	uint64_t rpc_timeout_ms;
+	uint64_t rpc_timeout_ms;    /* a question to a node (30 s) */
+	uint64_t device_timeout_ms; /* device work on a node, lanes and queue included (10 min) */
 	/* private */
 	struct pcsi_list nodes, vols;
 	size_t n_nodes, n_vols;

@@ -29,12 +29,23 @@ static struct pcsi_controller *from_svc(Csi__V1__Controller_Service *svc)
 
 /* The deadline of a call to a node on behalf of |call|: what is left of the
  * caller's own deadline (the provisioner's --timeout), at most the cluster's
- * per-call limit. A rollback is not bound by it: cleaning up must finish. */
-static uint64_t node_timeout(const struct pcsi_cluster *cl, const struct pcsi_call *call)
+ * per-call limit: rpc_timeout_ms for a question (GetCapacity),
+ * device_timeout_ms for device work (create, delete, expand, snapshots),
+ * which waits for the node's lanes behind other volumes' work; its answer
+ * is asked for a moment before the caller's deadline, so that the caller
+ * hears why. A rollback is not bound by it: cleaning up must finish. */
+static uint64_t node_timeout(const struct pcsi_cluster *cl, const struct pcsi_call *call,
+			     bool device)
 {
 	uint64_t left = pcsi_call_remaining_ms(call);
 
-	return left ? PCSI_MIN(left, cl->rpc_timeout_ms) : 1;
+	if (!left)
+		return 1;
+	if (!device)
+		return PCSI_MIN(left, cl->rpc_timeout_ms);
+	if (left != UINT64_MAX && left > 2000)
+		left -= 500;
+	return PCSI_MIN(left, cl->device_timeout_ms);
 }
 
 /* The topology segment value of |t| for our key, or NULL. */
@@ -366,7 +377,7 @@ static void create_next(struct create_op *op)
 		}
 		op->asking = true;
 		pcsi_channel_call(n->chan, &op->ccall, SVC, method("CreateVolume"), &op->in->base,
-				  node_timeout(cl, op->call), on_node_created, op);
+				  node_timeout(cl, op->call, true), on_node_created, op);
 		return;
 	}
 	/* Out of candidates. */
@@ -612,7 +623,7 @@ static void fanout_next(struct fanout *f)
 		}
 		f->asking = true;
 		pcsi_channel_call(n->chan, &f->ccall, SVC, method(f->method), f->req,
-				  node_timeout(cl, f->call), on_fanout_reply, f);
+				  node_timeout(cl, f->call, true), on_fanout_reply, f);
 		return;
 	}
 	if (f->cancelled)
@@ -1068,7 +1079,7 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 		op = pcsi_xcalloc(1, sizeof(*op));
 		op->call = call;
 		pcsi_channel_call(n->chan, &op->ccall, SVC, method("GetCapacity"), &in->base,
-				  node_timeout(c->cluster, call), on_node_capacity, op);
+				  node_timeout(c->cluster, call, false), on_node_capacity, op);
 		return;
 	}
 	pcsi_cluster_foreach_node(c->cluster, add_capacity, &sum);

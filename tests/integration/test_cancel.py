@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Cancellation: a call whose deadline passes stops its work where that is
 safe. On the host with the test-only backend, whose creates and deletes take
-PCSI_FAKE_DELAY_MS in a child process and run one at a time: a call queued
-behind a slow one and given up by its client never runs; through the
-central controller, its node call is cancelled and so is the node's work.
+PCSI_FAKE_DELAY_MS in a child process and run PCSI_FAKE_LANES (here 2) at a
+time: a call queued behind slow ones that hold every lane and given up by
+its client never runs; through the central controller, its node call is
+cancelled and so is the node's work.
 TAP output.
 
 usage: test_cancel.py PATH-TO-pmem-csi-driver
@@ -31,17 +32,20 @@ REG = pt.free_port()
 CTL_SOCK = os.path.join(WORK, "controller.sock")
 NODE_SOCK = os.path.join(WORK, "n1.sock")
 DELAY = 1.5
+LANES = 2
 
 ctl = pt.Daemon(DRIVER, ["-mode=controller", "-endpoint=unix://" + CTL_SOCK,
                          "-registryEndpoint=tcp://127.0.0.1:%d" % REG, "-registrationGrace=0", "-v=4"]
                 + C.server_flags(C.registry), name="controller").start()
 os.environ["PCSI_FAKE_DELAY_MS"] = str(int(DELAY * 1000))
+os.environ["PCSI_FAKE_LANES"] = str(LANES)
 node = pt.Daemon(DRIVER, ["-mode=node", "-nodeid=n1", "-endpoint=unix://" + NODE_SOCK,
                           "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(WORK, "n1"),
                           "-registryEndpoint=tcp://127.0.0.1:%d" % REG,
                           "-controllerEndpoint=tcp://127.0.0.1:%d" % pt.free_port(), "-registrationInterval=1",
                           "-v=4"] + C.server_flags(C.node), name="n1").start()
 del os.environ["PCSI_FAKE_DELAY_MS"]
+del os.environ["PCSI_FAKE_LANES"]
 ctl_ch = pt.unix_channel(CTL_SOCK)
 node_ch = pt.unix_channel(NODE_SOCK)
 pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
@@ -68,24 +72,28 @@ def node_ids():
 
 
 def behind_a_slow_create(ch, method, req, blocker):
-    """Starts |blocker| (a create that holds the node's backend for DELAY
-    seconds), then |req| with a deadline it cannot meet while queued; waits
-    for both. Returns the second call's status and the blocker's volume."""
-    first = pool.submit(call, node_ch, "CreateVolume", create(blocker))
-    time.sleep(0.3)  # the blocker is running
+    """Starts LANES creates (|blocker|-0, -1, ...) that hold every lane of
+    the node's backend for DELAY seconds, then |req| with a deadline it
+    cannot meet while queued; waits for all. Returns the second call's status
+    and the blockers' volumes."""
+    first = [pool.submit(call, node_ch, "CreateVolume", create("%s-%d" % (blocker, i))) for i in range(LANES)]
+    time.sleep(0.3)  # the blockers are running
     code, details, _ = call(ch, method, req, timeout=0.4)
-    fc, fd, fr = first.result()
-    pt.check(fc == SC.OK, "the blocking create: %s %s" % (fc, fd))
+    vols = []
+    for f in first:
+        fc, fd, fr = f.result()
+        pt.check(fc == SC.OK, "a blocking create: %s %s" % (fc, fd))
+        vols.append(fr.volume.volume_id)
     time.sleep(DELAY + 0.5)  # what was not cancelled would have run by now
-    return code, details, fr.volume.volume_id
+    return code, details, vols
 
 
 @t.test("node: a CreateVolume that times out while queued is never carried out")
 def _():
-    code, details, blocker = behind_a_slow_create(node_ch, "CreateVolume", create("pvc-late"), "pvc-block-1")
+    code, details, blockers = behind_a_slow_create(node_ch, "CreateVolume", create("pvc-late"), "pvc-block-1")
     pt.check(code == SC.DEADLINE_EXCEEDED, "%s %s" % (code, details))
     ids = node_ids()
-    pt.check(blocker in ids, "the blocker is missing: %r" % ids)
+    pt.check(all(b in ids for b in blockers), "a blocker is missing: %r" % ids)
     pt.check(not any(i.startswith("pvc-la") for i in ids), "the cancelled create was carried out: %r" % ids)
     pt.check("request cancelled while waiting" in node.stderr_text(), "not logged:\n" + pt._tail(node.stderr_text()))
     code, details, _ = call(node_ch, "CreateVolume", create("pvc-late"))

@@ -8,11 +8,15 @@ retried as csi-provisioner does (same request, backoff, UNAVAILABLE and
 ABORTED tolerated; the registration grace window answers UNAVAILABLE until
 the nodes are back). Asked directly, the nodes must then hold exactly the
 copies the answers promised: none extra (leaked), none missing (lost), and
-nothing after the deletes. TAP output.
+nothing after the deletes. Then rounds of parallel calls: PAR creates
+(normal and cache) in flight at once through the controller, so that the
+nodes run several at a time (PCSI_FAKE_LANES), the controller killed at a
+random instant among them and restarted, every call retried, the same
+checks; then their deletes at once, killed the same way. TAP output.
 
 usage: test_controller_crash.py PATH-TO-pmem-csi-driver
 Environment: PCSI_CRASH_SEED (default: random, printed), PCSI_CRASH_ROUNDS
-(default 10).
+(default 10), PCSI_CRASH_PAR_ROUNDS (default 5).
 """
 import concurrent.futures
 import os
@@ -40,6 +44,8 @@ NODES = ("n1", "n2", "n3")
 PORTS = {n: pt.free_port() for n in NODES}
 SEED = int(os.environ.get("PCSI_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
 ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "10"))
+PAR_ROUNDS = int(os.environ.get("PCSI_CRASH_PAR_ROUNDS", "5"))
+PAR = 8  # calls in flight at once: every node gets more than one
 GRACE = 3
 rng = random.Random(SEED)
 
@@ -176,6 +182,71 @@ for r in range(1, ROUNDS + 1):
         run_round(r, {op: rng.uniform(0, durations[op][0]) for op in OPS})
 
 
+par_pool = concurrent.futures.ThreadPoolExecutor(max_workers=PAR)
+
+
+def at_once(label, method, reqs, kill):
+    """Every call at once; with |kill|, the controller is killed that many
+    seconds after they went out and restarted; then each is retried until
+    OK. Returns the answers."""
+    t0 = time.monotonic()
+    futs = [par_pool.submit(ctl.call, method, r) for r in reqs]
+    if kill is not None:
+        time.sleep(kill)
+        in_flight = sum(not f.done() for f in futs)
+        ctl.kill()
+        if os.environ.get("PCSI_CRASH_VERBOSE"):
+            t.diag("%s: killed at %.3f s with %d of %d calls in flight" % (label, kill, in_flight, len(futs)))
+        stats["kills"] += 1
+        if in_flight:
+            stats["mid"] += 1
+            stats["by_op"][label] = stats["by_op"].get(label, 0) + 1
+    for f in futs:
+        f.result()
+    if kill is not None:
+        ctl.start()
+    out = [retry(method, r) for r in reqs]
+    durations.setdefault(label, []).append(time.monotonic() - t0)
+    return out
+
+
+def parallel_round(r, kills):
+    names = ["crash-par-%d-%d" % (r, i) for i in range(PAR)]
+    cache = [i % 2 == 1 for i in range(PAR)]
+    out = at_once("parallel create", "CreateVolume", [create_req(n, c) for n, c in zip(names, cache)],
+                  kills.get("parallel create"))
+    for name, c, v in zip(names, cache, out):
+        promised = sorted(seg.segments[KEY] for seg in v.volume.accessible_topology)
+        held = holders_on_nodes(v.volume.volume_id)
+        want = 2 if c else 1
+        stats["leaked"] += max(0, len(held) - want) + len(set(held) - set(promised))
+        stats["lost"] += len(set(promised) - set(held))
+        pt.check(held == promised and len(held) == want,
+                 "round p%d, %s: answered %r, nodes hold %r" % (r, name, promised, held))
+    at_once("parallel delete", "DeleteVolume", [csi.DeleteVolumeRequest(volume_id=v.volume.volume_id) for v in out],
+            kills.get("parallel delete"))
+    for v in out:
+        held = holders_on_nodes(v.volume.volume_id)
+        stats["leaked"] += len(held)
+        pt.check(not held, "round p%d: %s deleted, but nodes still hold it: %r" % (r, v.volume.volume_id, held))
+
+
+PAR_OPS = ["parallel create", "parallel delete"]
+
+
+@t.test("%d creates (normal and cache) at once without a kill, then their deletes, to time them" % PAR)
+def _():
+    parallel_round(0, {})
+    t.diag(", ".join("%s %.3f s" % (k, durations[k][0]) for k in PAR_OPS))
+
+
+for r in range(1, PAR_ROUNDS + 1):
+    @t.test("parallel round %d: controller killed while %d creates run at once, restarted, each retried; then "
+            "killed inside their deletes at once" % (r, PAR))
+    def _(r=r):
+        parallel_round(r, {op: rng.uniform(0, durations[op][0]) for op in PAR_OPS})
+
+
 @t.test("after the campaign: no copy left on any node")
 def _():
     left = {n: node_ids(n) for n in NODES}
@@ -189,6 +260,7 @@ def _():
 
 def teardown():
     pool.shutdown(wait=False)
+    par_pool.shutdown(wait=False)
     for c in node_ch.values():
         c.close()
     for d in nodes.values():

@@ -75,7 +75,8 @@ def openssl(*args, cwd):
 
 
 class Cluster:
-    def __init__(self, workdir, driver, guest_mem="3G", timeout=3600, e2e_images=False, intel=False):
+    def __init__(self, workdir, driver, guest_mem="3G", timeout=3600, e2e_images=False, intel=False,
+                 nvdimm_size=None, ready_timeout=None):
         self.work = os.path.abspath(workdir)
         self.driver = driver
         self.ns = "pcsi-k8s-%d" % os.getpid()
@@ -86,8 +87,12 @@ class Cluster:
         self.intel = intel  # also Intel PMEM-CSI v1.1.0's images (images.intel_images())
         # PMEM per node: 2 GiB; 4 GiB for Kubernetes' e2e tests, whose
         # volume-expand specs grow a volume by 1 GiB while other specs run.
-        self.nvdimm_size = "4G" if e2e_images else "2G"
+        # tests/bench/provision-bench.py asks for 4 GiB too: 50 volumes of
+        # 64 MiB fit on one node.
+        self.nvdimm_size = nvdimm_size or ("4G" if e2e_images else "2G")
         self.timeout = timeout
+        # s for the guests to boot and their nodes to be Ready
+        self.ready_timeout = ready_timeout or int(os.environ.get("PCSI_K8S_NODE_TIMEOUT", "600"))
         self.kube = go_tool("kube")
         self.pki = os.path.join(self.work, "pki")
         self.stopped = False
@@ -337,7 +342,7 @@ class Cluster:
         self.start_control_plane()
         log("control plane up (%.0f s)" % (time.monotonic() - t0))
         self.start_nodes(sorted(tars.values()))
-        self.wait_nodes(int(os.environ.get("PCSI_K8S_NODE_TIMEOUT", "600")))
+        self.wait_nodes(self.ready_timeout)
         log("nodes Ready (%.0f s)" % (time.monotonic() - t0))
         self.kubectl("apply", "-f", os.path.join(HERE, "coredns.yaml"))
         self.wait(lambda: self.kubectl_json("-n", "kube-system", "get", "deployment", "coredns")

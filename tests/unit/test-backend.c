@@ -495,6 +495,44 @@ START_TEST(copy_checks)
 }
 END_TEST
 
+/* With delayed creates (a `sleep` child each) and two lanes: the creates
+ * that run count their space as used from their start, so a capacity
+ * answered meanwhile (at once, before any create ends) is exact; the one
+ * that waits for a lane counts nothing yet and can still be cancelled. */
+START_TEST(running_creates_count_as_used)
+{
+	struct op a, b, c, cap;
+
+	ck_assert_int_eq(setenv("PCSI_FAKE_DELAY_MS", "300", 1), 0);
+	ck_assert_int_eq(setenv("PCSI_FAKE_LANES", "2", 1), 0);
+	pcsi_backend_free(be);
+	new_backend();
+	unsetenv("PCSI_FAKE_DELAY_MS");
+	unsetenv("PCSI_FAKE_LANES");
+	open_backend();
+	n_done = 0;
+	start(pcsi_backend_create, &a, "vol-a", 8 * MiB);
+	a.tag = 1;
+	start(pcsi_backend_create, &b, "vol-b", 8 * MiB);
+	b.tag = 2;
+	start(pcsi_backend_create, &c, "vol-c", 8 * MiB);
+	c.tag = 3;
+	start(pcsi_backend_capacity, &cap, NULL, 0);
+	cap.tag = 4;
+	pcsi_backend_cancel(&c.req);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(n_done, 4);
+	ck_assert_int_eq(order[0], 4); /* the capacity, answered while a and b ran, */
+	ck_assert_int_eq(order[1], 3); /* then the cancelled one */
+	ck_assert_int_eq(c.req.error, -ECANCELED);
+	ck_assert_uint_eq(cap.req.cap.available, CAPACITY - 16 * MiB);
+	ck_assert_int_eq(a.req.error, 0);
+	ck_assert_int_eq(b.req.error, 0);
+	ck_assert_uint_eq(available(), CAPACITY - 16 * MiB);
+	ck_assert_int_eq(run(pcsi_backend_get, &c, "vol-c", 0), -ENOENT);
+}
+END_TEST
+
 static Suite *backend_suite(void)
 {
 	Suite *s = suite_create("backend");
@@ -517,6 +555,7 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, one_per_turn_in_order);
 	tcase_add_test(tc, resubmit_from_callback);
 	tcase_add_test(tc, copy_checks);
+	tcase_add_test(tc, running_creates_count_as_used);
 	suite_add_tcase(s, tc);
 	return s;
 }

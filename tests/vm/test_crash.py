@@ -6,7 +6,11 @@ csi-provisioner and kubelet retry it (same request, backoff, ABORTED and
 UNAVAILABLE tolerated). Each round is a whole volume life: CreateVolume,
 NodeStageVolume (mkfs), NodePublishVolume, a write, (lvm:) ControllerExpandVolume
 and NodeExpandVolume, NodeUnpublishVolume, NodeUnstageVolume, DeleteVolume
-(with erase), with a kill inside each.
+(with erase), with a kill inside each. Then rounds of parallel calls: PAR
+CreateVolume calls in flight at once (the backend runs several at a time),
+the driver killed at a random instant among them, restarted, each call
+retried; every volume must be there once; then their DeleteVolume calls at
+once, killed the same way.
 At the end the ground truth (`ndctl list`, `lvs`, /proc/self/mountinfo) must
 show nothing leaked, nothing lost, no mount left and the capacity back where
 it started. Before the campaign (direct only): a namespace seed left half
@@ -15,7 +19,7 @@ made by a killed create, anonymous and named, is reset by the driver.
 usage: test_crash.py PATH-TO-pmem-csi-driver direct|lvm
 Environment: PCSI_CRASH_SEED (default: random, printed), PCSI_CRASH_ROUNDS
 (default 8: each kind of call killed 8 times per run; 20 rounds took 15 min
-under TCG).
+under TCG), PCSI_CRASH_PAR_ROUNDS (rounds of parallel calls, default 3).
 """
 import concurrent.futures
 import hashlib
@@ -42,6 +46,8 @@ P = pt.protos()
 csi = P.csi
 SEED = int(os.environ.get("PCSI_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
 ROUNDS = int(os.environ.get("PCSI_CRASH_ROUNDS", "8"))
+PAR_ROUNDS = int(os.environ.get("PCSI_CRASH_PAR_ROUNDS", "3"))
+PAR = 6  # calls in flight at once: more than the lvm backend's 4 lanes
 rng = random.Random(SEED)
 LVM_NS = "pmem-csi"
 # Small, so that a round (mkfs, the erase with shred) is short; the backends
@@ -260,7 +266,7 @@ def lifecycle(name, st, tg):
     ]
 
 
-stats = {"kills": 0, "mid": 0, "lost": 0, "by_op": {}}
+stats = {"kills": 0, "mid": 0, "lost": 0, "leaked_par": 0, "by_op": {}}
 durations = {}
 pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
 
@@ -311,6 +317,80 @@ for r in range(1, ROUNDS + 1):
         run_round(r, {op: rng.uniform(0, max(durations[op][0], 0.05)) for op in OPS})
 
 
+par_pool = concurrent.futures.ThreadPoolExecutor(max_workers=PAR)
+
+
+def at_once(label, reqs, vids, kill_at):
+    """Calls |label|'s method for every request at once; with |kill_at|, the
+    driver is SIGKILLed that many seconds after the calls went out and
+    restarted. What was answered OK before the kill must hold after the
+    restart (a volume made is there, a volume deleted is not); then each call
+    is retried until OK. Returns the answers and how long all took."""
+    svc, method = {"create": ("Controller", "CreateVolume"), "delete": ("Controller", "DeleteVolume")}[label]
+    t0 = time.monotonic()
+    futs = [par_pool.submit(drv.call, svc, method, r) for r in reqs]
+    if kill_at is not None:
+        time.sleep(kill_at)
+        in_flight = sum(not f.done() for f in futs)
+        drv.kill()
+        t.diag("parallel %s: killed at %.2f s with %d of %d calls in flight" % (label, kill_at, in_flight, len(futs)))
+        stats["kills"] += 1
+        if in_flight:
+            stats["mid"] += 1
+            stats["by_op"]["parallel " + label] = stats["by_op"].get("parallel " + label, 0) + 1
+        ok_before = [vids[i] for i, f in enumerate(futs) if f.result()[0] == SC.OK]
+        drv.start()
+        dev, known = on_device(), listed()
+        wrong = [v for v in ok_before if (v in dev and v in known) != (label == "create")]
+        if wrong:
+            stats["lost" if label == "create" else "leaked_par"] += len(wrong)
+            raise pt.TestFailure("answered OK before the kill, but after the restart %s: %r"
+                                 % ("missing" if label == "create" else "still there", wrong))
+    for f in futs:
+        f.result()
+    out = [retry(svc, method, r) for r in reqs]
+    return out, time.monotonic() - t0
+
+
+def parallel_round(r, kill_create, kill_delete):
+    names = ["crash-par-%s-%d-%d" % (BACKEND, r, i) for i in range(PAR)]
+    vids = [volume_id(n) for n in names]
+    if drv.d.proc.poll() is not None:
+        drv.start()
+    creates = [csi.CreateVolumeRequest(name=n, capacity_range=csi.CapacityRange(required_bytes=VOL_SIZE),
+                                       volume_capabilities=[mount_cap()]) for n in names]
+    out, took = at_once("create", creates, vids, kill_create)
+    durations.setdefault("parallel create", []).append(took)
+    dev, known = on_device(), listed()
+    for vid, v in zip(vids, out):
+        if v.volume.volume_id != vid or vid not in dev or vid not in known:
+            stats["lost"] += 1
+            raise pt.TestFailure("round p%d: %s answered %s, on the device %s, listed %s"
+                                 % (r, vid, v.volume.volume_id, vid in dev, vid in known))
+    pt.check(len(set(dev) - set(dev0)) == PAR, "round p%d: %d volumes on the device, %d made"
+             % (r, len(set(dev) - set(dev0)), PAR))
+    _, took = at_once("delete", [csi.DeleteVolumeRequest(volume_id=v) for v in vids], vids, kill_delete)
+    durations.setdefault("parallel delete", []).append(took)
+    dev, known = on_device(), listed()
+    left = [v for v in vids if v in dev or v in known]
+    pt.check(not left, "round p%d: still there after the deletes: %r" % (r, left))
+
+
+@t.test("parallel calls without a kill, to time them: %d CreateVolume at once, then %d DeleteVolume" % (PAR, PAR))
+def _():
+    parallel_round(0, None, None)
+    t.diag("%s: %d creates at once %.2f s, %d deletes at once %.2f s"
+           % (BACKEND, PAR, durations["parallel create"][0], PAR, durations["parallel delete"][0]))
+
+
+for r in range(1, PAR_ROUNDS + 1):
+    @t.test("parallel round %d: killed while %d CreateVolume calls run at once, restarted, each retried; then "
+            "killed inside %d DeleteVolume at once" % (r, PAR, PAR))
+    def _(r=r):
+        parallel_round(r, rng.uniform(0, durations["parallel create"][0]),
+                       rng.uniform(0, durations["parallel delete"][0]))
+
+
 @t.test("a DeleteVolume whose deadline passes during the erase stops shred; the volume stays; the retry deletes")
 def _():
     v = retry("Controller", "CreateVolume", csi.CreateVolumeRequest(
@@ -341,7 +421,7 @@ def _():
            "orphan mounts %d, capacity %d of %d"
            % (BACKEND, SEED, ROUNDS, stats["kills"], stats["mid"],
               ", ".join("%s %d" % kv for kv in sorted(stats["by_op"].items())) or "-",
-              len(leaked) + len(anon), len(stray) + stats["lost"], len(mnt), cap, cap0))
+              len(leaked) + len(anon) + stats["leaked_par"], len(stray) + stats["lost"], len(mnt), cap, cap0))
     pt.check(not leaked and not anon, "leaked on the device: %r %r" % (leaked, anon))
     pt.check(not stray, "listed but not on the device: %r" % stray)
     pt.check(not mnt, "mounts left: %r" % mnt)
@@ -350,6 +430,7 @@ def _():
 
 def teardown():
     pool.shutdown(wait=False)
+    par_pool.shutdown(wait=False)
     try:
         drv.stop()
     except Exception:
