@@ -184,8 +184,10 @@ static void deliver(struct pcsi_backend_req *req, int error)
 	req->pending = req->erasing = false;
 	if (error && !req->msg[0])
 		snprintf(req->msg, sizeof(req->msg), "%s", strerror(-error));
-	if (req->proc)
+	if (req->proc) {
+		pcsi_proc_done(req->proc); /* output a step did not free itself */
 		free(pcsi_container_of(req->proc, struct tool, proc));
+	}
 	req->proc = NULL;
 	pcsi_list_remove(&req->link); /* from the active set, if it started */
 	pcsi_list_add_tail(&be->done, &req->link);
@@ -600,6 +602,7 @@ static void run_tool(struct pcsi_backend_req *req, const char *const *argv, uint
 		t->req = req;
 		req->proc = &t->proc;
 	}
+	pcsi_proc_done(req->proc); /* the output of an earlier step, if kept */
 	pcsi_proc_run(req->be->loop, req->proc, argv, &o, on_tool_done, (void *)cb);
 }
 

@@ -820,10 +820,11 @@ static void on_fin1(uv_handle_t *h)
 
 void pcsi_kube_close(struct pcsi_kube *k)
 {
-	struct pcsi_list *lists[] = { &k->queued, &k->active, &k->done };
-
 	if (!k)
 		return;
+
+	struct pcsi_list *lists[] = { &k->queued, &k->active, &k->done };
+
 	k->closing = true;
 	for (size_t i = 0; i < PCSI_ARRAY_SIZE(lists); i++)
 		while (!pcsi_list_empty(lists[i]))
