@@ -28,6 +28,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -335,14 +336,38 @@ def probe(channel, timeout=RPC_TIMEOUT):
 # --------------------------------------------------------------------------
 # Ports
 
+_ports_given = set()
+_ports_lock = threading.Lock()
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago (the driver does not take port 0)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A TCP port on 127.0.0.1 that was free a moment ago (the driver does not
+    take port 0). It is drawn from below the kernel's ephemeral range, where
+    no outgoing connection of another process can take it before the caller
+    binds it (a port from bind(0) can be reused by the next connect()
+    anywhere on a busy machine), and never handed out twice by one process."""
+    import random
+    lo = 20000
     try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
+        lo_eph = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        lo_eph = 32768
+    hi = max(lo + 1000, lo_eph) - 1
+    for _ in range(1000):
+        port = random.SystemRandom().randint(lo, hi)
+        with _ports_lock:
+            if port in _ports_given:
+                continue
+            _ports_given.add(port)
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        return port
+    raise RuntimeError("no free port in %d-%d" % (lo, hi))
 
 
 def _port_of(endpoint):
