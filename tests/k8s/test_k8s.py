@@ -40,6 +40,8 @@ os.environ.setdefault("PCSI_E2E_PROGRESS", "120")
 # renew their leader leases (csi-provisioner and csi-snapshotter exited and
 # restarted in the middle of the central subset, 2026-12-01).
 os.environ.setdefault("PCSI_E2E_PROCS", "2")
+import yaml  # noqa: E402
+
 import cluster as kc  # noqa: E402
 import e2e_storage  # noqa: E402
 import pcsi_test as pt  # noqa: E402
@@ -586,6 +588,26 @@ def intel_yaml(image=None):
     return text
 
 
+def intel_standin_rbac():
+    """What the provisioner that stands in for Intel's v3.2.1 (v6.3.0, which
+    the Go module proxy serves) needs beyond Intel's RBAC: patch and update
+    of PVs, for the deletion-protection finalizer it puts on every PV
+    (HonorPVReclaimPolicy, GA since v6, which v3.2.1 did not have); without
+    them every PV stays Terminating after its volume is deleted. Bound to the
+    subjects of Intel's own binding of its provisioner role."""
+    docs = [d for d in yaml.safe_load_all(intel_yaml()) if d]
+    runner = INTEL_NAME + "-external-provisioner-runner"
+    subjects = [d["subjects"] for d in docs
+                if d["kind"] == "ClusterRoleBinding" and d["roleRef"]["name"] == runner][0]
+    name = "pcsi-standin-provisioner"
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+         "rules": [{"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["patch", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": subjects}]})
+
+
 def intel_pods(selector):
     return kj("-n", NS, "get", "pods", "-l", selector)["items"]
 
@@ -624,6 +646,7 @@ def _():
     k("label", "nodes", "node-x", "node-y", "storage=pmem", "--overwrite")
     k("create", "namespace", NS)
     k("apply", "-f", "-", input=intel_yaml())
+    k("apply", "-f", "-", input=intel_standin_rbac())
     k("apply", "-f", intel_source("deploy", "common", "pmem-storageclass-late-binding.yaml"))
     intel_rollout()
     pt.check(set(driver_images().values()) == {"intel/pmem-csi-driver:v1.1.0"}, "images %r" % driver_images())
