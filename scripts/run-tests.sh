@@ -55,9 +55,8 @@ gotools() {
 			echo "=== go-tools.sh: done ($(date -u +%H:%M:%S), ${SECONDS}s in) ==="
 		else
 			tail -50 "$gotools_log"
-			echo "go-tools.sh failed: the suites that use the Go tools are not run"
-			export PCSI_EXTRA_FAILED="${PCSI_EXTRA_FAILED:+$PCSI_EXTRA_FAILED, }go-tools.sh"
-			status=1
+			echo "the suites that use the Go tools are not run"
+			failed_outside go-tools.sh
 		fi
 		rm -f "$gotools_log"
 	fi
@@ -65,6 +64,12 @@ gotools() {
 }
 results=()
 status=0
+# A failure outside the suites (a build, a check) counts in the summary line.
+failed_outside() { # what
+	echo "$1 failed"
+	export PCSI_EXTRA_FAILED="${PCSI_EXTRA_FAILED:+$PCSI_EXTRA_FAILED, }$1"
+	status=1
+}
 required=()
 [ "${CI:-}" = true ] && required=(vm conformance k8s k8s-e2e)
 
@@ -123,20 +128,18 @@ else
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 			run build-asan "unit + integration under ASan+UBSan" --suite unit --suite integration
 	else
-		echo "ASan build failed"
-		status=1
+		failed_outside "ASan build"
 	fi
 	# The compiler of a build directory is fixed when it is set up.
 	if [ -f build-fuzz/build.ninja ] && ! grep -q '^ command = clang ' build-fuzz/build.ninja; then
 		echo "build-fuzz/ was set up with another compiler than clang: remove it"
-		status=1
+		failed_outside "fuzz build"
 	elif CC=clang build build-fuzz -Dfuzz=true -Dfake-backend=true \
 		-Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link \
 		-Dvm-tests=false; then
 		run build-fuzz "fuzz (libFuzzer, ASan+UBSan)" --suite fuzz
 	else
-		echo "fuzz build failed"
-		status=1
+		failed_outside "fuzz build"
 	fi
 	if gotools; then
 		run build-tests "manifests + vm + conformance" --suite manifests --suite vm --suite conformance
@@ -147,7 +150,7 @@ else
 		if shipped; then
 			run build "k8s + k8s-e2e (shipped build)" --suite k8s
 		else
-			status=1
+			failed_outside "shipped build"
 		fi
 	fi
 fi
