@@ -49,14 +49,7 @@ def merge_patch(target, patch):
 
 class FakeKube:
     def __init__(self, certs, page=2):
-        self.sa_dir = pt.mkdtemp("pcsi-sa-")
-        self.token = "tok-" + os.urandom(12).hex()
-        with open(os.path.join(self.sa_dir, "token"), "w") as f:
-            f.write(self.token + "\n")
-        with open(certs.ca[0]) as src, open(os.path.join(self.sa_dir, "ca.crt"), "w") as dst:
-            dst.write(src.read())
-        crt, key = pt.make_leaf(self.sa_dir, "apiserver", *certs.ca, cn="kube-apiserver",
-                                sans=["IP:127.0.0.1", "DNS:kubernetes.default.svc"])
+        self.sa_dir, self.token, crt, key = pt.service_account(certs.ca)
         self.page = page
         self.lock = threading.Condition()
         self.rv = 100

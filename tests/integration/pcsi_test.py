@@ -609,6 +609,22 @@ def make_ca(dir, name, cn):
     return crt, key
 
 
+def service_account(ca, cn="kube-apiserver"):
+    """A stand-in API server's credentials, as a pod sees its service
+    account: a directory with a random bearer |token| and the test CA's
+    ca.crt (for the driver's -serviceAccountDir), and the server's own
+    certificate for 127.0.0.1 and kubernetes.default.svc signed by |ca|
+    ((crt, key) paths). Returns (dir, token, crt, key)."""
+    d = mkdtemp("pcsi-sa-")
+    token = "tok-" + os.urandom(12).hex()
+    with open(os.path.join(d, "token"), "w") as f:
+        f.write(token + "\n")
+    with open(ca[0]) as src, open(os.path.join(d, "ca.crt"), "w") as dst:
+        dst.write(src.read())
+    crt, key = make_leaf(d, "apiserver", *ca, cn=cn, sans=["IP:127.0.0.1", "DNS:kubernetes.default.svc"])
+    return d, token, crt, key
+
+
 def make_leaf(dir, name, ca_crt, ca_key, cn, sans=None):
     """Leaf cert NAME.crt/NAME.key signed by ca: CN=cn, SAN DNS:sans (list; [] = no SAN;
     an entry with a colon is taken as it is, e.g. "IP:127.0.0.1")."""

@@ -44,14 +44,7 @@ class FakeAPIServer:
     The real API server is met in the k8s suite."""
 
     def __init__(self):
-        self.dir = pt.mkdtemp("pcsi-sa-")
-        self.token = "tok-" + os.urandom(12).hex()
-        with open(os.path.join(self.dir, "token"), "w") as f:
-            f.write(self.token + "\n")
-        with open(C.ca[0]) as src, open(os.path.join(self.dir, "ca.crt"), "w") as dst:
-            dst.write(src.read())
-        crt, key = pt.make_leaf(self.dir, "apiserver", *C.ca, cn="kubernetes",
-                                sans=["IP:127.0.0.1", "DNS:kubernetes.default.svc"])
+        self.dir, self.token, crt, key = pt.service_account(C.ca, cn="kubernetes")
         self.nodes, self.status, self.requests = [], 200, []
         api = self
 
