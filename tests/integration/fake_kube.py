@@ -74,12 +74,7 @@ class FakeKube:
                 pass
 
             def answer(self, code, body):
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                pt.json_reply(self, code, body)
 
             def status(self, code, reason, msg):
                 self.answer(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",

@@ -20,6 +20,7 @@ missing, crashes or hangs.
 
 import atexit
 import importlib
+import json
 import os
 import shutil
 import signal
@@ -607,6 +608,29 @@ def make_ca(dir, name, cn):
     _openssl("req", "-new", "-x509", "-sha256", "-config", cnf, "-key", key, "-days", "30", "-out", crt)
     os.chmod(key, 0o600)
     return crt, key
+
+
+def json_reply(handler, code, body):
+    """Answers an http.server request with |body| as JSON (the stand-in API servers)."""
+    data = json.dumps(body).encode()
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def intel_driver_path():
+    """The path of Intel's PMEM-CSI v1.1.0 binary ($PCSI_INTEL_PMEM_CSI, else what
+    scripts/go-tools.sh ($PCSI_GO_TOOLS) built), or "" when it is not built."""
+    p = os.environ.get("PCSI_INTEL_PMEM_CSI")
+    if not p:
+        tools = os.environ.get("PCSI_GO_TOOLS") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                "..", "..", "scripts", "go-tools.sh")
+        r = subprocess.run(["sh", tools, "--path", "intel-pmem-csi"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, universal_newlines=True)
+        p = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    return p if p and os.access(p, os.X_OK) else ""
 
 
 def service_account(ca, cn="kube-apiserver"):

@@ -61,12 +61,7 @@ class FakeAPIServer:
                     code, body = 200, {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
                                        "items": [{"metadata": {"name": "k8s-" + n, "labels": {
                                            KEY: n, "kubernetes.io/hostname": "k8s-" + n}}} for n in api.nodes]}
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                pt.json_reply(self, code, body)
 
             def log_message(self, *args):
                 pass

@@ -208,15 +208,9 @@ def _():
 
 
 def intel_driver():
-    p = os.environ.get("PCSI_INTEL_PMEM_CSI")
+    p = pt.intel_driver_path()
     if not p:
-        tools = os.environ.get("PCSI_GO_TOOLS") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                "..", "..", "scripts", "go-tools.sh")
-        r = subprocess.run(["sh", tools, "--path", "intel-pmem-csi"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-        p = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-    if not p or not os.access(p, os.X_OK):
-        raise pt.TestFailure("Intel's PMEM-CSI is not built (%s): run `scripts/go-tools.sh intel-pmem-csi`" % p)
+        raise pt.TestFailure("Intel's PMEM-CSI is not built: run `scripts/go-tools.sh intel-pmem-csi`")
     return p
 
 
