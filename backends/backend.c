@@ -566,7 +566,7 @@ static void on_tool_done(struct pcsi_proc *p, void *data)
  * DM_DISABLE_UDEV=1: libdevmapper then makes the device nodes itself
  * instead of waiting for udev to make them (lvcreate would fail with
  * "device not cleared"). */
-static const char *const *tool_env(void)
+const char *const *pcsi_backend_tool_env(void)
 {
 	static const char *const names[] = { "DM_DISABLE_UDEV", "LVM_SYSTEM_DIR" };
 	static char *env[PCSI_ARRAY_SIZE(names) + 2];
@@ -592,10 +592,13 @@ static const char *const *tool_env(void)
 	return (const char *const *)env;
 }
 
+/* Runs |argv| for |req|: through the implementation's runner when |own|
+ * (its tools), else as a child process (the front end's: erase, copy). */
 static void run_tool(struct pcsi_backend_req *req, const char *const *argv, uint64_t timeout_ms,
-		     void (*cb)(struct pcsi_backend_req *req))
+		     bool own, void (*cb)(struct pcsi_backend_req *req))
 {
-	struct pcsi_proc_opts o = { .timeout_ms = timeout_ms, .env = tool_env() };
+	struct pcsi_backend *be = req->be;
+	struct pcsi_proc_opts o = { .timeout_ms = timeout_ms, .env = pcsi_backend_tool_env() };
 
 	if (!req->proc) {
 		struct tool *t = pcsi_xcalloc(1, sizeof(*t));
@@ -603,14 +606,17 @@ static void run_tool(struct pcsi_backend_req *req, const char *const *argv, uint
 		req->proc = &t->proc;
 	}
 	pcsi_proc_done(req->proc); /* the output of an earlier step, if kept */
-	pcsi_proc_run(req->be->loop, req->proc, argv, &o, on_tool_done, (void *)cb);
+	if (own && be->ops->run)
+		be->ops->run(be, req->proc, argv, &o, on_tool_done, (void *)cb);
+	else
+		pcsi_proc_run(be->loop, req->proc, argv, &o, on_tool_done, (void *)cb);
 }
 
 void pcsi_backend_run(struct pcsi_backend_req *req, const char *const *argv,
 		      void (*cb)(struct pcsi_backend_req *req))
 {
 	run_tool(req, argv, req->be->cfg.tool_timeout_ms ? req->be->cfg.tool_timeout_ms : 120000,
-		 cb);
+		 true, cb);
 }
 
 struct work_fns {
@@ -782,7 +788,7 @@ static void erase_device(struct pcsi_backend_req *req)
 	/* Erasing a large device takes as long as it takes: no time limit
 	 * (but the caller may give up: pcsi_backend_cancel()). */
 	req->erasing = true;
-	run_tool(req, whole, 0, on_erased);
+	run_tool(req, whole, 0, false, on_erased);
 }
 
 static void on_busy_checked(uv_fs_t *fs)
@@ -908,7 +914,7 @@ static void after_copy_step(struct pcsi_backend_req *req, int error)
 	snprintf(out, sizeof(out), "of=%s", req->vol.path);
 	snprintf(count, sizeof(count), "count=%llu", (unsigned long long)req->from.size);
 	/* As long as it takes, like an erase. */
-	run_tool(req, argv, 0, on_copied);
+	run_tool(req, argv, 0, false, on_copied);
 }
 
 /* ---- cancel ------------------------------------------------------------------------ */

@@ -88,6 +88,9 @@ struct pcsi_volume {
 struct pcsi_backend_config {
 	const char *name;    /* "direct", "ndctl" or "lvm" */
 	int pmem_percentage; /* lvm: share of each region to use, 1..100 */
+	/* lvm: how many long-lived `lvm` shells run its commands (lvmshell.h);
+	 * 0: each command is a process of its own. */
+	unsigned lvm_shells;
 	/* For tests: time limits of child processes (0 = defaults). */
 	uint64_t tool_timeout_ms;
 };

@@ -82,6 +82,10 @@ struct pcsi_backend_ops {
 	void (*remove)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*list)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*expand)(struct pcsi_backend *be, struct pcsi_backend_req *req);
+	/* Runs a tool of the implementation's (pcsi_backend_run()) as
+	 * pcsi_proc_run() does, which it is when NULL. */
+	void (*run)(struct pcsi_backend *be, struct pcsi_proc *p, const char *const *argv,
+		    const struct pcsi_proc_opts *opts, pcsi_proc_cb cb, void *data);
 	void (*fini)(struct pcsi_backend *be); /* free be->impl */
 };
 
@@ -123,6 +127,10 @@ void pcsi_backend_msg(struct pcsi_backend_req *req, const char *fmt, ...)
  * backend's time limit; |cb| gets the request back with req->proc filled. */
 void pcsi_backend_run(struct pcsi_backend_req *req, const char *const *argv,
 		      void (*cb)(struct pcsi_backend_req *req));
+
+/* The environment entries tools get besides proc.h's own (NULL-terminated):
+ * DM_DISABLE_UDEV and LVM_SYSTEM_DIR as backend.c explains. */
+const char *const *pcsi_backend_tool_env(void);
 
 /* Runs |fn| on the thread pool for |req|, then |after| on the loop. One such
  * job runs at a time per backend: a job submitted while another runs waits

@@ -23,6 +23,7 @@ enum {
 	OPT_DRIVERNAME,
 	OPT_DEVICE_MANAGER,
 	OPT_PMEM_PERCENTAGE,
+	OPT_LVM_SHELLS,
 	OPT_STATE_PATH,
 	OPT_CA,
 	OPT_CERT,
@@ -75,6 +76,7 @@ static const struct option options[] = {
 	{ "drivername", required_argument, NULL, OPT_DRIVERNAME },
 	{ "deviceManager", required_argument, NULL, OPT_DEVICE_MANAGER },
 	{ "pmemPercentage", required_argument, NULL, OPT_PMEM_PERCENTAGE },
+	{ "lvmShells", required_argument, NULL, OPT_LVM_SHELLS },
 	{ "statePath", required_argument, NULL, OPT_STATE_PATH },
 	{ "caFile", required_argument, NULL, OPT_CA },
 	{ "certFile", required_argument, NULL, OPT_CERT },
@@ -137,6 +139,8 @@ static const char usage[] =
 	"  -deviceManager=NAME        lvm or direct (alias ndctl) (default lvm); controller:\n"
 	"                             the nodes' one (volume expansion only with lvm)\n"
 	"  -pmemPercentage=N          lvm: percentage of each region to use (default 100)\n"
+	"  -lvmShells=N               lvm: long-lived lvm shells that run its commands\n"
+	"                             (default 2; 0: each command a process of its own)\n"
 	"  -statePath=DIR             node: volume records (default /var/lib/<drivername>)\n"
 	"  -caFile=FILE               CA certificate that signs peers (mutual TLS)\n"
 	"  -certFile=FILE -keyFile=FILE   this process's certificate and key\n"
@@ -474,6 +478,7 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.driver_name = "pmem-csi.intel.com",
 		.device_manager = "lvm",
 		.pmem_percentage = 100,
+		.lvm_shells = 2,
 		.verbosity = 2,
 		.log_format = PCSI_LOG_TEXT,
 		.max_recv_msg = 4u << 20,
@@ -537,6 +542,11 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			if (parse_num("pmemPercentage", optarg, 0, 100, &n, err) < 0)
 				return -EINVAL;
 			cfg->pmem_percentage = (int)n;
+			break;
+		case OPT_LVM_SHELLS:
+			if (parse_num("lvmShells", optarg, 0, 16, &n, err) < 0)
+				return -EINVAL;
+			cfg->lvm_shells = (unsigned)n;
 			break;
 		case OPT_STATE_PATH:
 			cfg->state_path = *optarg ? optarg : NULL;

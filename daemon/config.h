@@ -52,6 +52,7 @@ struct pcsi_config {
 	const char *device_manager; /* "lvm", "direct" (alias "ndctl") */
 	const char *state_path;	    /* node: volume records (default /var/lib/<drivername>) */
 	int pmem_percentage;
+	unsigned lvm_shells; /* lvm: lvm shells (0: a process per command) */
 	const char *ca_file, *cert_file, *key_file;
 	const char *client_cert_file, *client_key_file; /* default: cert/key */
 	bool insecure;					/* allow plaintext TCP */

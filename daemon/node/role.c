@@ -14,7 +14,8 @@ int pcsi_node_role_init(struct pcsi_node_role *r, const struct pcsi_role_env *en
 			size_t errlen)
 {
 	struct pcsi_backend_config bcfg = { .name = env->cfg->device_manager,
-					    .pmem_percentage = env->cfg->pmem_percentage };
+					    .pmem_percentage = env->cfg->pmem_percentage,
+					    .lvm_shells = env->cfg->lvm_shells };
 
 	memset(r, 0, sizeof(*r));
 	r->env = env;

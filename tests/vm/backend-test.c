@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <time.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,7 +197,8 @@ static bool listed(const char *id, uint64_t size)
 
 static int open_backend(void)
 {
-	struct pcsi_backend_config cfg = { .name = kind, .pmem_percentage = 100 };
+	/* lvm: two shells, as the daemon runs it by default. */
+	struct pcsi_backend_config cfg = { .name = kind, .pmem_percentage = 100, .lvm_shells = 2 };
 	struct pcsi_backend_req req = { 0 };
 	char err[256];
 	int rc;
@@ -207,6 +209,29 @@ static int open_backend(void)
 		return rc;
 	}
 	return run(pcsi_backend_open, &req);
+}
+
+static void on_pause(uv_timer_t *t)
+{
+	(void)t;
+}
+
+/* The pids of this process's children named lvm (the lvm shells). */
+static int lvm_children(pid_t *pids, int max)
+{
+	char cmd[128], line[64];
+	int n = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "pgrep -x -P %d lvm", (int)getpid());
+	f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (n < max)
+			pids[n++] = atoi(line);
+	pclose(f);
+	return n;
 }
 
 /* Runs a shell command (test scaffolding only; the daemon never uses a shell). */
@@ -254,6 +279,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	kind = argv[1];
+	signal(SIGPIPE, SIG_IGN); /* as the daemon: a write to a gone lvm shell is EPIPE */
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	pcsi_log_setup(PCSI_LOG_TEXT, getenv("PCSI_V") ? atoi(getenv("PCSI_V")) : 1);
 	loop = uv_default_loop();
@@ -382,6 +408,33 @@ int main(int argc, char **argv)
 	   "the loop kept running throughout (largest 2 ms timer gap %llu ms, reference "
 	   "thread %llu ms)",
 	   (unsigned long long)max_gap, (unsigned long long)ref_max_gap);
+
+	if (!strcmp(kind, "lvm")) {
+		/* (After the responsiveness check: pgrep blocks the loop.)
+		 * The commands ran in lvm shells, which wait for the next one;
+		 * one killed from outside is replaced by the next command. */
+		pid_t pids[8];
+		int n = lvm_children(pids, 8);
+		ok(n >= 1 && n <= 2, "lvm commands ran in lvm shells (%d waiting)", n);
+		for (i = 0; i < n && i < 8; i++)
+			kill(pids[i], SIGKILL);
+		/* The loop notices their ends (a command written to a shell
+		 * being killed this instant may be read and lost: it fails,
+		 * as a tool killed from outside does). */
+		{
+			uv_timer_t t;
+			uv_timer_init(loop, &t);
+			uv_timer_start(&t, on_pause, 1000, 0);
+			while (uv_is_active((uv_handle_t *)&t))
+				uv_run(loop, UV_RUN_ONCE);
+			uv_close((uv_handle_t *)&t, NULL);
+		}
+		ok(create("after-kill", 32 * MiB, &a, NULL) == 0 &&
+			   delete ("after-kill", false, NULL) == 0,
+		   "the shells killed from outside: create and delete work");
+		n = lvm_children(pids, 8);
+		ok(n >= 1 && n <= 2, "a new lvm shell runs (%d)", n);
+	}
 
 	/* Latency next to the raw tools (figures, not asserted). */
 	{
