@@ -194,7 +194,8 @@ def driver_rootfs(driver):
     for t in ("lvcreate", "lvremove", "lvs", "vgs", "pvs", "vgcreate", "vgextend", "pvcreate",
               "lvextend", "vgremove", "pvremove"):
         r.add_link("/usr/sbin/" + t, "lvm")
-    for f in ("/etc/mke2fs.conf", "/etc/lvm/lvm.conf"):
+    # lvmdbusd.profile: the driver's lvm shells answer in JSON with it (backends/lvmshell.h).
+    for f in ("/etc/mke2fs.conf", "/etc/lvm/lvm.conf", "/etc/lvm/profile/lvmdbusd.profile"):
         if os.path.exists(f):
             r.add_file(f)
     r.add_text("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n")

@@ -453,6 +453,18 @@ def _():
     pt.check(r.available_capacity == state["cap0"], "%d vs %d" % (r.available_capacity, state["cap0"]))
 
 
+@t.test("lvm: the commands ran in the driver's lvm shells (none fell back to a process per command)")
+def _():
+    if BACKEND != "lvm":
+        t.diag("direct: no lvm commands")
+        return
+    log = daemon.stderr_text()
+    pt.check("lvm shell is not usable" not in log, "fell back: %s" % log[log.find("lvm shell is not usable") - 200:][:600])
+    shells = subprocess.run(["pgrep", "-x", "-P", str(daemon.proc.pid), "lvm"], stdout=subprocess.PIPE,
+                            universal_newlines=True).stdout.split()
+    pt.check(1 <= len(shells) <= 2, "lvm shells of the driver: %r" % shells)
+
+
 @t.test("benchmark: NodeStage+NodePublish next to raw mkfs + mount -o dax + mount --bind")
 def _():
     v = ok_call("Controller", "CreateVolume", create("pvc-bench", 64 * MiB)).volume
