@@ -110,12 +110,19 @@ class Bench:
 
     def rendered(self, mode, backend):
         """The shipped manifests of |mode| (kubectl kustomize), with
-        -deviceManager set to |backend| in every container that has it."""
-        out = self.k("kustomize", os.path.join(MANIFESTS, mode)).stdout
-        n = out.count("-deviceManager=lvm")
-        if n == 0:
-            sys.exit("no -deviceManager=lvm in %s/%s" % (MANIFESTS, mode))
-        return out.replace("-deviceManager=lvm", "-deviceManager=" + backend)
+        -deviceManager set to |backend| in the node DaemonSet, as
+        manifests/README.md tells users to (the central controller keeps
+        lvm: with direct it would not offer expansion and csi-resizer would
+        exit)."""
+        docs = self.k("kustomize", os.path.join(MANIFESTS, mode)).stdout.split("\n---\n")
+        n = 0
+        for i, d in enumerate(docs):
+            if "kind: DaemonSet" in d and "-deviceManager=lvm" in d:
+                docs[i] = d.replace("-deviceManager=lvm", "-deviceManager=" + backend)
+                n += 1
+        if n != 1:
+            sys.exit("no DaemonSet with -deviceManager=lvm in %s/%s" % (MANIFESTS, mode))
+        return "\n---\n".join(docs)
 
     def deploy(self, mode, backend):
         """|mode| on |backend|: the other mode's objects removed first; within
@@ -158,7 +165,14 @@ class Bench:
         # Both nodes serve: the provisioner has published their capacity
         # for the late-binding class (distributed mode publishes none for
         # Immediate ones).
-        self.c.wait(lambda: len(self.capacities("wffc")) == 2, 300, "CSIStorageCapacity objects of both nodes", 2)
+        try:
+            self.c.wait(lambda: len(self.capacities("wffc")) == 2, 300, "CSIStorageCapacity objects of both nodes",
+                        2)
+        except RuntimeError:
+            self.save_logs("failed-deploy-%s-%s" % (mode, backend))
+            with open(os.path.join(WORK, "failed-deploy-pods.txt"), "w") as f:
+                f.write(self.k("-n", NS, "describe", "pods", check=False).stdout)
+            raise
         log("%s mode on %s deployed (%.0f s)" % (mode, backend, time.monotonic() - t0))
 
     def capacities(self, sc):
