@@ -240,6 +240,20 @@ START_TEST(test_pmem_percentage_range)
 }
 END_TEST
 
+START_TEST(test_lvm_shells)
+{
+	ASSERT_OK("-mode=node");
+	ck_assert_uint_eq(cfg.lvm_shells, 2);
+	ASSERT_OK("-lvmShells=0"); /* a process per lvm command */
+	ck_assert_uint_eq(cfg.lvm_shells, 0);
+	ASSERT_OK("-lvmShells=4");
+	ck_assert_uint_eq(cfg.lvm_shells, 4);
+	ASSERT_REFUSED("-lvmShells=-1");
+	ASSERT_REFUSED("-lvmShells=17");
+	ASSERT_REFUSED("-lvmShells=two");
+}
+END_TEST
+
 START_TEST(test_device_manager_values)
 {
 	ASSERT_REFUSED("-deviceManager=bogus");
@@ -537,6 +551,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_bad_mode_refused);
 	tcase_add_test(tc, test_bad_v_refused);
 	tcase_add_test(tc, test_pmem_percentage_range);
+	tcase_add_test(tc, test_lvm_shells);
 	tcase_add_test(tc, test_device_manager_values);
 	tcase_add_test(tc, test_tcp_endpoint_needs_tls_or_insecure);
 	tcase_add_test(tc, test_tcp_endpoint_with_insecure);
