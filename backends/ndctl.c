@@ -2,12 +2,15 @@
  *
  * One fsdax namespace (map=dev, 2 MiB page alignment) per volume, named by the
  * volume id, in the first active pmem region with a large enough free extent.
- * The namespaces are the only state: every operation asks libndctl afresh
- * (pmem.c), so namespaces made or removed by others are seen; except a look-up
- * (get: NodeStage, NodePublish, the start of a delete) of a namespace this
- * process found or made before, which checks in sysfs that the namespace
- * still has that name and block device (pcsi_pmem_ns_current()) and then
- * needs no libndctl scan.
+ * The namespaces are the only state. A list, an open and a look-up of a
+ * namespace this process does not know read libndctl afresh, so namespaces
+ * made or removed by others are seen; creates and removes start from what
+ * libndctl knew after the last job and read afresh only when that fails
+ * (pmem.c); a half-made seed (someone killed inside a create) is reset at
+ * open and when a create fails. A look-up (get: NodeStage, NodePublish,
+ * the start of a delete) of a namespace this process found or made before
+ * checks in sysfs that the namespace still has that name and block device
+ * (pcsi_pmem_ns_current()) and then needs no libndctl scan.
  * The namespace called "pmem-csi" belongs to the lvm backend and is never a
  * volume here.
  *
@@ -56,7 +59,9 @@ struct job {
 	struct pcsi_pmem_ns ns;	  /* create, get: the namespace made or found */
 	struct pcsi_capacity cap; /* the regions after the job, when have_cap */
 	bool have_cap;
-	uint64_t t_repair, t_work; /* create: pcsi_now_ns() after the repair, the create */
+	uint64_t t_work;    /* create: pcsi_now_ns() after the create (its repair included) */
+	uint64_t repair_ns; /* create: the time a repair took, if one ran */
+	unsigned retries;   /* create, remove: pmem.c's retries on a fresh context */
 };
 
 static struct direct *impl(struct pcsi_backend *be)
@@ -99,13 +104,12 @@ static void direct_after(struct pcsi_backend_req *req)
 	if (j->t_work)
 		pcsi_info(4, "libndctl job",
 			  "op=%s id=%s error=%d duration_ms=%llu.%03llu repair_ms=%llu "
-			  "create_ms=%llu "
-			  "capacity_ms=%llu",
+			  "create_ms=%llu capacity_ms=%llu rescans=%u",
 			  j->op, req->vol.id, j->rc, (unsigned long long)(ns / 1000000),
 			  (unsigned long long)(ns / 1000 % 1000),
-			  (unsigned long long)((j->t_repair - j->t0) / 1000000),
-			  (unsigned long long)((j->t_work - j->t_repair) / 1000000),
-			  (unsigned long long)((j->t1 - j->t_work) / 1000000));
+			  (unsigned long long)(j->repair_ns / 1000000),
+			  (unsigned long long)((j->t_work - j->t0 - j->repair_ns) / 1000000),
+			  (unsigned long long)((j->t1 - j->t_work) / 1000000), j->retries);
 	else
 		pcsi_info(4, "libndctl job", "op=%s id=%s error=%d duration_ms=%llu.%03llu", j->op,
 			  req->vol.id[0] ? req->vol.id : "-", j->rc,
@@ -391,15 +395,22 @@ static int create_ns(struct direct *d, struct job *j, struct pcsi_backend_req *r
 			 PCSI_LVM_NS_NAME);
 		return -EINVAL;
 	}
-	/* A predecessor killed inside a create of this very name (a retry)
-	 * or of another one leaves the seed half made. */
-	rc = repair(d, j);
-	j->t_repair = pcsi_now_ns();
-	if (rc < 0)
-		return rc;
-	/* One scan: pmem.c's create says -EEXIST and describes the namespace
-	 * in |ns| when the name is taken. */
+	/* pmem.c's create says -EEXIST and describes the namespace in |ns|
+	 * when the name is taken. */
 	rc = pcsi_pmem_create(d->pmem, NULL, req->vol.id, req->size, &ns, j->err, sizeof(j->err));
+	if (rc < 0 && rc != -EEXIST && rc != -ENOSPC && rc != -EINVAL) {
+		/* Someone killed inside a create (an admin's ndctl; a
+		 * predecessor's was reset at open) left the seed half made:
+		 * reset it and try once more. */
+		uint64_t t = pcsi_now_ns();
+		int again = repair(d, j);
+		j->repair_ns = pcsi_now_ns() - t;
+		if (again < 0)
+			return again;
+		if (j->repaired[0])
+			rc = pcsi_pmem_create(d->pmem, NULL, req->vol.id, req->size, &ns, j->err,
+					      sizeof(j->err));
+	}
 	if (rc == 0) {
 		to_volume(&ns, &req->vol);
 		j->ns = ns;
@@ -433,11 +444,12 @@ static void create_fn(struct pcsi_backend_req *req)
 	struct job *j = job_of(req);
 	int rc;
 
+	unsigned r0 = pcsi_pmem_retries(d->pmem);
+
 	job_begin(j);
 	rc = create_ns(d, j, req);
 	j->t_work = pcsi_now_ns();
-	if (!j->t_repair)
-		j->t_repair = j->t_work;
+	j->retries = pcsi_pmem_retries(d->pmem) - r0;
 	/* The regions as the create left them (a failed one too: it may have
 	 * found the picture wrong). */
 	read_capacity(d, j, false);

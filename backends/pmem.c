@@ -3,10 +3,16 @@
  * Self-contained on purpose (libndctl, libuuid and libc only), so that the
  * QEMU check tests/vm/pmem-check.c can link it without the daemon.
  *
- * Every public call starts from a fresh libndctl context: libndctl caches
- * buses, regions and namespaces on first use and never notices what other
- * processes (an admin's `ndctl`, a previous daemon) changed since, so a
- * long-lived context would report deleted namespaces and miss new ones.
+ * libndctl caches buses, regions and namespaces on first use and never
+ * notices what other processes (an admin's `ndctl`, a previous daemon)
+ * changed since: a long-lived context would report deleted namespaces and
+ * miss new ones. Listing, repairing and a start read sysfs afresh (a new
+ * context: a scan of every namespace, about 140 ms with 50 of them in a
+ * 2-vCPU TCG guest, as long as the create itself). A create or a destroy
+ * starts from the context as the last call left it when that context is
+ * current as far as this process changed the medium (libndctl follows its
+ * own creates and deletes); when it fails there, it is tried once more on a
+ * fresh context, which is how a change by someone else shows.
  *
  * Creating follows `ndctl create-namespace -m fsdax -M dev -a 2M -n NAME`:
  * the region's namespace seed gets a uuid, a size, a name and the fsdax
@@ -39,7 +45,10 @@
 struct pcsi_pmem {
 	struct ndctl_ctx *ctx;
 	char last[160]; /* libndctl's last error message, for |err| */
-	bool fresh;	/* a repair just scanned and changed nothing: ctx is current */
+	/* ctx knows every change this process made since it was read; what
+	 * others changed since then it may not know */
+	bool current;
+	unsigned retries; /* creates and destroys tried again on a fresh context */
 };
 
 /* ---- context ---------------------------------------------------------------------- */
@@ -68,7 +77,7 @@ static int refresh(struct pcsi_pmem *p)
 	struct ndctl_ctx *ctx;
 	int rc;
 
-	p->fresh = false;
+	p->current = false;
 	if (p->ctx) {
 		ndctl_unref(p->ctx);
 		p->ctx = NULL;
@@ -82,6 +91,7 @@ static int refresh(struct pcsi_pmem *p)
 	ndctl_set_log_fn(ctx, on_ndctl_log);
 	p->ctx = ctx;
 	p->last[0] = '\0';
+	p->current = true;
 	return 0;
 }
 
@@ -99,6 +109,11 @@ int pcsi_pmem_open(struct pcsi_pmem **ret)
 	}
 	*ret = p;
 	return 0;
+}
+
+unsigned pcsi_pmem_retries(const struct pcsi_pmem *p)
+{
+	return p->retries;
 }
 
 void pcsi_pmem_close(struct pcsi_pmem *p)
@@ -538,7 +553,6 @@ int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len)
 	nr = fresh_regions(p, &regs);
 	if (nr < 0)
 		return nr;
-	p->fresh = false;
 	for (i = 0; i < nr; i++) {
 		struct ndctl_namespace *ndns = ndctl_region_get_namespace_seed(regs[i]);
 		struct ndctl_pfn *pfn = ndctl_region_get_pfn_seed(regs[i]);
@@ -565,7 +579,7 @@ int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len)
 		n++;
 	}
 	free(regs);
-	p->fresh = n == 0;
+	p->current = n == 0; /* a reset seed leaves stale objects behind */
 	return n;
 }
 
@@ -666,8 +680,8 @@ undo:
 /* Beyond pmem.h: on -EEXIST, |ret| describes the namespace that has the name
  * (the direct backend relies on it to need one scan per create). A size
  * below the kernel's 16 MiB fsdax minimum is raised to it (then aligned). */
-int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
-		     struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+static int create_once(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
+		       struct pcsi_pmem_ns *ret, char *err, size_t errlen)
 {
 	struct ndctl_region **regs;
 	struct ndctl_namespace *ndns;
@@ -681,11 +695,7 @@ int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, 
 		fail(NULL, err, errlen, "invalid namespace name");
 		return -EINVAL;
 	}
-	/* Right after a repair that changed nothing, its scan is current. */
-	rc = p->fresh ? 0 : refresh(p);
-	p->fresh = false;
-	if (rc == 0)
-		rc = find_ns(p, name, &ndns);
+	rc = find_ns(p, name, &ndns);
 	if (rc < 0) {
 		fail(p, err, errlen, "libndctl: %s", strerror(-rc));
 		return rc;
@@ -741,9 +751,68 @@ int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, 
 	return -ENOSPC;
 }
 
+/* Runs |once| on the context as it is when it is current, and once more on
+ * a fresh one when that failed (someone else may have changed the medium);
+ * directly on a fresh one otherwise. The context is current afterwards
+ * when the call succeeded. */
+static int with_context(struct pcsi_pmem *p, int (*once)(struct pcsi_pmem *p, void *arg), void *arg,
+			char *err, size_t errlen)
+{
+	bool reused = p->current;
+	int rc;
+
+	if (!reused && (rc = refresh(p)) < 0) {
+		fail(p, err, errlen, "libndctl: %s", strerror(-rc));
+		return rc;
+	}
+	p->current = false;
+	rc = once(p, arg);
+	if (rc < 0 && rc != -EINVAL && reused) {
+		p->retries++;
+		int again = refresh(p);
+		if (again < 0) {
+			fail(p, err, errlen, "libndctl: %s", strerror(-again));
+			return again;
+		}
+		p->current = false;
+		rc = once(p, arg);
+	}
+	p->current = rc == 0;
+	return rc;
+}
+
+struct create_args {
+	const char *region, *name;
+	uint64_t size;
+	struct pcsi_pmem_ns *ret;
+	char *err;
+	size_t errlen;
+};
+
+static int create_with(struct pcsi_pmem *p, void *arg)
+{
+	struct create_args *a = arg;
+
+	return create_once(p, a->region, a->name, a->size, a->ret, a->err, a->errlen);
+}
+
+int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
+		     struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+{
+	struct create_args a = { region, name, size, ret, err, errlen };
+
+	return with_context(p, create_with, &a, err, errlen);
+}
+
 /* ---- destroy --------------------------------------------------------------------- */
 
-int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen)
+struct destroy_args {
+	const char *name;
+	char *err;
+	size_t errlen;
+};
+
+static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t errlen)
 {
 	struct ndctl_namespace *ndns;
 	char dev[32], buf[64];
@@ -751,13 +820,6 @@ int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t e
 
 	if (err && errlen)
 		err[0] = '\0';
-	if (!name || !name[0])
-		return -ENOENT;
-	rc = refresh(p);
-	if (rc < 0) {
-		fail(p, err, errlen, "libndctl: %s", strerror(-rc));
-		return rc;
-	}
 	rc = find_ns(p, name, &ndns);
 	if (rc < 0) {
 		fail(p, err, errlen, "libndctl: %s", strerror(-rc));
@@ -799,4 +861,22 @@ int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t e
 		return -EIO;
 	}
 	return 0;
+}
+
+static int destroy_with(struct pcsi_pmem *p, void *arg)
+{
+	struct destroy_args *a = arg;
+
+	return destroy_once(p, a->name, a->err, a->errlen);
+}
+
+int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen)
+{
+	struct destroy_args a = { name, err, errlen };
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!name || !name[0])
+		return -ENOENT;
+	return with_context(p, destroy_with, &a, err, errlen);
 }

@@ -69,10 +69,8 @@ int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, 
 /* Resets what a create killed part-way left in the regions' seeds (a
  * namespace seed with a size, never enabled: the region can make no
  * namespace until then). Describes each reset in |what|; returns how many
- * or -errno. Call it before creating, and at start-up. When it reset
- * nothing, a pcsi_pmem_create() that follows at once uses its scan instead
- * of making one of its own (each scan reads every namespace: a third of a
- * create's time with 50 namespaces under TCG). */
+ * or -errno. Call it at start-up, and when a create failed (then try it
+ * once more). */
 int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len);
 
 /* True when namespace |ns->dev| still carries the name |ns->name| and is
@@ -83,6 +81,11 @@ bool pcsi_pmem_ns_current(const struct pcsi_pmem_ns *ns);
 /* Disables and deletes the namespace called |name|: -ENOENT when there is
  * none, -EBUSY when the kernel refuses to disable it (in use). */
 int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen);
+
+/* How many creates and destroys failed on the context as the last call
+ * left it and were tried again on a fresh one (pmem.c: what others changed
+ * shows that way). */
+unsigned pcsi_pmem_retries(const struct pcsi_pmem *p);
 
 /* The alignment rule of the original driver, pure arithmetic (unit-tested):
  * align = LCM(fsdax_align * interleave_ways, region_align), where fsdax_align

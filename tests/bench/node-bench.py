@@ -258,6 +258,9 @@ def main():
     print("driver's own steps (from its log):")
     for k, v in sorted(driver_steps(log).items()):
         row(k, v)
+    rescans = sum(int(n) for n in re.findall(r"libndctl job.*? rescans=(\d+)", log))
+    if BACKEND == "direct":
+        print("  libndctl jobs tried again on a fresh scan: %d" % rescans)
     print("node-bench %s: %d creates at once %.1f s (%.1f/s; raw sequential %.1f s), p99 %.1f s, GetCapacity p99 "
           "%.0f ms, /metrics p99 %.0f ms, %d deletes at once %.1f s"
           % (BACKEND, N, c_total, N / c_total, raw_create, pct(c_each, .99), pct(prober.cap, .99) * 1000,

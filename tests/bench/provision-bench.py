@@ -203,7 +203,13 @@ class Bench:
             counts["restarts"] += sum(c["restartCount"] for c in p["status"].get("containerStatuses", [])
                                       if c["name"] == "csi-provisioner")
             ip = p["status"].get("podIP")
-            r = self.c.run("/usr/bin/curl", "-sf", "--max-time", "20", "http://%s:10011/metrics" % ip, check=False)
+            # A provisioner that just started may not listen yet.
+            for _ in range(30):
+                r = self.c.run("/usr/bin/curl", "-sf", "--max-time", "20", "http://%s:10011/metrics" % ip,
+                               check=False)
+                if r.returncode == 0:
+                    break
+                time.sleep(2)
             if r.returncode != 0:
                 sys.exit("metrics of %s (%s): curl exit %d" % (p["metadata"]["name"], ip, r.returncode))
             for m in re.finditer(r'^csi_sidecar_operations_seconds_count\{([^}]*)\} (\S+)$', r.stdout, re.M):
