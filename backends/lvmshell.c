@@ -76,6 +76,7 @@ struct pcsi_lvmshell {
 	const char *const *env;
 	uint64_t idle_ms;
 	bool unusable;
+	bool freeing; /* pcsi_lvmshell_free() waits for the shells to exit */
 };
 
 static void dispatch(struct pcsi_lvmshell *sh);
@@ -490,6 +491,8 @@ static void on_exit_cb(uv_process_t *proc, int64_t status, int sig)
 	struct pcsi_lvmshell *sh = s->owner;
 	struct job *j = s->job;
 
+	pcsi_info(4, "lvm shell exited", "pid=%d status=%lld signal=%d", proc->pid,
+		  (long long)status, sig);
 	s->exited = true;
 	s->job = NULL;
 	if (j && !s->unsent && !s->in_closed) {
@@ -504,7 +507,7 @@ static void on_exit_cb(uv_process_t *proc, int64_t status, int sig)
 	pcsi_list_remove(&s->link);
 	sh->count--;
 	close_handles(s);
-	if (!s->answered && !sh->unusable) {
+	if (!s->answered && !sh->unusable && !sh->freeing) {
 		char why[96];
 		snprintf(why, sizeof(why), "lvm exited (status %lld, signal %d) before it answered",
 			 (long long)status, sig);
@@ -684,16 +687,53 @@ void pcsi_lvmshell_run(struct pcsi_lvmshell *sh, struct pcsi_proc *p, const char
 	dispatch(sh);
 }
 
+static void on_free_timeout(uv_timer_t *t)
+{
+	struct pcsi_lvmshell *sh = t->data;
+	struct pcsi_list *p;
+
+	pcsi_list_foreach (p, &sh->shells) {
+		struct shell *s = pcsi_list_entry(p, struct shell, link);
+		if (!s->exited)
+			kill(-s->process.pid, SIGKILL);
+	}
+}
+
+static void on_limit_closed(uv_handle_t *h)
+{
+	struct pcsi_lvmshell *sh = h->data;
+
+	sh->closing--;
+}
+
 void pcsi_lvmshell_free(struct pcsi_lvmshell *sh)
 {
+	struct pcsi_list *p;
+	uv_timer_t limit;
+
 	if (!sh)
 		return;
-	while (!pcsi_list_empty(&sh->shells)) {
-		struct shell *s = pcsi_list_entry(sh->shells.next, struct shell, link);
-		pcsi_list_remove(&s->link);
-		s->exited = true; /* its exit is no longer waited for */
-		close_handles(s); /* lvm reads the end of its input and exits */
+	sh->freeing = true;
+	/* Each shell reads the end of its input and exits; its exit callback
+	 * reaps it and closes its handles. One that has not exited after 5 s
+	 * is killed. */
+	pcsi_list_foreach (p, &sh->shells) {
+		struct shell *s = pcsi_list_entry(p, struct shell, link);
+		uv_timer_stop(&s->timer);
+		s->state = S_CLOSING;
+		set_ref(s, true);
+		if (!s->in_closed) {
+			s->in_closed = true;
+			uv_close((uv_handle_t *)&s->pipes[P_IN], NULL);
+		}
 	}
+	uv_timer_init(sh->loop, &limit);
+	limit.data = sh;
+	uv_timer_start(&limit, on_free_timeout, KILL_GRACE_MS, 0);
+	while (sh->count)
+		uv_run(sh->loop, UV_RUN_ONCE);
+	sh->closing++;
+	uv_close((uv_handle_t *)&limit, on_limit_closed);
 	while (sh->closing)
 		uv_run(sh->loop, UV_RUN_NOWAIT);
 	free(sh);

@@ -64,9 +64,9 @@ void pcsi_lvmshell_run(struct pcsi_lvmshell *sh, struct pcsi_proc *p, const char
 /* Whether the shells are used (false once one failed its first question). */
 bool pcsi_lvmshell_usable(const struct pcsi_lvmshell *sh);
 
-/* Ends the shells (each exits when it reads the end of its input) and
- * frees |sh|. No command may be running. Turns the loop (UV_RUN_NOWAIT)
- * until the shells' handles are closed: call it only from outside
+/* Ends the shells (each exits when it reads the end of its input; one that
+ * has not after 5 s is killed), reaps them and frees |sh|. No command may
+ * be running. Turns the loop until then: call it only from outside
  * uv_run(). NULL is ignored. */
 void pcsi_lvmshell_free(struct pcsi_lvmshell *sh);
 

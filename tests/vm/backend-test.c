@@ -211,11 +211,6 @@ static int open_backend(void)
 	return run(pcsi_backend_open, &req);
 }
 
-static void on_pause(uv_timer_t *t)
-{
-	(void)t;
-}
-
 /* The pids of this process's children named lvm (the lvm shells). */
 static int lvm_children(pid_t *pids, int max)
 {
@@ -418,16 +413,22 @@ int main(int argc, char **argv)
 		ok(n >= 1 && n <= 2, "lvm commands ran in lvm shells (%d waiting)", n);
 		for (i = 0; i < n && i < 8; i++)
 			kill(pids[i], SIGKILL);
-		/* The loop notices their ends (a command written to a shell
-		 * being killed this instant may be read and lost: it fails,
-		 * as a tool killed from outside does). */
+		/* The loop notices their ends and reaps them (a command written
+		 * to a shell being killed this instant may be read and lost: it
+		 * fails, as a tool killed from outside does). */
 		{
-			uv_timer_t t;
-			uv_timer_init(loop, &t);
-			uv_timer_start(&t, on_pause, 1000, 0);
-			while (uv_is_active((uv_handle_t *)&t))
-				uv_run(loop, UV_RUN_ONCE);
-			uv_close((uv_handle_t *)&t, NULL);
+			int gone = 0, tries;
+			for (tries = 0; tries < 200 && gone < n; tries++) {
+				uv_run(loop, UV_RUN_NOWAIT);
+				usleep(50000);
+				for (gone = 0, i = 0; i < n && i < 8; i++)
+					gone += kill(pids[i], 0) < 0 && errno == ESRCH;
+			}
+			for (i = 0; i < n && i < 8; i++)
+				if (kill(pids[i], 0) == 0)
+					sh("echo \"# not reaped: $(cat /proc/%d/stat)\"; ps -ef | grep lvm",
+					   (int)pids[i]);
+			ok(gone == n, "the killed shells were reaped (%d of %d)", gone, n);
 		}
 		ok(create("after-kill", 32 * MiB, &a, NULL) == 0 &&
 			   delete ("after-kill", false, NULL) == 0,
