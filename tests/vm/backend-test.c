@@ -426,7 +426,8 @@ int main(int argc, char **argv)
 			}
 			for (i = 0; i < n && i < 8; i++)
 				if (kill(pids[i], 0) == 0)
-					sh("echo \"# not reaped: $(cat /proc/%d/stat)\"; ps -ef | grep lvm",
+					sh("echo \"# not reaped: $(cat /proc/%d/stat)\"; ps -ef | "
+					   "grep lvm",
 					   (int)pids[i]);
 			ok(gone == n, "the killed shells were reaped (%d of %d)", gone, n);
 		}
