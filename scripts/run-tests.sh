@@ -1,9 +1,9 @@
 #!/bin/bash
 # Builds pmem-csi and runs every test suite:
 #   build-tests/  the test configuration (with the test-only backend): suites
-#                 unit, integration, manifests, vm, conformance
+#                 unit, integration, vm, conformance
 #   build-asan/   the same under AddressSanitizer + UndefinedBehaviorSanitizer:
-#                 suites unit, integration, manifests
+#                 suites unit, integration, manifests (run here only)
 #   build/        the shipped configuration (no test-only backend): checked to
 #                 refuse the test-only backend, then suite k8s (a real
 #                 Kubernetes cluster, tests/k8s: our scenarios and, on the
@@ -12,6 +12,10 @@
 #   build-fuzz/   clang, libFuzzer + ASan + UBSan (tests/fuzz): suite fuzz,
 #                 each target's seeds replayed and 20 s of fuzzing (about
 #                 80 s in all, two targets at a time)
+# Runs that leave the CPU idle go side by side (each build directory holds
+# one run at a time): unit + integration plain, sanitized and the fuzzers
+# (at a lower priority); then the guests (vm, conformance) beside the
+# sanitized manifests suite; then the Kubernetes cluster.
 # Each build directory gets the options it needs set every time, whatever
 # configured it before (the demo, a person, an older checkout). Ends with one
 # line "N passed, N failed, N skipped", counting TAP subtests. In CI (CI=true)
@@ -90,15 +94,35 @@ build() { # dir, meson options...
 }
 
 run() { # dir, label, meson test args...
-	local dir=$1 label=$2
-	shift 2
-	echo "=== $label ($(date -u +%H:%M:%S), ${SECONDS}s in) ==="
-	meson test -C "$dir" --print-errorlogs --num-processes 2 "$@"
-	local rc=$?
-	echo "=== $label: ended $(date -u +%H:%M:%S), ${SECONDS}s in ==="
+	run_start fg "$@"
+	run_end fg
+}
+
+# run_start starts a suite run in the background under a slot name (at the
+# niceness in $nice, if set); run_end waits for it, prints its output and
+# records its result.
+declare -A bg_dir bg_label bg_log bg_pid
+run_start() { # slot, dir, label, meson test args...
+	local slot=$1
+	bg_dir[$slot]=$2 bg_label[$slot]=$3 bg_log[$slot]=$(mktemp /tmp/pcsi-run.XXXXXX)
+	shift 3
+	echo "=== ${bg_label[$slot]} ($(date -u +%H:%M:%S), ${SECONDS}s in) ==="
+	nice -n "${nice:-0}" meson test -C "${bg_dir[$slot]}" --print-errorlogs --num-processes 2 "$@" \
+		>"${bg_log[$slot]}" 2>&1 &
+	bg_pid[$slot]=$!
+}
+
+run_end() { # slot
+	local slot=$1 rc name
+	wait "${bg_pid[$slot]}"
+	rc=$?
+	cat "${bg_log[$slot]}"
+	rm -f "${bg_log[$slot]}"
+	echo "=== ${bg_label[$slot]}: ended $(date -u +%H:%M:%S), ${SECONDS}s in ==="
 	[ $rc = 0 ] || status=1
-	cp "$dir/meson-logs/testlog.json" "$dir/meson-logs/testlog-$(echo "$label" | tr -c 'a-z0-9' '-').json"
-	results+=("$dir/meson-logs/testlog-$(echo "$label" | tr -c 'a-z0-9' '-').json")
+	name="${bg_dir[$slot]}/meson-logs/testlog-$(echo "${bg_label[$slot]}" | tr -c 'a-z0-9' '-').json"
+	cp "${bg_dir[$slot]}/meson-logs/testlog.json" "$name"
+	results+=("$name")
 }
 
 # The shipped configuration: it must build, and it must not offer the test-only backend.
@@ -121,12 +145,13 @@ fi
 if [ $# -gt 0 ]; then
 	gotools && run build-tests "tests" "$@"
 else
-	run build-tests "unit + integration" --suite unit --suite integration
-	asan=false
+	# The host suites wait more than they compute (the controller's crash
+	# campaign waits out registration grace windows: 70 % of the CPU idle,
+	# measured), so the plain and the sanitized run go side by side, and the
+	# fuzzers, which run for a fixed time, take what CPU the two leave.
+	asan=false fuzz=false
 	if build build-asan -Dfake-backend=true -Db_sanitize=address,undefined -Db_lundef=false; then
 		asan=true
-		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-			run build-asan "unit + integration under ASan+UBSan" --suite unit --suite integration
 	else
 		failed_outside "ASan build"
 	fi
@@ -137,15 +162,27 @@ else
 	elif CC=clang build build-fuzz -Dfuzz=true -Dfake-backend=true \
 		-Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link \
 		-Dvm-tests=false; then
-		run build-fuzz "fuzz (libFuzzer, ASan+UBSan)" --suite fuzz
+		fuzz=true
 	else
 		failed_outside "fuzz build"
 	fi
+	$asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		run_start asan build-asan "unit + integration under ASan+UBSan" --suite unit --suite integration
+	$fuzz && nice=10 run_start fuzz build-fuzz "fuzz (libFuzzer, ASan+UBSan)" --suite fuzz
+	run build-tests "unit + integration" --suite unit --suite integration
+	$asan && run_end asan
+	$fuzz && run_end fuzz
 	if gotools; then
-		run build-tests "manifests + vm + conformance" --suite manifests --suite vm --suite conformance
+		# The manifests suite starts the binary with every shipped command
+		# line: once, sanitized, beside the guests (two runs must not share
+		# a build directory: meson keeps one log there).
 		if $asan; then
 			ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-				run build-asan "manifests under ASan+UBSan" --suite manifests
+				run_start manifests build-asan "manifests under ASan+UBSan" --suite manifests
+			run build-tests "vm + conformance" --suite vm --suite conformance
+			run_end manifests
+		else
+			run build-tests "manifests + vm + conformance" --suite manifests --suite vm --suite conformance
 		fi
 		if shipped; then
 			run build "k8s + k8s-e2e (shipped build)" --suite k8s
