@@ -457,11 +457,21 @@ char *pcsi_scheduler_mutate(struct pcsi_scheduler *s, const char *text, int *sta
 		return bad(status, "expected an AdmissionReview request");
 	}
 	pod = pcsi_kube_get(review, "request.object");
+	if (pod && !json_object_is_type(pod, json_type_object))
+		pod = NULL; /* not a Pod: nothing to add */
 	if (pod && !pcsi_kube_str(pod, "metadata.namespace") &&
-	    pcsi_kube_str(review, "request.namespace"))
-		json_object_object_add(
-			pcsi_kube_get(pod, "metadata") ?: pod, "namespace",
-			json_object_new_string(pcsi_kube_str(review, "request.namespace")));
+	    pcsi_kube_str(review, "request.namespace")) {
+		json_object *md = pcsi_kube_get(pod, "metadata");
+
+		if (!md) {
+			md = json_object_new_object();
+			json_object_object_add(pod, "metadata", md);
+		}
+		if (json_object_is_type(md, json_type_object))
+			json_object_object_add(
+				md, "namespace",
+				json_object_new_string(pcsi_kube_str(review, "request.namespace")));
+	}
 	n = pod ? pod_needs(s, pod, needs) : 0;
 	if (n != 0)
 		patch = resource_patch(s, pod);
