@@ -105,7 +105,8 @@ struct pcsi_backend_req {
 	/* results */
 	int error;
 	bool existed;		  /* create: the volume was already there; delete: it was found */
-	struct pcsi_volume vol;	  /* create, get, expand, copy (the destination) */
+	struct pcsi_volume vol;	  /* create, get, expand, copy (the destination); delete: the
+				     volume found (path empty: no device node) */
 	struct pcsi_volume from;  /* copy: the source */
 	struct pcsi_volume *vols; /* list: owned, freed by pcsi_backend_req_done() */
 	size_t n_vols;

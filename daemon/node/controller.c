@@ -2,6 +2,7 @@
 #include "daemon/node/controller.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -441,18 +442,43 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 
 /* ---- DeleteVolume -------------------------------------------------------------- */
 
+/* A volume still in use when its delete comes (kubelet has not unpublished
+ * and unstaged it yet: its pod has just gone, which is when the provisioner
+ * deletes) is waited for rather than answered FAILED_PRECONDITION, which
+ * would send the provisioner into its back-off for a condition that ends in
+ * seconds: up to BUSY_WAIT_MS, within the caller's deadline. Meanwhile the
+ * delete lets go of the volume (the unstage must run) and asks the kernel
+ * every BUSY_POLL_MS whether the device is still held (an O_EXCL open, as the
+ * backend's own check); once it is not, it takes the volume again and runs
+ * the delete from the start. */
+#define BUSY_WAIT_MS 30000
+#define BUSY_POLL_MS 250
+
 struct delete_op {
 	struct pcsi_node_controller *nc;
 	struct pcsi_call *call;
 	bool snapshot; /* DeleteSnapshot */
+	bool held;     /* holds the volume's entry in node->busy */
+	bool probing;  /* probe in flight */
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	struct pcsi_volrec rec;
 	struct pcsi_backend_req breq;
+	uv_timer_t *busy_timer; /* while waiting for the volume to be let go */
+	uv_fs_t probe;
+	uint64_t busy_until;
 };
+
+static void on_busy_timer_closed(uv_handle_t *h)
+{
+	free(h);
+}
 
 static void delete_end(struct delete_op *op)
 {
-	pcsi_inflight_drop(&op->nc->node->busy, op->id);
+	if (op->held)
+		pcsi_inflight_drop(&op->nc->node->busy, op->id);
+	if (op->busy_timer)
+		uv_close((uv_handle_t *)op->busy_timer, on_busy_timer_closed);
 	free(op);
 }
 
@@ -466,10 +492,100 @@ static void on_rec_removed(int error, void *data)
 	delete_end(op);
 }
 
+static void delete_run(struct delete_op *op);
+static void on_busy_timer(uv_timer_t *timer);
+
+/* false when the wait is over: the call has been given its answer. */
+static bool busy_again(struct delete_op *op, enum pcsi_status code, const char *why)
+{
+	if (pcsi_call_is_cancelled(op->call)) {
+		fail_errno(op->call, -ECANCELED, "DeleteVolume", "the caller gave up");
+	} else if (uv_now(op->nc->node->loop) + BUSY_POLL_MS > op->busy_until) {
+		pcsi_call_fail(op->call, code, "DeleteVolume: volume %s %s", op->id, why);
+	} else {
+		uv_timer_start(op->busy_timer, on_busy_timer, BUSY_POLL_MS, 0);
+		return true;
+	}
+	delete_end(op);
+	return false;
+}
+
+static void on_probed(uv_fs_t *fs)
+{
+	struct delete_op *op = pcsi_container_of(fs, struct delete_op, probe);
+	int fd = (int)fs->result;
+	uv_fs_t close_req;
+
+	uv_fs_req_cleanup(fs);
+	op->probing = false;
+	if (fd >= 0) {
+		uv_fs_close(NULL, &close_req, fd, NULL); /* read-only: does not block */
+		uv_fs_req_cleanup(&close_req);
+	}
+	if (fd == UV_EBUSY || pcsi_call_is_cancelled(op->call))
+		busy_again(op, PCSI_FAILED_PRECONDITION,
+			   "is still in use (mounted or open): unpublish and unstage it first");
+	else if (pcsi_inflight_take(&op->nc->node->busy, op->id) < 0)
+		busy_again(op, PCSI_ABORTED, "has another operation in progress");
+	else {
+		op->held = true;
+		delete_run(op);
+	}
+}
+
+static void on_busy_timer(uv_timer_t *timer)
+{
+	struct delete_op *op = uv_handle_get_data((uv_handle_t *)timer);
+
+	op->probing = true; /* on_probed() sees a cancelled call */
+	if (uv_fs_open(timer->loop, &op->probe, op->breq.vol.path, O_RDONLY | O_EXCL | O_CLOEXEC, 0,
+		       on_probed) < 0) {
+		op->probe.result = -EIO; /* could not ask: run the delete, it will tell */
+		on_probed(&op->probe);
+	}
+}
+
+/* The wait ends on a later loop turn, never inside the cancel callback. */
+static void on_busy_wait_cancel(struct pcsi_call *call, void *data)
+{
+	struct delete_op *op = data;
+
+	(void)call;
+	if (!op->probing)
+		uv_timer_start(op->busy_timer, on_busy_timer, 0, 0);
+}
+
+/* true when the delete of a busy volume waits for it (see BUSY_WAIT_MS). */
+static bool busy_wait(struct delete_op *op)
+{
+	uv_loop_t *loop = op->nc->node->loop;
+	uint64_t now = uv_now(loop), left;
+
+	if (!op->busy_until) {
+		left = pcsi_call_remaining_ms(op->call);
+		left = left > 1000 ? left - 1000 : 0; /* time to answer */
+		op->busy_until = now + (left < BUSY_WAIT_MS ? left : BUSY_WAIT_MS);
+	}
+	if (op->snapshot || !op->breq.vol.path[0] || now + BUSY_POLL_MS > op->busy_until)
+		return false;
+	if (!op->busy_timer) {
+		op->busy_timer = pcsi_xcalloc(1, sizeof(*op->busy_timer));
+		uv_timer_init(loop, op->busy_timer);
+		uv_handle_set_data((uv_handle_t *)op->busy_timer, op);
+	}
+	pcsi_inflight_drop(&op->nc->node->busy, op->id);
+	op->held = false;
+	pcsi_call_on_cancel(op->call, on_busy_wait_cancel, op);
+	uv_timer_start(op->busy_timer, on_busy_timer, BUSY_POLL_MS, 0);
+	return true;
+}
+
 static void on_deleted(struct pcsi_backend_req *req, void *data)
 {
 	struct delete_op *op = data;
 
+	if (req->error == -EBUSY && busy_wait(op))
+		return;
 	if (req->error) {
 		fail_errno(op->call, req->error, op->snapshot ? "DeleteSnapshot" : "DeleteVolume",
 			   req->msg);
@@ -483,15 +599,18 @@ static void on_deleted(struct pcsi_backend_req *req, void *data)
 	pcsi_volrec_store(op->nc->node, op->id, NULL, on_rec_removed, op);
 }
 
-static void on_rec_loaded(int error, void *data)
+static void delete_run(struct delete_op *op)
 {
-	struct delete_op *op = data;
-
-	(void)error; /* no record: defaults, erase included */
 	op->breq.id = op->id;
 	op->breq.erase = op->rec.erase_after;
 	pcsi_backend_delete(op->nc->node->be, &op->breq, on_deleted, op);
 	cancel_with(op->call, &op->breq);
+}
+
+static void on_rec_loaded(int error, void *data)
+{
+	(void)error; /* no record: defaults, erase included */
+	delete_run(data);
 }
 
 /* Deletes volume or snapshot |id| (valid) with the erase its record asks for. */
@@ -509,6 +628,7 @@ static void delete_start(struct pcsi_node_controller *nc, struct pcsi_call *call
 	op->nc = nc;
 	op->call = call;
 	op->snapshot = snapshot;
+	op->held = true;
 	snprintf(op->id, sizeof(op->id), "%s", id);
 	pcsi_volrec_load(nc->node, op->id, &op->rec, on_rec_loaded, op);
 }

@@ -32,7 +32,8 @@ only in the backend. Environment: PCSI_K8S_WORK (keep the work directory
 there), PCSI_CACHE, PCSI_BENCH_ONLY (comma-separated entries such as
 "central-lvm,distributed-direct" to run only those, each with its
 ceiling), PCSI_BENCH_MANIFESTS (a copy of manifests/ to deploy instead,
-e.g. an older one for a "before" figure).
+e.g. an older one for a "before" figure), PCSI_BENCH_NODE_ARGS (more
+arguments for the node driver, e.g. "-v=4" to log each job's timing).
 """
 import json
 import os
@@ -52,6 +53,7 @@ DRIVER = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else sys.exit(__doc__
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 50
 WORK = os.environ.get("PCSI_K8S_WORK") or tempfile.mkdtemp(prefix="pcsi-prov-")
 ONLY = set(filter(None, os.environ.get("PCSI_BENCH_ONLY", "").split(",")))
+NODE_ARGS = os.environ.get("PCSI_BENCH_NODE_ARGS", "").split()
 MANIFESTS = os.path.abspath(os.environ.get("PCSI_BENCH_MANIFESTS") or os.path.join(TOP, "manifests"))
 NS = "pmem-csi"
 DRV = "pmem-csi.intel.com"
@@ -118,7 +120,13 @@ class Bench:
         n = 0
         for i, d in enumerate(docs):
             if "kind: DaemonSet" in d and "-deviceManager=lvm" in d:
-                docs[i] = d.replace("-deviceManager=lvm", "-deviceManager=" + backend)
+                # Each argument replaces one of the same flag, or is added.
+                for a in ["-deviceManager=" + backend] + NODE_ARGS:
+                    flag = re.escape(a.split("=")[0])
+                    d, k = re.subn(r"(?m)^( *- )%s(=.*)?$" % flag, lambda m: m.group(1) + a, d, count=1)
+                    if not k:
+                        d = re.sub(r"(?m)^( *- )(-mode=node)$", lambda m: m.group(0) + "\n" + m.group(1) + a, d)
+                docs[i] = d
                 n += 1
         if n != 1:
             sys.exit("no DaemonSet with -deviceManager=lvm in %s/%s" % (MANIFESTS, mode))

@@ -228,10 +228,14 @@ def _():
            csi.NodeGetVolumeStatsRequest(volume_id=v.volume_id, volume_path=os.path.join(WORK, "nowhere")))
 
 
-@t.test("DeleteVolume of a staged volume: FAILED_PRECONDITION, volume kept")
+@t.test("DeleteVolume of a published volume waits for it within the deadline, then FAILED_PRECONDITION; volume kept")
 def _():
-    expect(SC.FAILED_PRECONDITION, "Controller", "DeleteVolume",
-           csi.DeleteVolumeRequest(volume_id=state["v1"].volume_id))
+    t0 = time.monotonic()
+    code, details, _ = rpc("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=state["v1"].volume_id),
+                           timeout=4)
+    took = time.monotonic() - t0
+    pt.check(code == SC.FAILED_PRECONDITION and "in use" in details, "%s %s" % (code, details))
+    pt.check(2 <= took < 4, "answered after %.2f s: the wait is the deadline less a second" % took)
     pt.check(state["v1"].volume_id in listed_ids(), "volume gone")
 
 
@@ -246,18 +250,33 @@ def _():
     ok_call("Node", "NodePublishVolume", publish(state["v1"].volume_id, state["st1"], state["tg1"]))
 
 
-@t.test("unpublish, unstage (each twice), then DeleteVolume (twice)")
+@t.test("a DeleteVolume sent while the volume is published waits; unpublish and unstage run meanwhile; it deletes")
+def _():
+    # As in a cluster: the provisioner deletes when the pod is gone, before
+    # kubelet has unpublished and unstaged.
+    v = state["v1"]
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(rpc, "Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), 60)
+        time.sleep(1)
+        if fut.done():
+            raise pt.TestFailure("DeleteVolume answered while the volume was in use: %r" % (fut.result()[:2],))
+        for tg in (state["tg1"], state["ro1"]):
+            ok_call("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=v.volume_id, target_path=tg))
+            pt.check(mount_line(tg) is None and not os.path.exists(tg), "target left behind: " + tg)
+        ok_call("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=v.volume_id, staging_target_path=state["st1"]))
+        code, details, _ = fut.result()
+        pt.check(code == SC.OK, "DeleteVolume: %s %s" % (code, details))
+    pt.check(mount_line(state["st1"]) is None, "still staged")
+    pt.check(v.volume_id not in listed_ids(), "still listed")
+
+
+@t.test("unpublish, unstage and DeleteVolume again: OK")
 def _():
     v = state["v1"]
     for tg in (state["tg1"], state["ro1"]):
-        for _ in range(2):
-            ok_call("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=v.volume_id, target_path=tg))
-        pt.check(mount_line(tg) is None and not os.path.exists(tg), "target left behind: " + tg)
-    for _ in range(2):
-        ok_call("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=v.volume_id, staging_target_path=state["st1"]))
-    pt.check(mount_line(state["st1"]) is None, "still staged")
-    for _ in range(2):
-        ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+        ok_call("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=v.volume_id, target_path=tg))
+    ok_call("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=v.volume_id, staging_target_path=state["st1"]))
+    ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
     pt.check(v.volume_id not in listed_ids(), "still listed")
 
 
