@@ -780,10 +780,16 @@ static void on_erased(struct pcsi_backend_req *req)
 }
 
 /* Zeroes the whole device (an erase) with a child process that the caller
- * may stop, then calls on_erased(). */
+ * may stop, then calls on_erased(). blkdiscard -z asks the kernel to write
+ * zeros (BLKZEROOUT: zero pages straight to the device, no page cache; on
+ * pmem a whole-block write also clears poison), 8 MiB per call so that a
+ * kill stops it within one step. shred -z, before, wrote through the page
+ * cache: 0.6 s against 0.2 s for 64 MiB in an idle TCG guest, and 25 at once
+ * left 1.6 GiB of dirty pages that starved a 3 GiB Kubernetes node (kubelet's
+ * probes timed out, the driver was restarted; provision-bench). */
 static void erase_device(struct pcsi_backend_req *req)
 {
-	const char *whole[] = { "shred", "-n", "0", "-z", req->vol.path, NULL };
+	const char *whole[] = { "blkdiscard", "--zeroout", "--step", "8M", req->vol.path, NULL };
 
 	/* Erasing a large device takes as long as it takes: no time limit
 	 * (but the caller may give up: pcsi_backend_cancel()). */

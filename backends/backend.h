@@ -12,7 +12,7 @@
  * (caller-owned, valid until the callback), and the callback runs exactly once,
  * always on a later loop turn, with req->error = 0 or -errno. The loop itself
  * never blocks: libndctl calls run on the libuv thread pool, and lvm2, wipefs,
- * shred and dd run as child processes.
+ * blkdiscard (the erase) and dd run as child processes.
  *
  * Several operations run at once. Requests start in submission order as far
  * as these rules allow (backend_internal.h has them in full):

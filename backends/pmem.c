@@ -609,9 +609,18 @@ static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *na
 	/* A create killed between the uuid and the size leaves the seed idle
 	 * (no size) but with a uuid, which the kernel then refuses to change
 	 * (EBUSY: it has no label to rename): keep it, any uuid will do. */
+	/* The kernel rewrites the namespace's labels (the index blocks and the
+	 * label on every DIMM of the set, through the DIMM's _DSM) at each
+	 * change of its name, size or holder class once it has a uuid, and
+	 * writes nothing before: name and holder class come first, so that
+	 * the size writes one label that holds everything. */
 	ndctl_namespace_get_uuid(ndns, uu);
-	rc = 0;
-	if (uuid_is_null(uu)) {
+	step = "setting the name of";
+	rc = ndctl_namespace_set_alt_name(ndns, name);
+	/* Opportunistic, as in ndctl: old kernels lack holder_class. */
+	if (rc == 0)
+		ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_FSDAX);
+	if (rc == 0 && uuid_is_null(uu)) {
 		uuid_generate(uu);
 		step = "setting the uuid of";
 		rc = ndctl_namespace_set_uuid(ndns, uu);
@@ -620,14 +629,8 @@ static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *na
 		step = "setting the size of";
 		rc = ndctl_namespace_set_size(ndns, size);
 	}
-	if (rc == 0) {
-		step = "setting the name of";
-		rc = ndctl_namespace_set_alt_name(ndns, name);
-	}
 	if (rc < 0)
 		goto undo;
-	/* Opportunistic, as in ndctl: old kernels lack holder_class. */
-	ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_FSDAX);
 
 	touched = pfn;
 	uuid_generate(uu);

@@ -6,7 +6,7 @@ binary, the shared libraries `ldd` names for it, the dynamic loader), written as
 image layout tarball that `ctr -n k8s.io images import` takes. The driver
 image holds what manifests/Containerfile installs: pmem-csi-driver and the
 tools it runs (mkfs.ext4, mkfs.xfs, lvm2, mount, umount, blkid, wipefs,
-shred, dd) from Debian 12, the same packages. With e2e=True, also the images
+blkdiscard, dd) from Debian 12, the same packages. With e2e=True, also the images
 that Kubernetes' storage e2e suite runs (e2e_images()), under the names
 e2e.test asks for.
 
@@ -186,7 +186,7 @@ def driver_rootfs(driver):
     r = Rootfs()
     r.add_binary(driver, "/usr/local/bin/pmem-csi-driver")
     for tool in ("/sbin/mkfs.ext4", "/sbin/mke2fs", "/sbin/mkfs.xfs", "/bin/mount", "/bin/umount",
-                 "/sbin/blkid", "/sbin/wipefs", "/usr/bin/shred", "/bin/dd", "/bin/sh", "/sbin/lvm",
+                 "/sbin/blkid", "/sbin/wipefs", "/sbin/blkdiscard", "/bin/dd", "/bin/sh", "/sbin/lvm",
                  "/usr/bin/ndctl", "/sbin/resize2fs", "/usr/sbin/xfs_growfs", "/sbin/fsfreeze",
                  "/usr/bin/setpriv"):
         if os.path.exists(tool):
