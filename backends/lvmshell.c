@@ -20,6 +20,7 @@
 
 #include "daemon/core/list.h"
 #include "daemon/core/log.h"
+#include "daemon/core/proc.h"
 #include "daemon/core/util.h"
 
 #define PROFILE	      "lvmdbusd"
@@ -543,8 +544,10 @@ static void shell_start(struct pcsi_lvmshell *sh)
 	uv_process_options_t po;
 	uv_stdio_container_t stdio[NPIPES];
 	const char *argv[] = { "lvm", NULL };
+	static const char *const own_env[] = { "LVM_REPORT_FD=3", "LVM_COMMAND_PROFILE=" PROFILE,
+					       NULL };
 	char *env[40], path[300];
-	size_t ne = 0, i;
+	size_t i;
 	int rc;
 
 	if (access(profile_dir(path, sizeof(path)), R_OK) != 0) {
@@ -567,27 +570,13 @@ static void shell_start(struct pcsi_lvmshell *sh)
 	s->process.data = s;
 	s->open_handles = 2 + NPIPES;
 
-	env[ne++] = (char *)"LC_ALL=C";
-	env[ne++] = (char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin";
-	env[ne++] = (char *)"LVM_REPORT_FD=3";
-	env[ne++] = (char *)"LVM_COMMAND_PROFILE=" PROFILE;
-	for (i = 0; sh->env && sh->env[i] && ne < PCSI_ARRAY_SIZE(env) - 1; i++)
-		env[ne++] = (char *)sh->env[i];
-	env[ne] = NULL;
-
 	stdio[P_IN].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
 	for (i = P_OUT; i < NPIPES; i++)
 		stdio[i].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
 	for (i = 0; i < NPIPES; i++)
 		stdio[i].data.stream = (uv_stream_t *)&s->pipes[i];
-	memset(&po, 0, sizeof(po));
-	po.exit_cb = on_exit_cb;
-	po.file = argv[0];
-	po.args = (char **)argv;
-	po.env = env;
-	po.stdio = stdio;
-	po.stdio_count = NPIPES;
-	po.flags = UV_PROCESS_DETACHED; /* its own process group */
+	pcsi_proc_options(&po, env, PCSI_ARRAY_SIZE(env), argv, own_env, sh->env, stdio, NPIPES,
+			  on_exit_cb);
 
 	rc = uv_spawn(sh->loop, &s->process, &po);
 	if (rc < 0) {

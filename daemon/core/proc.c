@@ -136,6 +136,29 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 	}
 }
 
+void pcsi_proc_options(uv_process_options_t *po, char **env, size_t cap, const char *const *argv,
+		       const char *const *own, const char *const *extra,
+		       uv_stdio_container_t *stdio, int n, uv_exit_cb exit_cb)
+{
+	const char *const *lists[] = { own, extra };
+	size_t ne = 0, i, l;
+
+	env[ne++] = (char *)"LC_ALL=C";
+	env[ne++] = (char *)RUNNER_PATH;
+	for (l = 0; l < 2; l++)
+		for (i = 0; lists[l] && lists[l][i] && ne < cap - 1; i++)
+			env[ne++] = (char *)lists[l][i];
+	env[ne] = NULL;
+	memset(po, 0, sizeof(*po));
+	po->exit_cb = exit_cb;
+	po->file = argv[0];
+	po->args = (char **)argv;
+	po->env = env;
+	po->stdio = stdio;
+	po->stdio_count = n;
+	po->flags = UV_PROCESS_DETACHED;
+}
+
 void pcsi_proc_run(uv_loop_t *loop, struct pcsi_proc *p, const char *const *argv,
 		   const struct pcsi_proc_opts *opts, pcsi_proc_cb cb, void *data)
 {
@@ -144,7 +167,7 @@ void pcsi_proc_run(uv_loop_t *loop, struct pcsi_proc *p, const char *const *argv
 	uv_process_options_t po;
 	uv_stdio_container_t stdio[3];
 	char *env[34];
-	size_t ne = 0, i;
+	size_t i;
 	int rc;
 
 	memset(p, 0, sizeof(*p));
@@ -168,25 +191,13 @@ void pcsi_proc_run(uv_loop_t *loop, struct pcsi_proc *p, const char *const *argv
 	}
 	p->open_handles = 4; /* timer, two pipes, process (closed even if spawn fails) */
 
-	env[ne++] = (char *)"LC_ALL=C";
-	env[ne++] = (char *)RUNNER_PATH;
-	for (i = 0; p->opts.env && p->opts.env[i] && ne < PCSI_ARRAY_SIZE(env) - 1; i++)
-		env[ne++] = (char *)p->opts.env[i];
-	env[ne] = NULL;
-
 	stdio[0].flags = UV_IGNORE;
 	stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
 	stdio[1].data.stream = (uv_stream_t *)&p->pipes[0];
 	stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
 	stdio[2].data.stream = (uv_stream_t *)&p->pipes[1];
-	memset(&po, 0, sizeof(po));
-	po.exit_cb = on_exit_cb;
-	po.file = argv[0];
-	po.args = (char **)argv;
-	po.env = env;
-	po.stdio = stdio;
-	po.stdio_count = 3;
-	po.flags = UV_PROCESS_DETACHED;
+	pcsi_proc_options(&po, env, PCSI_ARRAY_SIZE(env), argv, NULL, p->opts.env, stdio, 3,
+			  on_exit_cb);
 
 	/* uv_spawn searches PATH from the *child's* env (our fixed PATH). */
 	rc = uv_spawn(loop, &p->process, &po);

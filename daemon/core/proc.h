@@ -36,6 +36,16 @@ struct pcsi_proc_opts {
 	const char *const *env; /* extra "NAME=value" entries, NULL-terminated, may be NULL */
 };
 
+/* The environment and options every child of the daemon starts with (the
+ * runner's, and long-lived children of other modules such as the lvm
+ * shells): |env| (room for |cap| pointers) gets LC_ALL=C, the fixed PATH,
+ * then the entries of |own| and of |extra| (each NULL-terminated, may be
+ * NULL) as they fit, and a NULL; |po| runs argv[0] with |argv|, |env|, the
+ * |n| |stdio| containers and |exit_cb|, in a process group of its own. */
+void pcsi_proc_options(uv_process_options_t *po, char **env, size_t cap, const char *const *argv,
+		       const char *const *own, const char *const *extra,
+		       uv_stdio_container_t *stdio, int n, uv_exit_cb exit_cb);
+
 struct pcsi_stream_buf {
 	char *data; /* NUL-terminated, owned */
 	size_t len;
