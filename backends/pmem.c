@@ -606,14 +606,14 @@ static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *na
 	copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
 	p->last[0] = '\0';
 
-	/* A create killed between the uuid and the size leaves the seed idle
-	 * (no size) but with a uuid, which the kernel then refuses to change
-	 * (EBUSY: it has no label to rename): keep it, any uuid will do. */
 	/* The kernel rewrites the namespace's labels (the index blocks and the
 	 * label on every DIMM of the set, through the DIMM's _DSM) at each
 	 * change of its name, size or holder class once it has a uuid, and
 	 * writes nothing before: name and holder class come first, so that
-	 * the size writes one label that holds everything. */
+	 * the size writes one label that holds everything. A create killed
+	 * between the uuid and the size leaves the seed idle (no size) but
+	 * with a uuid, which the kernel then refuses to change (EBUSY: it has
+	 * no label to rename): keep it, any uuid will do. */
 	ndctl_namespace_get_uuid(ndns, uu);
 	step = "setting the name of";
 	rc = ndctl_namespace_set_alt_name(ndns, name);

@@ -125,6 +125,11 @@ run_end() { # slot
 	results+=("$name")
 }
 
+# Runs "$@" with the sanitizers' options: leaks checked, the first error fatal.
+sanitized() {
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$@"
+}
+
 # The shipped configuration: it must build, and it must not offer the test-only backend.
 shipped() {
 	echo "=== shipped configuration (build/) ==="
@@ -166,8 +171,7 @@ else
 	else
 		failed_outside "fuzz build"
 	fi
-	$asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		run_start asan build-asan "unit + integration under ASan+UBSan" --suite unit --suite integration
+	$asan && sanitized run_start asan build-asan "unit + integration under ASan+UBSan" --suite unit --suite integration
 	$fuzz && nice=10 run_start fuzz build-fuzz "fuzz (libFuzzer, ASan+UBSan)" --suite fuzz
 	run build-tests "unit + integration" --suite unit --suite integration
 	$asan && run_end asan
@@ -177,8 +181,7 @@ else
 		# line: once, sanitized, beside the guests (two runs must not share
 		# a build directory: meson keeps one log there).
 		if $asan; then
-			ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-				run_start manifests build-asan "manifests under ASan+UBSan" --suite manifests
+			sanitized run_start manifests build-asan "manifests under ASan+UBSan" --suite manifests
 			run build-tests "vm + conformance" --suite vm --suite conformance
 			run_end manifests
 		else

@@ -561,12 +561,14 @@ static bool busy_wait(struct delete_op *op)
 	uv_loop_t *loop = op->nc->node->loop;
 	uint64_t now = uv_now(loop), left;
 
+	if (op->snapshot || !op->breq.vol.path[0])
+		return false;
 	if (!op->busy_until) {
 		left = pcsi_call_remaining_ms(op->call);
 		left = left > 1000 ? left - 1000 : 0; /* time to answer */
 		op->busy_until = now + (left < BUSY_WAIT_MS ? left : BUSY_WAIT_MS);
 	}
-	if (op->snapshot || !op->breq.vol.path[0] || now + BUSY_POLL_MS > op->busy_until)
+	if (now + BUSY_POLL_MS > op->busy_until)
 		return false;
 	if (!op->busy_timer) {
 		op->busy_timer = pcsi_xcalloc(1, sizeof(*op->busy_timer));
