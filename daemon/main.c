@@ -156,7 +156,16 @@ int main(int argc, char **argv)
 	static struct daemon d;
 	struct pcsi_server_opts sopts = { 0 };
 	char err[512];
+	sigset_t stop_signals;
 	int rc;
+
+	/* A SIGTERM that comes while the daemon starts (a pod deleted at once)
+	 * waits, blocked, until the loop's handlers are in place, and then
+	 * shuts it down cleanly instead of killing it half set up. */
+	sigemptyset(&stop_signals);
+	sigaddset(&stop_signals, SIGTERM);
+	sigaddset(&stop_signals, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 
 	rc = pcsi_config_parse(&d.cfg, argc, argv, stdout, stderr);
 	if (rc != 0)
@@ -196,6 +205,7 @@ int main(int argc, char **argv)
 	d.sigterm.data = d.sigint.data = &d;
 	uv_signal_start(&d.sigterm, on_signal, SIGTERM);
 	uv_signal_start(&d.sigint, on_signal, SIGINT);
+	pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
 	pcsi_memtrim_start(&d.memtrim, d.env.loop);
 
 	switch (d.cfg.mode) {

@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -148,6 +149,21 @@ def mode_of(args):
     return "controller"
 
 
+def sigterm_held(pid):
+    """Whether process |pid| blocks or catches SIGTERM (/proc/PID/status)."""
+    masks = {}
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("SigBlk", "SigCgt"):
+                    masks[k] = int(v, 16)
+    except OSError:
+        return False
+    bit = 1 << (signal.SIGTERM - 1)
+    return any(m & bit for m in masks.values())
+
+
 def run_line(i, args, api):
     box = os.path.join(WORK, "box-%d" % i)
     os.makedirs(box)
@@ -188,6 +204,11 @@ def run_line(i, args, api):
                 except Exception:
                     pass
             time.sleep(0.2)
+        # The SIGTERM below tests the driver's shutdown, not how soon a
+        # loaded machine runs its first instruction: wait until the process
+        # is past exec and its runtime's start (it blocks SIGTERM first).
+        while time.monotonic() < deadline + 10 and p.poll() is None and not sigterm_held(p.pid):
+            time.sleep(0.1)
         time.sleep(0.5)
         if p.poll() is not None:
             problems.append("exited with status %s" % p.returncode)

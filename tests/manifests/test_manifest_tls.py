@@ -350,6 +350,18 @@ def probe_code(make_channel):
         ch.close()
 
 
+def accepted_code(make_channel, timeout=30):
+    """probe_code() until the peer answers OK or |timeout| seconds pass (a
+    handshake can outlast one call's deadline on a loaded machine, with the
+    driver under ASan); the last (code, details)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code, details = probe_code(make_channel)
+        if code == SC.OK or time.monotonic() >= deadline:
+            return code, details
+        time.sleep(0.5)
+
+
 def wait_for(cond, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -428,7 +440,7 @@ def kubelet_checks(daemon, lp):
     sock = os.path.join(lp.vol_dirs[regvols[0]["name"]], name + "-reg.sock")
     pt.check(lp.host_path(os.path.join(reg_dir, name + "-reg.sock")) == sock,
              "-kubeletRegistrationDir=%s: the socket would not be in plugins_registry" % reg_dir)
-    wait_for(lambda: os.path.exists(sock), 15, "%s\n%s" % (sock, pt._tail(daemon.stderr_text(), 20)))
+    wait_for(lambda: os.path.exists(sock), 30, "%s\n%s" % (sock, pt._tail(daemon.stderr_text(), 20)))
     announced_here = lp.host_fs_path(reg_path)
     pr = pt.protos().pluginreg
     ch = pt.unix_channel(sock)
@@ -454,7 +466,7 @@ def kubelet_checks(daemon, lp):
         pt.check(code == SC.OK, "NotifyRegistrationStatus: %s %s" % (code, details))
     finally:
         ch.close()
-    wait_for(lambda: "registered with kubelet" in daemon.stderr_text(), 5, "the driver to log 'registered with kubelet'")
+    wait_for(lambda: "registered with kubelet" in daemon.stderr_text(), 15, "the driver to log 'registered with kubelet'")
 
 
 # Without PMEM a node stays "not ready" and does not register. A build with
@@ -494,7 +506,7 @@ def central_run(source_name, make_secrets, registration):
         reg_port = ctl.ports[10000]
         # 1. The Registry accepts the node certificate...
         ca, crt, key = creds(node_secret)
-        code, details = probe_code(lambda: pt.tls_channel(reg_port, ca=ca, cert=crt, key=key, server_name="pmem-registry"))
+        code, details = accepted_code(lambda: pt.tls_channel(reg_port, ca=ca, cert=crt, key=key, server_name="pmem-registry"))
         pt.check(code == SC.OK, "%s: Registry refused the node certificate: %s %s\n%s"
                  % (source_name, code, details, pt._tail(controller.stderr_text(), 20)))
         # ... and refuses a client presenting the controller's own certificate.
@@ -514,14 +526,14 @@ def central_run(source_name, make_secrets, registration):
         nd = node.start("node", nargs, wait=False)
         try:
             # The node's controller port: TLS up (Probe answers, ready or not).
-            wait_for(lambda: probe_code(as_registry)[0] == SC.OK, 15,
+            wait_for(lambda: probe_code(as_registry)[0] == SC.OK, 30,
                      "the node's controller port to accept the registry certificate\n" + pt._tail(nd.stderr_text(), 20))
             nca, ncrt, nkey = creds(node_secret)
             code, _ = probe_code(lambda: pt.tls_channel(nctl_port, ca=nca, cert=ncrt, key=nkey, server_name="pmem-node-controller"))
             pt.check(code in REFUSED, "%s: the node's controller port accepted a pmem-node-controller client: %s" % (source_name, code))
             if registration:
                 wait_for(lambda: "registered with the controller" in nd.stderr_text()
-                         and "node registered" in controller.stderr_text(), 20,
+                         and "node registered" in controller.stderr_text(), 40,
                          "the node to register with the controller (and the controller to import it)\n"
                          "--- node ---\n%s\n--- controller ---\n%s"
                          % (pt._tail(nd.stderr_text(), 20), pt._tail(controller.stderr_text(), 20)))
@@ -614,7 +626,7 @@ def _():
     sock = [a for a in args if a.startswith("-endpoint=unix://")][0][len("-endpoint=unix://"):]
     nd = node.start("node", args, wait=False)
     try:
-        wait_for(lambda: probe_code(lambda: pt.unix_channel(sock))[0] == SC.OK, 15,
+        wait_for(lambda: probe_code(lambda: pt.unix_channel(sock))[0] == SC.OK, 30,
                  "Probe on %s\n%s" % (sock, pt._tail(nd.stderr_text(), 20)))
         metrics_checks(nd, node, ready=False)  # no PMEM here
         kubelet_checks(nd, node)

@@ -385,26 +385,38 @@ def _():
 def _():
     path, req_cls, resp = pt.rpc(csi, "Controller", "CreateVolume")
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
-        fs = [ex.submit(pt.call_code, ch, path, create("pvc-race", 64 * MiB), resp, 120) for _ in range(4)]
+        fs = [ex.submit(pt.call_code, ch, path, create("pvc-race", 256 * MiB), resp, 120) for _ in range(4)]
         codes = [f.result()[0] for f in fs]
     pt.check(set(codes) <= {SC.OK, SC.ABORTED} and SC.OK in codes, "codes %r" % codes)
-    v = ok_call("Controller", "CreateVolume", create("pvc-race", 64 * MiB)).volume
+    v = ok_call("Controller", "CreateVolume", create("pvc-race", 256 * MiB)).volume
     pt.check([i for i in listed_ids() if i == v.volume_id] == [v.volume_id], "duplicate")
     st = os.path.join(WORK, "staging-race")
     spath, _, sresp = pt.rpc(csi, "Node", "NodeStageVolume")
+    t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(1) as ex:
         f = ex.submit(pt.call_code, ch, spath, stage(v.volume_id, st, ctx=v.volume_context), sresp, 120)
-        worst = 0.0
+        worst, answered = 0.0, 0
         while not f.done():
-            t0 = time.monotonic()
-            pt.probe(ch, timeout=5)
-            worst = max(worst, time.monotonic() - t0)
+            t1 = time.monotonic()
+            pt.probe(ch, timeout=30)
+            worst = max(worst, time.monotonic() - t1)
+            answered += 1
             time.sleep(0.02)
-        pt.check(f.result()[0] == SC.OK, str(f.result()))
-    t.diag("slowest Probe during NodeStageVolume: %.1f ms" % (worst * 1000))
-    pt.check(worst < 1.0, "Probe took %.2fs during mkfs" % worst)
-    ok_call("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=v.volume_id, staging_target_path=st))
+        staged = f.result()
+        took = time.monotonic() - t0
+    if staged[0] == SC.OK:
+        ok_call("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=v.volume_id,
+                                                                         staging_target_path=st))
     ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    pt.check(staged[0] == SC.OK, str(staged))
+    t.diag("NodeStageVolume (mkfs) %.2f s; %d Probes answered meanwhile, the slowest in %.1f ms"
+           % (took, answered, worst * 1000))
+    # A loop that waited for mkfs would hold a Probe for most of the stage;
+    # one that does not answers several, each in a fraction of it (a ratio,
+    # not a time: a loaded machine slows both alike).
+    pt.check(answered >= 2 and worst < max(took / 2, 0.25),
+             "%d Probes during a %.2f s NodeStageVolume, the slowest %.2f s: the loop waited for mkfs"
+             % (answered, took, worst))
 
 
 TRACING = "/sys/kernel/tracing"
@@ -608,8 +620,10 @@ def _():
         t.diag("during a %.1f s CreateVolume: %d answers, slowest /healthz or /metrics/simple %.1f ms, "
                "slowest /metrics %.1f ms" % (took, n, worst * 1000, worst_m * 1000))
         # A fast create leaves time for only a few answers; each of them must
-        # still come back quickly (the create runs in the backend, not the loop).
-        pt.check(n >= 1 and worst < max(0.3, min(1.5, took / 2)) and worst_m < 3.5,
+        # still come back in a fraction of it (the create runs in the
+        # backend, not the loop), /metrics within its 2 s limit plus as much.
+        slack = max(0.3, took / 2)
+        pt.check(n >= 1 and worst < slack and worst_m < 2.0 + slack,
                  "%d answers during %.2fs; slowest %.2fs, /metrics %.2fs" % (n, took, worst, worst_m))
         cap2 = mcall("Controller", "GetCapacity", csi.GetCapacityRequest())
         status, text = get("/metrics")
