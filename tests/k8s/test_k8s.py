@@ -316,10 +316,34 @@ def e2e_subset(mode):
     pt.check(status == 0, "%s mode: e2e.test failed or left volumes behind (the lines above)" % mode)
 
 
+def refused_calls():
+    """Log lines of every container of the driver's pods (the driver and
+    the sidecars) in which the API server refused a call: a rule missing
+    from the manifests' RBAC (the sidecars retry and log, they do not fail)."""
+    found = []
+    for pod in kj("-n", NS, "get", "pods")["items"]:
+        name = pod["metadata"]["name"]
+        for c in pod["spec"]["containers"]:
+            out = k("-n", NS, "logs", name, "-c", c["name"], "--tail=-1", check=False).stdout
+            found += ["%s/%s: %s" % (name, c["name"], l[:400]) for l in out.splitlines() if " is forbidden: " in l]
+    return found
+
+
+def rbac_check(mode):
+    found = refused_calls()
+    t.diag("%s: %d refused API calls in the driver pods' logs" % (mode, len(found)))
+    pt.check(not found, "%d refused API calls, e.g.\n%s" % (len(found), "\n".join(found[:5])))
+
+
 @t.test("central: Kubernetes' storage e2e tests, the CI subset (e2e.test with tests/k8s/testdriver-central.yaml), "
         "on this cluster and deployment")
 def _():
     e2e_subset("central")
+
+
+@t.test("central: after all that, no container of the driver's pods logged a call the API server refused (RBAC)")
+def _():
+    rbac_check("central")
 
 
 @t.test("central: the controller pod is replaced: the new one asks the API server which nodes may hold "
@@ -565,6 +589,11 @@ def _():
         "tests/k8s/testdriver-distributed.yaml), on this cluster and deployment")
 def _():
     e2e_subset("distributed")
+
+
+@t.test("distributed: after all that, no container of the driver's pods logged a call the API server refused (RBAC)")
+def _():
+    rbac_check("distributed")
 
 
 # ---------------------------------------------------------------------------- Intel PMEM-CSI v1.1.0 users
