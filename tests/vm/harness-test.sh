@@ -183,6 +183,9 @@ if want_case setup-errors; then
 	start setup-errors --nvdimm-size=100M "$(script setup-errors 'exit 0')"
 	reap
 	verify 126 "--nvdimm-size not a multiple of 16M"
+	start setup-errors --cxl=1 --cxl-size=384M "$(script setup-errors 'exit 0')"
+	reap
+	verify 126 "--cxl-size not a multiple of 256M"
 	start setup-errors --bogus "$(script setup-errors 'exit 0')"
 	reap
 	verify 126 "unknown option"

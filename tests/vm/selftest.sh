@@ -11,6 +11,8 @@
 #      lvs --reportformat json, and XFS with mount -o dax on the LV
 #   5. with several DIMMs, every region takes a namespace (alignment)
 #   6. everything is torn down again and the regions are fully available
+#   7. (--cxl=N) each CXL memory device takes a region, an fsdax namespace
+#      and an ext4 DAX mount
 set -u -o pipefail
 
 n=0
@@ -46,7 +48,7 @@ region_size() { json_field size "$(region_json "$1")"; }
 [ "${VM_RUN:-}" = 1 ] || fail "not inside a vm-run guest (VM_RUN is not set)"
 [ "$(id -u)" = 0 ] || fail "not root"
 echo "# kernel $(uname -r), guest uptime $(cut -d' ' -f1 /proc/uptime)s," \
-	"nvdimms=${VM_NVDIMMS:-?} udev=${VM_UDEV:-?}"
+	"nvdimms=${VM_NVDIMMS:-?} cxl=${VM_CXL:-0} udev=${VM_UDEV:-?}"
 
 # ------------------------------------------------------------ 1. regions
 run ndctl list -R -D
@@ -59,7 +61,7 @@ for r in $regions; do
 		fail "$r: size $size, expected ${VM_NVDIMM_SIZE:-}"
 	[ "$free" = "$size" ] || fail "$r: available_size $free != size $size (label-less or not empty?)"
 done
-for d in $(ndctl list -D | sed -n 's/.*"dev" *: *"\(nmem[0-9]*\)".*/\1/p'); do
+for d in $(ndctl list -D -b ACPI.NFIT | sed -n 's/.*"dev" *: *"\(nmem[0-9]*\)".*/\1/p'); do
 	run ndctl check-labels "$d"
 done
 pass "$count region(s) of $(numfmt --to=iec "$size"), labelled and empty"
@@ -127,6 +129,33 @@ for r in $regions; do
 	run ndctl create-namespace -r "$r" -m fsdax -s 256M -n "vm-selftest-$r"
 	run ndctl destroy-namespace -f "$(json_field dev "$last_out")"
 	pass "namespace on $r"
+done
+
+# ------------------------------------------------- 7. CXL persistent memory
+# Each CXL memory device: a region assembled from the root decoder, an nd
+# region on a "CXL" bus with the device's whole capacity, a named fsdax
+# namespace, ext4 with DAX; then the region is taken apart again.
+for ((i = 0; i < ${VM_CXL:-0}; i++)); do
+	run cxl create-region -m -t pmem -d decoder0.0 -w 1 "mem$i"
+	cr=$(json_field region "$last_out")
+	[ "$(json_field decode_state "$last_out")" = commit ] || fail "$cr: not committed"
+	nr=$(ndctl list -R -b CXL | sed -n 's/.*"dev" *: *"\(region[0-9]*\)".*/\1/p' |
+		while read -r r; do [ "$(region_free "$r")" = "$(region_size "$r")" ] && echo "$r"; done | head -n 1)
+	[ -n "$nr" ] && [ "$(region_size "$nr")" = "${VM_CXL_SIZE:-}" ] ||
+		fail "mem$i: no empty nd region of ${VM_CXL_SIZE:-?} bytes on the CXL bus: $(ndctl list -R -b CXL)"
+	run ndctl create-namespace -r "$nr" -m fsdax -s 256M -n "vm-selftest-cxl$i"
+	ns=$(json_field dev "$last_out") blk=$(json_field blockdev "$last_out")
+	[ "$(cat "/sys/block/$blk/queue/dax")" = 1 ] || fail "/dev/$blk (CXL) does not support DAX"
+	run mkfs.ext4 -q -F -b 4096 "/dev/$blk"
+	run mount -o dax "/dev/$blk" "$mnt"
+	echo "pmem-csi" >"$mnt/probe" && sync || fail "cannot write to the CXL DAX mount"
+	attrs=$(xfs_io -c 'statx -r' "$mnt/probe" | sed -n 's/^stat.attributes = //p')
+	(( attrs & 0x200000 )) || fail "file on the CXL DAX mount lacks STATX_ATTR_DAX ($attrs)"
+	run umount "$mnt"
+	run ndctl destroy-namespace -f "$ns"
+	run cxl disable-region "$cr"
+	run cxl destroy-region "$cr"
+	pass "CXL mem$i: region $cr ($nr), fsdax namespace, ext4 -o dax, torn down"
 done
 
 # ----------------------------------------------------------------- 6. clean
