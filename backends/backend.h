@@ -66,6 +66,10 @@
 
 #define PCSI_LVM_ALIGN (4ull << 20)
 
+/* The name of the namespace the lvm backend makes in each region; the direct
+ * backend never treats it as a volume. */
+#define PCSI_LVM_NS_NAME "pmem-csi"
+
 struct pcsi_backend;
 struct pcsi_backend_req;
 

@@ -146,10 +146,6 @@ void pcsi_backend_refresh(struct pcsi_backend *be);
 /* Rounds |v| up to a multiple of |align| (> 0), saturating. */
 uint64_t pcsi_align_up(uint64_t v, uint64_t align);
 
-/* The name of the namespace the lvm backend makes in each region; the direct
- * backend never treats it as a volume. */
-#define PCSI_LVM_NS_NAME "pmem-csi"
-
 extern const struct pcsi_backend_ops pcsi_lvm_ops;
 extern const struct pcsi_backend_ops pcsi_fake_ops;
 extern const struct pcsi_backend_ops pcsi_direct_ops;

@@ -24,6 +24,7 @@ enum {
 	OPT_DEVICE_MANAGER,
 	OPT_PMEM_PERCENTAGE,
 	OPT_LVM_SHELLS,
+	OPT_CXL_REGIONS,
 	OPT_STATE_PATH,
 	OPT_CA,
 	OPT_CERT,
@@ -77,6 +78,7 @@ static const struct option options[] = {
 	{ "deviceManager", required_argument, NULL, OPT_DEVICE_MANAGER },
 	{ "pmemPercentage", required_argument, NULL, OPT_PMEM_PERCENTAGE },
 	{ "lvmShells", required_argument, NULL, OPT_LVM_SHELLS },
+	{ "cxlRegions", required_argument, NULL, OPT_CXL_REGIONS },
 	{ "statePath", required_argument, NULL, OPT_STATE_PATH },
 	{ "caFile", required_argument, NULL, OPT_CA },
 	{ "certFile", required_argument, NULL, OPT_CERT },
@@ -141,6 +143,9 @@ static const char usage[] =
 	"  -pmemPercentage=N          lvm: percentage of each region to use (default 100)\n"
 	"  -lvmShells=N               lvm: long-lived lvm shells that run its commands\n"
 	"                             (default 2; 0: each command a process of its own)\n"
+	"  -cxlRegions=off|auto       node: auto assembles a region on each CXL memory\n"
+	"                             device whose labels hold no other software's\n"
+	"                             namespaces, and again after every reboot (default off)\n"
 	"  -statePath=DIR             node: volume records (default /var/lib/<drivername>)\n"
 	"  -caFile=FILE               CA certificate that signs peers (mutual TLS)\n"
 	"  -certFile=FILE -keyFile=FILE   this process's certificate and key\n"
@@ -455,6 +460,8 @@ static int validate(struct pcsi_config *c, FILE *err)
 	/* Flags of another mode: accepted, as Intel's driver accepts them. */
 	if (c->has_node_selector && c->mode != PCSI_MODE_WEBHOOKS && c->mode != PCSI_MODE_CONVERT)
 		ignored(c, "-nodeSelector");
+	if (c->mode != PCSI_MODE_NODE && c->cxl_auto)
+		ignored(c, "-cxlRegions");
 	if (c->mode != PCSI_MODE_WEBHOOKS && c->scheduler_listen)
 		ignored(c, "-schedulerListen");
 	if (c->mode != PCSI_MODE_WEBHOOKS && c->insecure_scheduler_listen)
@@ -548,6 +555,14 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 				return -EINVAL;
 			cfg->lvm_shells = (unsigned)n;
 			break;
+		case OPT_CXL_REGIONS:
+			if (!strcmp(optarg, "auto") || !strcmp(optarg, "off")) {
+				cfg->cxl_auto = !strcmp(optarg, "auto");
+				break;
+			}
+			fprintf(err, "pmem-csi-driver: -cxlRegions: expected off or auto, got \"%s\"\n",
+				optarg);
+			return -EINVAL;
 		case OPT_STATE_PATH:
 			cfg->state_path = *optarg ? optarg : NULL;
 			break;

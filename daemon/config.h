@@ -53,6 +53,7 @@ struct pcsi_config {
 	const char *state_path;	    /* node: volume records (default /var/lib/<drivername>) */
 	int pmem_percentage;
 	unsigned lvm_shells; /* lvm: lvm shells (0: a process per command) */
+	bool cxl_auto;	     /* node: -cxlRegions=auto (cxl.h) */
 	const char *ca_file, *cert_file, *key_file;
 	const char *client_cert_file, *client_key_file; /* default: cert/key */
 	bool insecure;					/* allow plaintext TCP */

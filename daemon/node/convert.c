@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "backends/lvm_report.h"
 #include "backends/ndctl_report.h"
 #include "daemon/core/log.h"
@@ -17,7 +18,6 @@
 #define TOOL_TIMEOUT  300000
 #define MAX_REGIONS   64
 #define MAX_NS	      256
-#define NS_NAME	      "pmem-csi" /* the lvm backend's own namespace */
 
 enum step { S_LIST_RAW, S_RECONFIG, S_LIST_FSDAX, S_PVS, S_VGS, S_ADD, S_CHECK, S_RELABEL, S_DONE };
 
@@ -105,7 +105,7 @@ static int take_list(struct pcsi_convert *c, const char *json, bool raw_pass)
 				snprintf(c->raw[c->nraw][2], 32, "%s", ns->dev);
 				c->nraw++;
 			} else if (!raw_pass && !strcmp(ns->mode, "fsdax")) {
-				if (!strcmp(ns->name, NS_NAME)) {
+				if (!strcmp(ns->name, PCSI_LVM_NS_NAME)) {
 					c->have_named++;
 				} else if (ns->blockdev[0]) {
 					struct pv *pv = &c->pvs[c->npvs++];
@@ -368,7 +368,7 @@ static void run_step(struct pcsi_convert *c)
 			fail(c,
 			     "no volume group and no \"%s\" namespace: this node has no PMEM "
 			     "that the driver can use",
-			     NS_NAME);
+			     PCSI_LVM_NS_NAME);
 			return;
 		}
 		c->step = S_RELABEL;

@@ -24,12 +24,29 @@ int pcsi_node_role_init(struct pcsi_node_role *r, const struct pcsi_role_env *en
 
 static void on_backend_open(struct pcsi_backend_req *req, void *data);
 
+static void on_cxl_done(void *data)
+{
+	struct pcsi_node_role *r = data;
+
+	if (!r->stopping)
+		pcsi_backend_open(r->backend, &r->open_req, on_backend_open, r);
+}
+
+/* Opens the backend, after the CXL regions with -cxlRegions=auto. */
+static void open_backend(struct pcsi_node_role *r)
+{
+	if (r->env->cfg->cxl_auto)
+		pcsi_cxl_assemble(&r->cxl, on_cxl_done, r);
+	else
+		on_cxl_done(r);
+}
+
 static void on_open_retry(uv_timer_t *t)
 {
 	struct pcsi_node_role *r = t->data;
 
 	if (!r->stopping)
-		pcsi_backend_open(r->backend, &r->open_req, on_backend_open, r);
+		open_backend(r);
 }
 
 static void on_recovered(void *data);
@@ -113,7 +130,8 @@ int pcsi_node_role_start(struct pcsi_node_role *r)
 			return -1;
 	}
 	/* Probe says ready once the PMEM is prepared and the volumes are known. */
-	pcsi_backend_open(r->backend, &r->open_req, on_backend_open, r);
+	pcsi_cxl_init(&r->cxl, r->env->loop, cfg->state_path);
+	open_backend(r);
 	return 0;
 }
 
@@ -145,5 +163,7 @@ void pcsi_node_role_done(struct pcsi_node_role *r)
 {
 	if (r->node.loop)
 		pcsi_node_done(&r->node);
+	if (r->cxl.loop)
+		pcsi_cxl_done(&r->cxl);
 	pcsi_backend_free(r->backend);
 }

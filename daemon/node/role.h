@@ -6,7 +6,8 @@
  * PMEM is prepared and the volumes are known, Probe answers not ready; without
  * usable PMEM the node stays up and tries again with a growing delay (10 s to
  * 5 min), so an administrator can enable a region or fix its labels without
- * restarting the pod. Copies a restart cut short are removed before Probe
+ * restarting the pod. With -cxlRegions=auto the CXL regions are assembled
+ * before each attempt (cxl.h). Copies a restart cut short are removed before Probe
  * says ready (copy.h). Once ready it registers with -registryEndpoint, if
  * given, and keeps that registration alive. With -kubeletRegistrationDir it
  * registers itself with kubelet (kubelet.h). */
@@ -20,6 +21,7 @@
 #include "backends/backend.h"
 #include "daemon/csi/role.h"
 #include "daemon/node/controller.h"
+#include "daemon/node/cxl.h"
 #include "daemon/node/kubelet.h"
 #include "daemon/node/registration.h"
 #include "daemon/node/service.h"
@@ -34,6 +36,7 @@ struct pcsi_node_role {
 	struct pcsi_node_controller node_ctrl;
 	struct pcsi_registration registration;
 	struct pcsi_kubelet_reg kubelet;
+	struct pcsi_cxl cxl; /* -cxlRegions=auto */
 	bool registering, stopping;
 	bool recovering;		/* pcsi_copy_recover() runs */
 	void (*stopped_cb)(void *data); /* a stop waiting for the recovery */

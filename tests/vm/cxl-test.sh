@@ -1,0 +1,47 @@
+#!/bin/bash
+# cxl-test.sh -- the node driver on CXL persistent memory (-cxlRegions=auto)
+# across power cycles: three guests, one after the other, with the same two
+# CXL devices (--cxl=2 --nvdimm-dir) and the same driver state directory
+# (--rw-dir), each running phases of test_cxl.py (see there):
+#   boot 1: foreign (mem1 becomes another program's), first-direct
+#   boot 2: second-direct, kill, first-lvm
+#   boot 3: second-lvm
+# Runs on the HOST; TAP, numbered across the boots.
+#
+#   tests/vm/cxl-test.sh PATH-TO-pmem-csi-driver
+set -u
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+driver=$(realpath -e -- "${1:?usage: cxl-test.sh PATH-TO-pmem-csi-driver}") || exit 2
+work=$(mktemp -d "${TMPDIR:-/tmp}/pcsi-cxl.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/img" "$work/share"
+n=0 failed=0
+
+boot() { # phases...
+	# One guest, the phases in order; their TAP renumbered into ours.
+	while IFS= read -r line; do
+		case "$line" in
+		"ok "* | "not ok "*)
+			n=$((n + 1))
+			case "$line" in "not ok "*) failed=$((failed + 1)) ;; esac
+			echo "$line" | sed -E "s/^(ok|not ok) [0-9]+/\1 $n/"
+			;;
+		"# failed: "* | "Bail out!"*)
+			echo "$line"
+			echo "$line" >&2
+			;;
+		1..*) ;;
+		*) echo "$line" ;;
+		esac
+	done < <("$here/vm-run" --cxl=2 --nvdimms=0 --nvdimm-dir="$work/img" --rw-dir="$work/share" \
+		--timeout=900 --env=PCSI_PROTO_DIR --env=PCSI_TEST_TIMEOUT --merge-stderr \
+		/bin/bash -c 'for p in "${@:3}"; do /usr/bin/python3 "$1" "$2" "$p" "$0" || echo "# phase $p failed"; done' \
+		"$work/share" "$here/test_cxl.py" "$driver" "$@" 2>&1)
+	echo "# boot with phases $* done"
+}
+
+boot foreign first-direct
+boot second-direct kill first-lvm
+boot second-lvm
+echo "1..$n"
+[ "$failed" = 0 ] && [ "$n" -ge 8 ]

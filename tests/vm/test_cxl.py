@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""CXL persistent memory under the node driver (-cxlRegions=auto), one phase
+of tests/vm/cxl-test.sh per guest boot; the guests share their CXL backing
+files (--nvdimm-dir) and WORK (--rw-dir), so that a new boot is a power
+cycle. Runs inside the guest as root; TAP output.
+
+usage: test_cxl.py PATH-TO-pmem-csi-driver PHASE WORK
+  foreign       make mem1 a device of other software: a region, a devdax
+                namespace "database", the region taken down (labels stay)
+  first-B       (B = direct|lvm) the driver assembles mem0's region and
+                records it, leaves mem1 alone; a volume with data
+  second-B      after a power cycle: the region again, the volume and its
+                data back; the volume deleted
+  kill          kill -9 of the driver and its `cxl` child during region
+                assembly, several times; each restart finishes the region
+"""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import grpc  # noqa: E402
+
+import pcsi_test as pt  # noqa: E402
+
+DRIVER, PHASE, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+BACKEND = PHASE.split("-", 1)[1] if "-" in PHASE else "direct"
+t = pt.TAP()
+SC = grpc.StatusCode
+MiB = 1 << 20
+STATE = os.path.join(WORK, "state")
+SOCK = os.path.join(pt.mkdtemp("pcsi-cxl-"), "csi.sock")
+RECORD = os.path.join(STATE, "cxl-regions.json")
+csi = pt.protos().csi
+VOL = "cxl-volume-" + BACKEND
+
+
+def sh(*cmd, check=True):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if check and r.returncode != 0:
+        raise pt.TestFailure("%s: exit %d\n%s" % (" ".join(cmd), r.returncode, r.stdout[-2000:]))
+    return r.stdout
+
+
+def cxl_json(*args):
+    out = sh("cxl", "list", *args)
+    return json.loads(out[out.find("["):]) if "[" in out else []
+
+
+def regions_of(memdev):
+    """(region name, committed) of every CXL region mapping |memdev|."""
+    out = []
+    for r in cxl_json("-R", "-T"):
+        for m in r.get("mappings", []):
+            if m.get("memdev") == memdev:
+                out.append((r["region"], r.get("decode_state") == "commit"))
+    return out
+
+
+def start(args=(), wait=True):
+    os.makedirs(STATE, exist_ok=True)
+    return pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=cxl-node",
+                              "-deviceManager=" + BACKEND, "-statePath=" + STATE, "-cxlRegions=auto",
+                              "-v=5"] + list(args), name="node-cxl").start(wait=wait, timeout=180)
+
+
+def call(ch, method, req, service="Controller"):
+    path, _, resp = pt.rpc(csi, service, method)
+    code, details, r = pt.call_code(ch, path, req, resp, timeout=120)
+    pt.check(code == SC.OK, "%s: %s %s" % (method, code, details))
+    return r
+
+
+def mount_cap():
+    return csi.VolumeCapability(mount=csi.VolumeCapability.MountVolume(fs_type="ext4"),
+                                access_mode=csi.VolumeCapability.AccessMode(
+                                    mode=csi.VolumeCapability.AccessMode.SINGLE_NODE_WRITER))
+
+
+def stage_publish(ch, vid, ctx):
+    st, tg = os.path.join(WORK, "st-" + BACKEND), os.path.join(WORK, "tg-" + BACKEND)
+    os.makedirs(st, exist_ok=True)
+    call(ch, "NodeStageVolume", csi.NodeStageVolumeRequest(volume_id=vid, staging_target_path=st,
+                                                          volume_capability=mount_cap(), volume_context=ctx),
+         "Node")
+    call(ch, "NodePublishVolume", csi.NodePublishVolumeRequest(volume_id=vid, staging_target_path=st,
+                                                              target_path=tg, volume_capability=mount_cap(),
+                                                              volume_context=ctx), "Node")
+    return st, tg
+
+
+def unpublish_unstage(ch, vid, st, tg):
+    call(ch, "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=vid, target_path=tg), "Node")
+    call(ch, "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=vid, staging_target_path=st), "Node")
+
+
+def mount_opts(path):
+    for line in open("/proc/self/mountinfo"):
+        f = line.split()
+        if f[4] == path:
+            return f[5] + "," + line.split(" - ")[1].split()[2]
+    return ""
+
+
+def on_cxl(path):
+    """Whether the block device mounted at |path| is on the CXL nvdimm bus."""
+    dev = os.stat(path).st_dev
+    sysdev = os.path.realpath("/sys/dev/block/%d:%d" % (os.major(dev), os.minor(dev)))
+    if not os.path.exists(os.path.join(sysdev, "device")):  # a partition or dm: its slave
+        slaves = os.listdir(os.path.join(sysdev, "slaves")) if os.path.isdir(os.path.join(sysdev, "slaves")) else []
+        if slaves:
+            sysdev = os.path.realpath("/sys/class/block/" + slaves[0])
+    return "nvdimm-bridge" in sysdev or "/root0/" in sysdev
+
+
+if PHASE == "foreign":
+    @t.test("another program's device: mem1 gets a region, a devdax namespace 'database', then the region goes "
+            "(its labels stay)")
+    def _():
+        out = sh("cxl", "create-region", "-m", "-t", "pmem", "-d", "decoder0.0", "-w", "1", "mem1")
+        region = json.loads(out[out.find("{"):out.rfind("}") + 1])["region"]
+        nd = [r["dev"] for r in json.loads(sh("ndctl", "list", "-R", "-b", "CXL")) or []]
+        pt.check(len(nd) == 1, "nd regions on the CXL bus: %r" % nd)
+        sh("ndctl", "create-namespace", "-r", nd[0], "-m", "devdax", "-s", "256M", "-n", "database")
+        sh("ndctl", "disable-region", nd[0])
+        sh("cxl", "disable-region", region)
+        sh("cxl", "destroy-region", region)
+        pt.check(regions_of("mem1") == [], "mem1 still mapped: %r" % regions_of("mem1"))
+
+elif PHASE.startswith("first-"):
+    state = {}
+
+    @t.test("%s: -cxlRegions=auto: ready with mem0's region assembled and recorded; mem1 (another program's "
+            "labels) left alone, and said so" % BACKEND)
+    def _():
+        d = start()
+        state["d"] = d
+        pt.check([c for _, c in regions_of("mem0")] == [True], "mem0: %r" % regions_of("mem0"))
+        pt.check(regions_of("mem1") == [], "mem1 was touched: %r" % regions_of("mem1"))
+        rec = json.load(open(RECORD))["regions"]
+        pt.check([r["serial"] for r in rec] == [4096], "record %r" % rec)
+        log = d.stderr_text()
+        pt.check("memdev=mem1" in log and "not this driver's" in log, "no word on mem1:\n" + log[-1500:])
+
+    @t.test("%s: a volume on the CXL region: ext4 mounted with dax, data written" % BACKEND)
+    def _():
+        ch = pt.unix_channel(SOCK)
+        v = call(ch, "CreateVolume", csi.CreateVolumeRequest(
+            name=VOL, capacity_range=csi.CapacityRange(required_bytes=128 * MiB),
+            volume_capabilities=[mount_cap()])).volume
+        st, tg = stage_publish(ch, v.volume_id, dict(v.volume_context))
+        pt.check("dax" in mount_opts(st), "staging mount options: %s" % mount_opts(st))
+        pt.check(on_cxl(tg), "the volume is not on the CXL bus")
+        data = os.urandom(8 * MiB)
+        with open(os.path.join(tg, "data"), "wb") as f:
+            f.write(data)
+            os.fsync(f.fileno())
+        with open(os.path.join(WORK, "sum-" + BACKEND), "w") as f:
+            json.dump({"id": v.volume_id, "sha256": hashlib.sha256(data).hexdigest(),
+                       "ctx": dict(v.volume_context)}, f)
+        unpublish_unstage(ch, v.volume_id, st, tg)
+        ch.close()
+        state["d"].stop()
+
+elif PHASE.startswith("second-"):
+    @t.test("%s: after a power cycle: the driver assembles mem0's region again, mem1 still untouched" % BACKEND)
+    def _():
+        pt.check(regions_of("mem0") == [], "a region before the driver started: %r" % regions_of("mem0"))
+        d = start()
+        pt.check([c for _, c in regions_of("mem0")] == [True], "mem0: %r" % regions_of("mem0"))
+        pt.check(regions_of("mem1") == [], "mem1 was touched: %r" % regions_of("mem1"))
+        pt.check("assembling a CXL region again" in d.stderr_text(), d.stderr_text()[-1500:])
+        globals()["daemon"] = d
+
+    @t.test("%s: the volume is listed again, its data intact; deleted" % BACKEND)
+    def _():
+        want = json.load(open(os.path.join(WORK, "sum-" + BACKEND)))
+        ch = pt.unix_channel(SOCK)
+        ids = [e.volume.volume_id for e in call(ch, "ListVolumes", csi.ListVolumesRequest()).entries]
+        pt.check(want["id"] in ids, "%s not in %r" % (want["id"], ids))
+        st, tg = stage_publish(ch, want["id"], want["ctx"])
+        with open(os.path.join(tg, "data"), "rb") as f:
+            got = hashlib.sha256(f.read()).hexdigest()
+        pt.check(got == want["sha256"], "data changed across the power cycle")
+        unpublish_unstage(ch, want["id"], st, tg)
+        call(ch, "DeleteVolume", csi.DeleteVolumeRequest(volume_id=want["id"]))
+        ch.close()
+        daemon.stop()
+
+elif PHASE == "kill":
+    @t.test("kill -9 of the driver and its cxl child during region assembly, 4 rounds: each restart finishes "
+            "the region")
+    def _():
+        for delay in (0.0, 0.05, 0.15, 0.3):
+            for name, _ in regions_of("mem0"):
+                sh("cxl", "disable-region", name)
+                sh("cxl", "destroy-region", "-f", name)
+            pt.check(regions_of("mem0") == [], "mem0 still mapped")
+            d = start(wait=False)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and \
+                    subprocess.run(["pgrep", "-f", "cxl create-region"], stdout=subprocess.DEVNULL).returncode:
+                time.sleep(0.01)
+            time.sleep(delay)
+            d.signal(signal.SIGKILL)
+            subprocess.run(["pkill", "-9", "-f", "cxl create-region"])
+            d.wait(10)
+            t.diag("delay %.2f s: after the kill, mem0's regions: %r" % (delay, regions_of("mem0")))
+            d = start()
+            pt.check([c for _, c in regions_of("mem0")] == [True],
+                     "after a kill %.2f s into create-region: mem0 %r\n%s"
+                     % (delay, regions_of("mem0"), d.stderr_text()[-1500:]))
+            d.stop()
+else:
+    sys.exit(__doc__)
+
+sys.exit(t.main())
