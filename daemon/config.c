@@ -560,7 +560,8 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 				cfg->cxl_auto = !strcmp(optarg, "auto");
 				break;
 			}
-			fprintf(err, "pmem-csi-driver: -cxlRegions: expected off or auto, got \"%s\"\n",
+			fprintf(err,
+				"pmem-csi-driver: -cxlRegions: expected off or auto, got \"%s\"\n",
 				optarg);
 			return -EINVAL;
 		case OPT_STATE_PATH:

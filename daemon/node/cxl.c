@@ -37,7 +37,8 @@ static uint64_t get_u64(json_object *o, const char *key)
 	if (!json_object_object_get_ex(o, key, &v))
 		return 0;
 	if (json_object_is_type(v, json_type_int))
-		return (uint64_t)json_object_get_int64(v) > 0 ? (uint64_t)json_object_get_int64(v) : 0;
+		return (uint64_t)json_object_get_int64(v) > 0 ? (uint64_t)json_object_get_int64(v)
+							      : 0;
 	if (json_object_is_type(v, json_type_string))
 		return strtoull(json_object_get_string(v), NULL, 0);
 	return 0;
@@ -48,27 +49,25 @@ static bool has(json_object *o, const char *key)
 	return json_object_object_get_ex(o, key, NULL);
 }
 
-enum kind { K_GUESS, K_MEM, K_REGION, K_ROOT, K_OTHER };
-
-static void add_item(struct pcsi_cxl_topo *t, json_object *o, enum kind k)
+/* What an object of the listing is, by its keys: the tool nests objects
+ * differently with different options (regions under their root decoder with
+ * -D, mappings under regions, kinds wrapped in {"memdevs": [...]} only when
+ * several kinds are listed), so the whole tree is walked and every object
+ * classified on its own. A mapping ({"memdev", "decoder"}) and the port and
+ * endpoint decoders are none of the three. */
+static void add_item(struct pcsi_cxl_topo *t, json_object *o)
 {
 	json_object *maps, *v;
 
-	if (!json_object_is_type(o, json_type_object))
-		return;
-	if (k == K_GUESS)
-		k = has(o, "memdev") && !has(o, "region") && !has(o, "decoder") ? K_MEM
-		    : has(o, "region") && has(o, "decode_state")		  ? K_REGION
-		    : has(o, "decoder") && has(o, "pmem_capable")		  ? K_ROOT
-										  : K_OTHER;
-	if (k == K_MEM && t->nmem < PCSI_CXL_MAX) {
+	if (has(o, "memdev") && has(o, "serial") && !has(o, "decoder") && !has(o, "region") &&
+	    t->nmem < PCSI_CXL_MAX) {
 		struct pcsi_cxl_memdev *m = &t->mem[t->nmem];
 		copy_str(m->name, sizeof(m->name), o, "memdev");
 		m->serial = get_u64(o, "serial");
 		m->pmem_size = get_u64(o, "pmem_size");
 		if (m->name[0])
 			t->nmem++;
-	} else if (k == K_REGION && t->nreg < PCSI_CXL_MAX) {
+	} else if (has(o, "region") && has(o, "decode_state") && t->nreg < PCSI_CXL_MAX) {
 		struct pcsi_cxl_region *r = &t->reg[t->nreg];
 		char state[32], type[32];
 		copy_str(r->name, sizeof(r->name), o, "region");
@@ -78,12 +77,14 @@ static void add_item(struct pcsi_cxl_topo *t, json_object *o, enum kind k)
 		r->pmem = strcmp(type, "ram") != 0;
 		r->memdev[0] = '\0';
 		if (json_object_object_get_ex(o, "mappings", &maps) &&
-		    json_object_is_type(maps, json_type_array) && json_object_array_length(maps) > 0 &&
-		    (v = json_object_array_get_idx(maps, 0)))
+		    json_object_is_type(maps, json_type_array) &&
+		    json_object_array_length(maps) > 0 &&
+		    (v = json_object_array_get_idx(maps, 0)) &&
+		    json_object_is_type(v, json_type_object))
 			copy_str(r->memdev, sizeof(r->memdev), v, "memdev");
 		if (r->name[0])
 			t->nreg++;
-	} else if (k == K_ROOT && t->ndec < PCSI_CXL_MAX) {
+	} else if (has(o, "decoder") && has(o, "pmem_capable") && t->ndec < PCSI_CXL_MAX) {
 		struct pcsi_cxl_decoder *d = &t->dec[t->ndec];
 		copy_str(d->name, sizeof(d->name), o, "decoder");
 		d->pmem_capable = json_object_object_get_ex(o, "pmem_capable", &v) &&
@@ -94,41 +95,23 @@ static void add_item(struct pcsi_cxl_topo *t, json_object *o, enum kind k)
 	}
 }
 
-static void add_array(struct pcsi_cxl_topo *t, json_object *a, enum kind k)
+static void walk(struct pcsi_cxl_topo *t, json_object *o, int depth)
 {
-	for (size_t i = 0; i < json_object_array_length(a); i++)
-		add_item(t, json_object_array_get_idx(a, i), k);
-}
-
-/* One element of the top level: an item, or {"<kind>s": [items]}. */
-static void add_element(struct pcsi_cxl_topo *t, json_object *e)
-{
-	static const struct {
-		const char *key;
-		enum kind k;
-	} wrappers[] = { { "memdevs", K_MEM },
-			 { "regions", K_REGION },
-			 { "root decoders", K_ROOT },
-			 { "port decoders", K_OTHER },
-			 { "endpoint decoders", K_OTHER },
-			 { "switch decoders", K_OTHER },
-			 { "buses", K_OTHER },
-			 { "ports", K_OTHER },
-			 { "endpoints", K_OTHER } };
-	bool wrapped = false;
-
-	if (!json_object_is_type(e, json_type_object))
+	if (depth > 16)
 		return;
-	for (size_t i = 0; i < sizeof(wrappers) / sizeof(wrappers[0]); i++) {
-		json_object *a;
-		if (json_object_object_get_ex(e, wrappers[i].key, &a) &&
-		    json_object_is_type(a, json_type_array)) {
-			add_array(t, a, wrappers[i].k);
-			wrapped = true;
+	if (json_object_is_type(o, json_type_array)) {
+		for (size_t i = 0; i < json_object_array_length(o); i++)
+			walk(t, json_object_array_get_idx(o, i), depth + 1);
+	} else if (json_object_is_type(o, json_type_object)) {
+		add_item(t, o);
+		json_object_object_foreach(o, key, val)
+		{
+			(void)key;
+			if (json_object_is_type(val, json_type_array) ||
+			    json_object_is_type(val, json_type_object))
+				walk(t, val, depth + 1);
 		}
 	}
-	if (!wrapped)
-		add_item(t, e, K_GUESS);
 }
 
 int pcsi_cxl_parse_list(const char *json, struct pcsi_cxl_topo *t)
@@ -145,15 +128,12 @@ int pcsi_cxl_parse_list(const char *json, struct pcsi_cxl_topo *t)
 	root = json_tokener_parse(p);
 	if (!root)
 		return -EINVAL;
-	if (json_object_is_type(root, json_type_array)) {
-		for (size_t i = 0; i < json_object_array_length(root); i++)
-			add_element(t, json_object_array_get_idx(root, i));
-	} else if (json_object_is_type(root, json_type_object)) {
-		add_element(t, root);
-	} else {
+	if (!json_object_is_type(root, json_type_array) &&
+	    !json_object_is_type(root, json_type_object)) {
 		json_object_put(root);
 		return -EINVAL;
 	}
+	walk(t, root, 0);
 	json_object_put(root);
 	return 0;
 }
@@ -220,9 +200,9 @@ static struct idx read_idx(const uint8_t *lsa, size_t len, uint64_t off)
 	x.nslot = (uint32_t)le(p + OFF_NSLOT, 4);
 	x.major = (unsigned)le(p + OFF_MAJOR, 2);
 	x.labelsize = p[OFF_LABELSZ] ? 128u << p[OFF_LABELSZ] : 128u;
-	x.valid = x.seq != 0 && le(p + OFF_MYOFF, 8) == off && x.mysize >= IDX_HDR + (x.nslot + 7) / 8 &&
-		  x.mysize <= len - off && x.nslot > 0 && x.nslot <= len / 128 &&
-		  (x.major == 1 || x.major == 2) && x.labelsize <= 4096 &&
+	x.valid = x.seq != 0 && le(p + OFF_MYOFF, 8) == off &&
+		  x.mysize >= IDX_HDR + (x.nslot + 7) / 8 && x.mysize <= len - off && x.nslot > 0 &&
+		  x.nslot <= len / 128 && (x.major == 1 || x.major == 2) && x.labelsize <= 4096 &&
 		  le(p + OFF_CHECKSUM, 8) == fletcher64(p, x.mysize, OFF_CHECKSUM) &&
 		  x.labeloff <= len && (uint64_t)x.nslot * x.labelsize <= len - x.labeloff;
 	return x;
@@ -312,7 +292,9 @@ static void run(struct pcsi_cxl *c, int step, const char *const *argv, size_t ma
 
 static void list(struct pcsi_cxl *c)
 {
-	const char *argv[] = { "cxl", "list", "-M", "-R", "-D", "-T", NULL };
+	/* -i: with the regions that are not enabled, such as one a kill left
+	 * half made (it holds the device's decoder). */
+	const char *argv[] = { "cxl", "list", "-M", "-R", "-D", "-T", "-i", NULL };
 	run(c, S_LIST, argv, 1 << 20);
 }
 
@@ -327,9 +309,13 @@ static const struct pcsi_cxl_record *record_of(const struct pcsi_cxl *c, uint64_
 static void create(struct pcsi_cxl *c, const struct pcsi_cxl_record *r)
 {
 	char size[32];
-	const char *argv[] = { "cxl",	  "create-region", "-m", "-t",	 "pmem",
-			       "-d",	  r->decoder,	   "-w", "1",	 "-s",
-			       size,	  c->topo.mem[c->cur].name,	 NULL };
+	const char *argv[] = { "cxl",	   "create-region",
+			       "-m",	   "-t",
+			       "pmem",	   "-d",
+			       r->decoder, "-w",
+			       "1",	   "-s",
+			       size,	   c->topo.mem[c->cur].name,
+			       NULL };
 
 	snprintf(size, sizeof(size), "%" PRIu64, r->size);
 	run(c, S_CREATE, argv, 64 << 10);
@@ -364,13 +350,14 @@ static void next(struct pcsi_cxl *c)
 		r = record_of(c, m->serial);
 		if (r && half && pcsi_volume_id_valid(half->name)) {
 			const char *argv[] = { "cxl", "destroy-region", "-f", half->name, NULL };
-			pcsi_info(1, "removing a CXL region a kill left half made", "memdev=%s region=%s",
-				  m->name, half->name);
+			pcsi_info(1, "removing a CXL region a kill left half made",
+				  "memdev=%s region=%s", m->name, half->name);
 			run(c, S_DESTROY, argv, 64 << 10);
 		} else if (r) {
 			c->skip[i] = true; /* one attempt per pass */
-			pcsi_info(1, "assembling a CXL region again", "memdev=%s serial=%" PRIu64
-				  " decoder=%s size=%" PRIu64, m->name, m->serial, r->decoder, r->size);
+			pcsi_info(1, "assembling a CXL region again",
+				  "memdev=%s serial=%" PRIu64 " decoder=%s size=%" PRIu64, m->name,
+				  m->serial, r->decoder, r->size);
 			create(c, r);
 		} else {
 			const char *argv[] = { "cxl", "read-labels", m->name, NULL };
@@ -395,7 +382,8 @@ static void do_load(uv_work_t *w)
 		c->work_rc = access(c->path, F_OK) == 0 ? -EIO : 0;
 		return;
 	}
-	if (json_object_object_get_ex(o, "regions", &a) && json_object_is_type(a, json_type_array)) {
+	if (json_object_object_get_ex(o, "regions", &a) &&
+	    json_object_is_type(a, json_type_array)) {
 		for (size_t i = 0; i < json_object_array_length(a) && c->nrec < PCSI_CXL_MAX; i++) {
 			json_object *e = json_object_array_get_idx(a, i);
 			struct pcsi_cxl_record *r = &c->rec[c->nrec];
@@ -515,8 +503,9 @@ static void on_labels(struct pcsi_cxl *c, struct pcsi_proc *p)
 	r->serial = m->serial;
 	r->size = m->pmem_size;
 	snprintf(r->decoder, sizeof(r->decoder), "%s", d->name);
-	pcsi_info(1, "assembling a CXL region", "memdev=%s serial=%" PRIu64 " decoder=%s size=%" PRIu64
-		  " labels=%d", m->name, m->serial, r->decoder, r->size, rc);
+	pcsi_info(1, "assembling a CXL region",
+		  "memdev=%s serial=%" PRIu64 " decoder=%s size=%" PRIu64 " labels=%d", m->name,
+		  m->serial, r->decoder, r->size, rc);
 	work(c, S_STORE, do_store);
 }
 
@@ -530,7 +519,8 @@ static void on_tool(struct pcsi_proc *p, void *data)
 		return;
 	switch (c->step) {
 	case S_LIST:
-		if (!pcsi_proc_ok(p) || pcsi_cxl_parse_list(p->out.data ? p->out.data : "", &t) < 0) {
+		if (!pcsi_proc_ok(p) ||
+		    pcsi_cxl_parse_list(p->out.data ? p->out.data : "", &t) < 0) {
 			problem(c, "cannot list", "the CXL devices", tail(p));
 			finish(c);
 			return;

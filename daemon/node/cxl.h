@@ -4,13 +4,15 @@
  * both backends) only through a CXL region, and Linux assembles none by
  * itself, not even after a reboot for one that existed before. With
  * -cxlRegions=auto the node, before it opens its backend:
- *   1. lists the devices, regions and root decoders (`cxl list -M -R -D -T`);
+ *   1. lists the devices, regions and root decoders (`cxl list -M -R -D -T -i`);
  *   2. for every device with persistent capacity that no committed region
  *      maps: if <statePath>/cxl-regions.json records it (by serial number),
  *      assembles its region again with the recorded root decoder and size,
  *      which gives the same address range and device offsets, so that the
  *      namespace labels and the data come back; a region of it that a kill
- *      left uncommitted is destroyed first;
+ *      left uncommitted is destroyed first (one that a kill stopped before
+ *      it named the device holds only address space until the next boot:
+ *      nothing says whose it is, so it stays);
  *   3. a device not recorded is taken only if its label storage area
  *      (`cxl read-labels`) holds no namespace, or only namespaces of this
  *      driver (the lvm backend's "pmem-csi", volume and snapshot ids): it is

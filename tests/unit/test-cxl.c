@@ -40,10 +40,53 @@ static const char list_after[] =
 	"\"size\":1073741824,\"interleave_ways\":1,\"region\":\"region0\",\"dpa_resource\":0,"
 	"\"dpa_size\":1073741824,\"mode\":\"pmem\"}]}]";
 
+/* ... and as the driver lists (-M -R -D -T -i), captured from the guest:
+ * the regions nest under their root decoder; one a kill left half made
+ * (decode_state "reset", its target set), then a committed one. */
+static const char list_half[] =
+	"[{\"memdevs\":[{\"memdev\":\"mem0\",\"pmem_size\":1073741824,\"serial\":4096,\"host\":"
+	"\"0000:"
+	"0d:00.0\"}]},{\"root decoders\":[{\"decoder\":\"decoder0.0\",\"resource\":4563402752,\"siz"
+	"e\":4294967296,\"interleave_ways\":1,\"max_available_extent\":4294967296,\"pmem_capabl"
+	"e\":true,\"volatile_capable\":true,\"accelmem_capable\":true,\"nr_targets\":1,\"targets\""
+	":[{\"target\":\"ACPI0016:00\",\"alias\":\"pci0000:0c\",\"position\":0,\"id\":12}],"
+	"\"regions:d"
+	"ecoder0.0\":[{\"region\":\"region0\",\"resource\":4563402752,\"size\":1073741824,\"interle"
+	"ave_ways\":1,\"interleave_granularity\":256,\"decode_state\":\"reset\",\"state\":\"disable"
+	"d\",\"mappings\":[{\"position\":0,\"memdev\":\"mem0\",\"decoder\":\"decoder2.0\"}]}]}]},{"
+	"\"por"
+	"t decoders\":[{\"decoder\":\"decoder1.0\",\"resource\":4563402752,\"size\":1073741824,\"in"
+	"terleave_ways\":1,\"region\":\"region0\",\"nr_targets\":1,\"targets\":[{\"target\":\"0000:"
+	"0c"
+	":00.0\",\"position\":0,\"id\":0}]}]},{\"endpoint "
+	"decoders\":[{\"decoder\":\"decoder2.0\",\"r"
+	"esource\":4563402752,\"size\":1073741824,\"interleave_ways\":1,\"region\":\"region0\",\"dp"
+	"a_resource\":0,\"dpa_size\":1073741824,\"mode\":\"pmem\"}]}]";
+static const char list_committed[] =
+	"[{\"memdevs\":[{\"memdev\":\"mem0\",\"pmem_size\":1073741824,\"serial\":4096,\"host\":"
+	"\"0000:"
+	"0d:00.0\"}]},{\"root decoders\":[{\"decoder\":\"decoder0.0\",\"resource\":4563402752,\"siz"
+	"e\":4294967296,\"interleave_ways\":1,\"max_available_extent\":3221225472,\"pmem_capabl"
+	"e\":true,\"volatile_capable\":true,\"accelmem_capable\":true,\"nr_targets\":1,\"targets\""
+	":[{\"target\":\"ACPI0016:00\",\"alias\":\"pci0000:0c\",\"position\":0,\"id\":12}],"
+	"\"regions:d"
+	"ecoder0.0\":[{\"region\":\"region0\",\"resource\":4563402752,\"size\":1073741824,\"interle"
+	"ave_ways\":1,\"interleave_granularity\":256,\"decode_state\":\"commit\",\"mappings\":[{\"p"
+	"osition\":0,\"memdev\":\"mem0\",\"decoder\":\"decoder2.0\"}]}]}]},{\"port "
+	"decoders\":[{\"dec"
+	"oder\":\"decoder1.0\",\"resource\":4563402752,\"size\":1073741824,\"interleave_ways\":1,\""
+	"region\":\"region0\",\"nr_targets\":1,\"targets\":[{\"target\":\"0000:0c:00.0\","
+	"\"position\":"
+	"0,\"id\":0}]}]},{\"endpoint decoders\":[{\"decoder\":\"decoder2.0\",\"resource\":456340275"
+	"2,\"size\":1073741824,\"interleave_ways\":1,\"region\":\"region0\",\"dpa_resource\":0,"
+	"\"dpa"
+	"_size\":1073741824,\"mode\":\"pmem\"}]}]";
+
 /* ... one kind only: a plain array; nothing at all: a warning, then []. */
-static const char list_plain[] = "[{\"memdev\":\"mem3\",\"pmem_size\":268435456,\"serial\":7,"
-				 "\"host\":\"0000:0d:00.0\"},{\"memdev\":\"mem4\",\"ram_size\":268435456,"
-				 "\"serial\":8}]";
+static const char list_plain[] =
+	"[{\"memdev\":\"mem3\",\"pmem_size\":268435456,\"serial\":7,"
+	"\"host\":\"0000:0d:00.0\"},{\"memdev\":\"mem4\",\"ram_size\":268435456,"
+	"\"serial\":8}]";
 static const char list_none[] = "  Warning: no matching devices found\n\n[\n]\n";
 
 START_TEST(list_shapes)
@@ -72,6 +115,18 @@ START_TEST(list_shapes)
 	ck_assert_uint_eq(t.ndec, 1); /* port and endpoint decoders are not root ones */
 	ck_assert_uint_eq(t.dec[0].max_extent, 3221225472ull);
 
+	ck_assert_int_eq(pcsi_cxl_parse_list(list_half, &t), 0);
+	ck_assert_uint_eq(t.nmem, 1);
+	ck_assert_uint_eq(t.nreg, 1);
+	ck_assert_str_eq(t.reg[0].memdev, "mem0");
+	ck_assert(!t.reg[0].committed);
+	ck_assert_uint_eq(t.ndec, 1);
+	ck_assert_int_eq(pcsi_cxl_parse_list(list_committed, &t), 0);
+	ck_assert_uint_eq(t.nreg, 1);
+	ck_assert(t.reg[0].committed);
+	ck_assert_str_eq(t.reg[0].memdev, "mem0");
+	ck_assert_uint_eq(t.dec[0].max_extent, 3221225472ull);
+
 	ck_assert_int_eq(pcsi_cxl_parse_list(list_plain, &t), 0);
 	ck_assert_uint_eq(t.nmem, 2);
 	ck_assert_str_eq(t.mem[1].name, "mem4");
@@ -91,10 +146,11 @@ START_TEST(list_malformed)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ck_assert_int_eq(pcsi_cxl_parse_list(bad[i], &t), -EINVAL);
 	/* Wrong types are skipped, never trusted. */
-	ck_assert_int_eq(pcsi_cxl_parse_list("[{\"memdevs\":{}},7,\"x\",{\"memdev\":5},"
-					     "{\"region\":\"r\",\"decode_state\":1,\"mappings\":[3]}]",
-					     &t),
-			 0);
+	ck_assert_int_eq(
+		pcsi_cxl_parse_list("[{\"memdevs\":{}},7,\"x\",{\"memdev\":5},"
+				    "{\"region\":\"r\",\"decode_state\":1,\"mappings\":[3]}]",
+				    &t),
+		0);
 	ck_assert_uint_eq(t.nmem, 0);
 	ck_assert_uint_eq(t.nreg, 1);
 	ck_assert(!t.reg[0].committed);
@@ -105,11 +161,12 @@ END_TEST
 START_TEST(list_more_than_room)
 {
 	struct pcsi_cxl_topo t;
-	char json[PCSI_CXL_MAX * 64 + 64], *p = json;
+	char json[PCSI_CXL_MAX * 80 + 64], *p = json;
 
 	p += sprintf(p, "[");
 	for (int i = 0; i < PCSI_CXL_MAX + 5; i++)
-		p += sprintf(p, "%s{\"memdev\":\"mem%d\",\"pmem_size\":1}", i ? "," : "", i);
+		p += sprintf(p, "%s{\"memdev\":\"mem%d\",\"serial\":%d,\"pmem_size\":1}",
+			     i ? "," : "", i, i);
 	sprintf(p, "]");
 	ck_assert_int_eq(pcsi_cxl_parse_list(json, &t), 0);
 	ck_assert_uint_eq(t.nmem, PCSI_CXL_MAX);

@@ -4,7 +4,7 @@
 # CXL devices (--cxl=2 --nvdimm-dir) and the same driver state directory
 # (--rw-dir), each running phases of test_cxl.py (see there):
 #   boot 1: foreign (mem1 becomes another program's), first-direct
-#   boot 2: second-direct, kill, first-lvm
+#   boot 2: second-direct, half, first-lvm
 #   boot 3: second-lvm
 # Runs on the HOST; TAP, numbered across the boots.
 #
@@ -41,7 +41,7 @@ boot() { # phases...
 }
 
 boot foreign first-direct
-boot second-direct kill first-lvm
+boot second-direct half first-lvm
 boot second-lvm
 echo "1..$n"
-[ "$failed" = 0 ] && [ "$n" -ge 8 ]
+[ "$failed" = 0 ] && [ "$n" -ge 10 ]
