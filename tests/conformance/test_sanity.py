@@ -27,7 +27,9 @@ Environment: PCSI_CSI_SANITY (the binary; default: scripts/go-tools.sh --path
 csi-sanity), PCSI_SANITY_SEED (spec order), PCSI_SANITY_FOCUS and
 PCSI_SANITY_SKIP (ginkgo regular expressions), PCSI_SANITY_ARGS (more
 csi-sanity flags, space separated), PCSI_SANITY_GRACE (the controller's
--registrationGrace, default 0), PCSI_KEEP_TMP=1 (keep reports and logs).
+-registrationGrace, default 0), PCSI_SANITY_NODE_ARGS (more arguments for
+the node driver, space separated, e.g. -cxlRegions=auto), PCSI_KEEP_TMP=1
+(keep reports and logs).
 """
 import os
 import re
@@ -123,7 +125,8 @@ def start(args, name):
 
 node_sock = os.path.join(WORK, "node.sock")
 node_args = ["-mode=node", "-nodeid=" + NODE, "-endpoint=unix://" + node_sock,
-             "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(WORK, "state"), "-v=5"]
+             "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(WORK, "state"), "-v=5"] + \
+    os.environ.get("PCSI_SANITY_NODE_ARGS", "").split()
 ctl_sock = None
 try:
     if MODE == "node":
