@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import grpc  # noqa: E402
 
 import pcsi_test as pt  # noqa: E402
+from dax_faults import dax_faults  # noqa: E402
 
 DRIVER, PHASE, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 BACKEND = PHASE.split("-", 1)[1] if "-" in PHASE else "direct"
@@ -161,15 +162,22 @@ elif PHASE.startswith("first-"):
         log = d.stderr_text()
         pt.check("memdev=%s" % mem(THEIRS) in log and "not this driver's" in log, "no word on the other device:\n" + log[-1500:])
 
-    @t.test("%s: a volume on the CXL region: ext4 mounted with dax, data written" % BACKEND)
+    @t.test("%s: a volume on the CXL region: ext4 mounted with dax, a MAP_SYNC mapping served with 2 MiB "
+            "pages, data written" % BACKEND)
     def _():
         ch = pt.unix_channel(SOCK)
         v = call(ch, "CreateVolume", csi.CreateVolumeRequest(
-            name=VOL, capacity_range=csi.CapacityRange(required_bytes=128 * MiB),
+            name=VOL, capacity_range=csi.CapacityRange(required_bytes=256 * MiB),
             volume_capabilities=[mount_cap()])).volume
         st, tg = stage_publish(ch, v.volume_id, dict(v.volume_context))
         pt.check("dax" in mount_opts(st), "staging mount options: %s" % mount_opts(st))
         pt.check(on_cxl(tg), "the volume is not on the CXL bus")
+        huge, fallback, small = dax_faults(os.path.join(tg, "map"))
+        t.diag("%s: %d MiB of 64 through 2 MiB pages, %d PMD fallbacks, %d 4 KiB faults"
+               % (BACKEND, huge >> 20, fallback, small))
+        pt.check(huge >= 0.99 * 64 * MiB, "only %d MiB of 64 MiB mapped with 2 MiB pages (%d fallbacks, "
+                 "%d 4 KiB faults)" % (huge >> 20, fallback, small))
+        os.unlink(os.path.join(tg, "map"))
         data = os.urandom(8 * MiB)
         with open(os.path.join(tg, "data"), "wb") as f:
             f.write(data)
