@@ -2,11 +2,13 @@
 #include "daemon/core/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static void oom(size_t n)
 {
@@ -94,4 +96,23 @@ int pcsi_parse_bool(const char *s, bool *out)
 		}
 	}
 	return -EINVAL;
+}
+
+int pcsi_write_file_atomic(const char *path, const char *text, size_t len)
+{
+	char *tmp = pcsi_xasprintf("%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), rc;
+
+	if (fd < 0) {
+		rc = -errno;
+	} else {
+		rc = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0 ? 0 : -EIO;
+		close(fd);
+		if (rc == 0 && rename(tmp, path) < 0)
+			rc = -errno;
+		if (rc < 0)
+			unlink(tmp);
+	}
+	free(tmp);
+	return rc;
 }

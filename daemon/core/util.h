@@ -30,6 +30,12 @@ char *pcsi_xasprintf(const char *fmt, ...) PCSI_PRINTF(1, 2);
  * false spellings). Returns 0 or -EINVAL. */
 int pcsi_parse_bool(const char *s, bool *out);
 
+/* Replaces |path| with |len| bytes of |text| so that a crash leaves the old
+ * file or the new one, whole: writes <path>.tmp (mode 0600), fsyncs it and
+ * renames it over |path| (the .tmp is removed on failure). Blocks: for the
+ * thread pool. 0 or -errno. */
+int pcsi_write_file_atomic(const char *path, const char *text, size_t len);
+
 /* Monotonic clock in milliseconds / nanoseconds (CLOCK_MONOTONIC). */
 uint64_t pcsi_now_ms(void);
 uint64_t pcsi_now_ns(void);

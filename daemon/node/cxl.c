@@ -359,6 +359,12 @@ static void next(struct pcsi_cxl *c)
 				  "memdev=%s serial=%" PRIu64 " decoder=%s size=%" PRIu64, m->name,
 				  m->serial, r->decoder, r->size);
 			create(c, r);
+		} else if (m->serial == 0) {
+			/* Nothing would find it again after a reboot. */
+			c->skip[i] = true;
+			problem(c, "no serial number to record", m->name,
+				"the device reports none");
+			continue;
 		} else {
 			const char *argv[] = { "cxl", "read-labels", m->name, NULL };
 			c->skip[i] = true;
@@ -401,9 +407,7 @@ static void do_store(uv_work_t *w)
 {
 	struct pcsi_cxl *c = w->data;
 	json_object *o = json_object_new_object(), *a = json_object_new_array();
-	char *tmp = pcsi_xasprintf("%s.tmp", c->path);
 	const char *text;
-	int fd;
 
 	for (size_t i = 0; i < c->nrec; i++) {
 		json_object *e = json_object_new_object();
@@ -414,20 +418,8 @@ static void do_store(uv_work_t *w)
 	}
 	json_object_object_add(o, "regions", a);
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		c->work_rc = -errno;
-	} else {
-		size_t len = strlen(text);
-		c->work_rc = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0 ? 0 : -EIO;
-		close(fd);
-		if (c->work_rc == 0 && rename(tmp, c->path) < 0)
-			c->work_rc = -errno;
-		if (c->work_rc < 0)
-			unlink(tmp);
-	}
+	c->work_rc = pcsi_write_file_atomic(c->path, text, strlen(text));
 	json_object_put(o);
-	free(tmp);
 }
 
 static void on_work(uv_work_t *w, int status)

@@ -86,8 +86,6 @@ static void do_store(struct job *j)
 {
 	json_object *o = json_object_new_object();
 	const char *text;
-	char *tmp = pcsi_xasprintf("%s.tmp", j->path);
-	int fd;
 
 	json_object_object_add(o, "name", json_object_new_string(j->rec.name));
 	json_object_object_add(o, "eraseafter", json_object_new_boolean(j->rec.erase_after));
@@ -105,20 +103,8 @@ static void do_store(struct job *j)
 	if (j->rec.pending)
 		json_object_object_add(o, "pending", json_object_new_boolean(true));
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		j->rc = -errno;
-	} else {
-		size_t len = strlen(text);
-		j->rc = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0 ? 0 : -EIO;
-		close(fd);
-		if (j->rc == 0 && rename(tmp, j->path) < 0)
-			j->rc = -errno;
-		if (j->rc < 0)
-			unlink(tmp);
-	}
+	j->rc = pcsi_write_file_atomic(j->path, text, strlen(text));
 	json_object_put(o);
-	free(tmp);
 }
 
 /* Sets |out| to the defaults and parses the JSON object in |path| into |*o|
