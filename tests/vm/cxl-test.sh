@@ -15,25 +15,11 @@ driver=$(realpath -e -- "${1:?usage: cxl-test.sh PATH-TO-pmem-csi-driver}") || e
 work=$(mktemp -d "${TMPDIR:-/tmp}/pcsi-cxl.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/img" "$work/share"
-n=0 failed=0
 
-boot() { # phases...
-	# One guest, the phases in order; their TAP renumbered into ours.
-	while IFS= read -r line; do
-		case "$line" in
-		"ok "* | "not ok "*)
-			n=$((n + 1))
-			case "$line" in "not ok "*) failed=$((failed + 1)) ;; esac
-			echo "$line" | sed -E "s/^(ok|not ok) [0-9]+/\1 $n/"
-			;;
-		"# failed: "* | "Bail out!"*)
-			echo "$line"
-			echo "$line" >&2
-			;;
-		1..*) ;;
-		*) echo "$line" ;;
-		esac
-	done < <("$here/vm-run" --cxl=2 --nvdimms=0 --nvdimm-dir="$work/img" --rw-dir="$work/share" \
+. "$here/tap.sh"
+
+boot() { # phases...: one guest, the phases in order, their TAP merged
+	tap_relay "" < <("$here/vm-run" --cxl=2 --nvdimms=0 --nvdimm-dir="$work/img" --rw-dir="$work/share" \
 		--timeout=900 --env=PCSI_PROTO_DIR --env=PCSI_TEST_TIMEOUT --merge-stderr \
 		/bin/bash -c 'for p in "${@:3}"; do /usr/bin/python3 "$1" "$2" "$p" "$0" || echo "# phase $p failed"; done' \
 		"$work/share" "$here/test_cxl.py" "$driver" "$@" 2>&1)
@@ -43,5 +29,5 @@ boot() { # phases...
 boot foreign first-direct
 boot second-direct half first-lvm
 boot second-lvm
-echo "1..$n"
-[ "$failed" = 0 ] && [ "$n" -ge 10 ]
+echo "1..$tap_n"
+[ "$tap_failed" = 0 ] && [ "$tap_n" -ge 10 ]
