@@ -178,7 +178,7 @@ static uint8_t *lsa_image(const struct lsa_block *blocks, size_t n)
 	uint8_t *lsa = calloc(1, 128 << 10);
 
 	for (size_t i = 0; i < n; i++)
-		memcpy(lsa + blocks[i].off, blocks[i].b, 256);
+		memcpy(lsa + blocks[i].off, lsa_blocks[blocks[i].block], 256);
 	return lsa;
 }
 
