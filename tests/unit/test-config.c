@@ -254,6 +254,20 @@ START_TEST(test_lvm_shells)
 }
 END_TEST
 
+START_TEST(test_cxl_regions)
+{
+	ASSERT_OK("-mode=node");
+	ck_assert(!cfg.cxl_auto); /* never touches CXL devices unless asked */
+	ASSERT_OK("-mode=node", "-cxlRegions=auto");
+	ck_assert(cfg.cxl_auto);
+	ASSERT_OK("-mode=node", "-cxlRegions=off");
+	ck_assert(!cfg.cxl_auto);
+	ASSERT_REFUSED("-cxlRegions=yes");
+	ck_assert_msg(strstr(err_text, "cxlRegions") != NULL, "%s", err_text);
+	ASSERT_REFUSED("-cxlRegions=");
+}
+END_TEST
+
 START_TEST(test_device_manager_values)
 {
 	ASSERT_REFUSED("-deviceManager=bogus");
@@ -552,6 +566,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_bad_v_refused);
 	tcase_add_test(tc, test_pmem_percentage_range);
 	tcase_add_test(tc, test_lvm_shells);
+	tcase_add_test(tc, test_cxl_regions);
 	tcase_add_test(tc, test_device_manager_values);
 	tcase_add_test(tc, test_tcp_endpoint_needs_tls_or_insecure);
 	tcase_add_test(tc, test_tcp_endpoint_with_insecure);
