@@ -314,4 +314,4 @@ def main():
     return 1 if failed else 0
 
 
-sys.exit(main())
+pt.exit_now(main())
