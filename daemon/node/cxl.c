@@ -335,7 +335,8 @@ static void next(struct pcsi_cxl *c)
 		if (c->skip[i] || m->pmem_size == 0 || !pcsi_volume_id_valid(m->name))
 			continue;
 		for (size_t j = 0; j < t->nreg; j++) {
-			if (strcmp(t->reg[j].memdev, m->name) != 0)
+			/* A ram region maps the device's volatile partition. */
+			if (!t->reg[j].pmem || strcmp(t->reg[j].memdev, m->name) != 0)
 				continue;
 			if (t->reg[j].committed)
 				mapped = true;

@@ -66,8 +66,9 @@ struct pcsi_cxl_topo {
 	size_t nmem, nreg, ndec;
 };
 
-/* Parses `cxl list -M -R -D -T` output (its shape varies with what exists:
- * one plain array, or one object per kind). 0, or -EINVAL. */
+/* Parses `cxl list -M -R -D -T -i` output: the tool nests and wraps objects
+ * differently with its options and with what exists, so every object of
+ * the tree is classified by its keys. 0, or -EINVAL. */
 int pcsi_cxl_parse_list(const char *json, struct pcsi_cxl_topo *t);
 
 /* What a label storage area holds, from its raw bytes: 0 (no valid index:
