@@ -277,10 +277,10 @@ class Cluster:
 
     # ---- nodes -----------------------------------------------------------------
 
-    def start_nodes(self, image_tars):
+    def start_nodes(self, containerd_root, image_refs):
         env = {
             "KUBE": self.kube, "PAUSE_IMAGE": PAUSE, "DNS_IP": DNS_IP, "CLUSTER_CIDR": CLUSTER_CIDR,
-            "IMAGES": " ".join(image_tars),
+            "CONTAINERD_ROOT": containerd_root, "IMAGES": " ".join(sorted(image_refs)),
             "POD_ROUTES": " ".join("%s@%s" % (c, ip) for ip, c in NODES.values()),
         }
         for n, (ip, cidr) in NODES.items():
@@ -336,18 +336,16 @@ class Cluster:
             tools["pcsi-registrar"] = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(self.driver))),
                                                    "tests", "tools", "pcsi-registrar")
         tars = images.build_all(image_dir, self.driver, tools, e2e=self.e2e_images, intel=self.intel)
-        log("images built (%.0f s)" % (time.monotonic() - t0))
+        store = images.containerd_root(list(tars.values()))
+        log("images built and imported (%.0f s)" % (time.monotonic() - t0))
         self.make_pki()
         self.make_net()
         self.start_control_plane()
         log("control plane up (%.0f s)" % (time.monotonic() - t0))
-        self.start_nodes(sorted(tars.values()))
-        self.wait_nodes(self.ready_timeout)
-        log("nodes Ready (%.0f s)" % (time.monotonic() - t0))
+        self.start_nodes(store, tars.keys())
+        # While the guests boot: CoreDNS, the snapshot CRDs and the
+        # snapshot-controller, whose pods the scheduler places once nodes are Ready.
         self.kubectl("apply", "-f", os.path.join(HERE, "coredns.yaml"))
-        self.wait(lambda: self.kubectl_json("-n", "kube-system", "get", "deployment", "coredns")
-                  ["status"].get("readyReplicas", 0) >= 1, 300, "CoreDNS ready", 2)
-        log("CoreDNS ready (%.0f s)" % (time.monotonic() - t0))
         crds = sorted(f for f in os.listdir(SNAPSHOT_CRDS) if f.startswith("snapshot.storage.k8s.io_"))
         if len(crds) != 3:
             raise RuntimeError("snapshot CRDs in %s: %r (go-tools.sh csi-snapshotter puts them there)"
@@ -358,9 +356,12 @@ class Cluster:
                      *("crd/" + f[len("snapshot.storage.k8s.io_"):-len(".yaml")] + ".snapshot.storage.k8s.io"
                        for f in crds), timeout=90)
         self.kubectl("apply", "-f", os.path.join(HERE, "snapshot-controller.yaml"))
-        self.wait(lambda: self.kubectl_json("-n", "kube-system", "get", "deployment", "snapshot-controller")
-                  ["status"].get("readyReplicas", 0) >= 1, 300, "snapshot-controller ready", 2)
-        log("snapshot CRDs and controller ready (%.0f s)" % (time.monotonic() - t0))
+        self.wait_nodes(self.ready_timeout)
+        log("nodes Ready (%.0f s)" % (time.monotonic() - t0))
+        for d in ("coredns", "snapshot-controller"):
+            self.wait(lambda d=d: self.kubectl_json("-n", "kube-system", "get", "deployment", d)
+                      ["status"].get("readyReplicas", 0) >= 1, 300, d + " ready", 2)
+        log("CoreDNS, snapshot CRDs and snapshot-controller ready (%.0f s)" % (time.monotonic() - t0))
         return time.monotonic() - t0
 
     def down(self):
