@@ -523,6 +523,13 @@ void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 		deliver(req, error);
 		break;
 	case OP_CREATE:
+		if (error == 0 && req->existed && req->medium != PCSI_MEDIUM_ANY &&
+		    req->vol.medium != req->medium) {
+			pcsi_backend_msg(req, "volume %s exists on %s memory, not on %s", req->id,
+					 pcsi_medium_name(req->vol.medium),
+					 pcsi_medium_name(req->medium));
+			error = -EEXIST;
+		}
 		/* A new device starts with zeros; a volume without a device node
 		 * (a namespace that is not enabled) has nothing to zero. */
 		if (error == 0 && !req->existed && req->vol.path[0])

@@ -73,6 +73,17 @@
 struct pcsi_backend;
 struct pcsi_backend_req;
 
+/* The memory a PMEM region is on, from its nvdimm bus: CXL memory devices
+ * (a bus whose provider is "CXL") or NVDIMMs (any other: ACPI.NFIT, ...).
+ * As a request's input, ANY means every region. */
+enum pcsi_medium { PCSI_MEDIUM_ANY, PCSI_MEDIUM_NVDIMM, PCSI_MEDIUM_CXL };
+
+/* "nvdimm", "cxl"; "" for ANY. */
+static inline const char *pcsi_medium_name(enum pcsi_medium m)
+{
+	return m == PCSI_MEDIUM_NVDIMM ? "nvdimm" : m == PCSI_MEDIUM_CXL ? "cxl" : "";
+}
+
 typedef void (*pcsi_backend_cb)(struct pcsi_backend_req *req, void *data);
 
 struct pcsi_capacity {
@@ -85,8 +96,9 @@ struct pcsi_capacity {
 
 struct pcsi_volume {
 	char id[PCSI_VOLUME_ID_MAX + 1];
-	char path[128]; /* the block device, e.g. /dev/pmem0.1 or /dev/<vg>/<id> */
-	uint64_t size;	/* actual size in bytes */
+	char path[128];		 /* the block device, e.g. /dev/pmem0.1 or /dev/<vg>/<id> */
+	uint64_t size;		 /* actual size in bytes */
+	enum pcsi_medium medium; /* where it lives (ANY: not known, the test-only backend) */
 };
 
 struct pcsi_backend_config {
@@ -106,6 +118,9 @@ struct pcsi_backend_req {
 	const char *src; /* copy: the source volume; borrowed until the callback */
 	uint64_t size; /* create: requested bytes (0 = the smallest volume); expand: new minimum */
 	bool erase;    /* delete: overwrite the whole device (else the first 4 KiB) */
+	/* create, capacity: only regions on this medium count (ANY: all). A
+	 * create that finds the volume on another medium ends with -EEXIST. */
+	enum pcsi_medium medium;
 	/* results */
 	int error;
 	bool existed;		  /* create: the volume was already there; delete: it was found */

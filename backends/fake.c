@@ -68,6 +68,11 @@ static void fake_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
 	struct fake *f = impl(be);
 
+	if (req->medium == PCSI_MEDIUM_CXL) { /* its space counts as NVDIMM */
+		memset(&req->cap, 0, sizeof(req->cap));
+		pcsi_backend_op_done(req, 0);
+		return;
+	}
 	req->cap.total = req->cap.managed = f->total;
 	req->cap.available = req->cap.max_volume_size = f->total - f->used;
 	req->cap.min_volume_size = PCSI_LVM_ALIGN;
@@ -114,6 +119,7 @@ static void create_now(struct pcsi_backend_req *req)
 	memset(v, 0, sizeof(*v));
 	memcpy(v->id, req->vol.id, sizeof(v->id));
 	v->size = p->size;
+	v->medium = PCSI_MEDIUM_NVDIMM;
 	req->vol = *v;
 	end(req, 0);
 }
@@ -141,6 +147,11 @@ static void fake_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
 		req->vol = *v;
 		req->existed = true;
 		pcsi_backend_op_done(req, v->size >= size ? 0 : -EEXIST);
+		return;
+	}
+	if (req->medium == PCSI_MEDIUM_CXL) {
+		pcsi_backend_msg(req, "there is no pmem region on cxl memory");
+		pcsi_backend_op_done(req, -ENOSPC);
 		return;
 	}
 	if (size > f->total - f->used) {

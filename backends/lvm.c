@@ -47,7 +47,8 @@
 struct vg {
 	char name[128];
 	uint64_t size, free;
-	uint64_t extent; /* physical extent size: LV sizes are multiples of it */
+	uint64_t extent;	 /* physical extent size: LV sizes are multiples of it */
+	enum pcsi_medium medium; /* its region's */
 	bool exists;
 };
 
@@ -59,7 +60,7 @@ struct pv_setup {
 
 struct lvm {
 	struct pcsi_pmem *pmem;
-	uint64_t total; /* all regions, any state */
+	uint64_t total[3]; /* all regions, any state, by enum pcsi_medium (ANY: all) */
 	struct vg vgs[MAX_REGIONS];
 	int nvgs;
 	struct pcsi_volume *vols;
@@ -245,12 +246,14 @@ static int apply_lvs(struct pcsi_backend_req *req, struct lvm *l)
 	l->nvols = 0;
 	for (i = 0; i < n; i++) {
 		struct pcsi_volume *v = &l->vols[l->nvols];
-		if (!find_vg(l, rows[i].vg) || !pcsi_volume_id_valid(rows[i].name) ||
+		struct vg *vg = find_vg(l, rows[i].vg);
+		if (!vg || !pcsi_volume_id_valid(rows[i].name) ||
 		    strlen(rows[i].path) >= sizeof(v->path))
 			continue;
 		snprintf(v->id, sizeof(v->id), "%s", rows[i].name);
 		snprintf(v->path, sizeof(v->path), "%s", rows[i].path);
 		v->size = rows[i].size;
+		v->medium = vg->medium;
 		l->nvols++;
 	}
 	free(rows);
@@ -268,7 +271,7 @@ static void open_regions_job(struct pcsi_backend_req *req)
 
 	l->work_rc = 0;
 	l->nsetup = l->nvgs = 0;
-	l->total = 0;
+	memset(l->total, 0, sizeof(l->total));
 	if (!l->pmem && (rc = pcsi_pmem_open(&l->pmem)) < 0) {
 		l->work_rc = rc;
 		snprintf(l->work_err, sizeof(l->work_err), "libndctl: %s", strerror(-rc));
@@ -294,7 +297,8 @@ static void open_regions_job(struct pcsi_backend_req *req)
 		uint64_t use, used = 0;
 		struct vg *vg;
 
-		l->total += r->size;
+		l->total[PCSI_MEDIUM_ANY] += r->size;
+		l->total[r->medium] += r->size;
 		if (!r->active)
 			continue;
 		vg = &l->vgs[l->nvgs++];
@@ -303,6 +307,7 @@ static void open_regions_job(struct pcsi_backend_req *req)
 		strcpy(vg->name, r->bus);
 		strcat(vg->name, r->name);
 		strcat(vg->name, "fsdax");
+		vg->medium = r->medium;
 
 		nn = pcsi_pmem_namespaces(l->pmem, PCSI_LVM_NS_NAME, nss, PCSI_ARRAY_SIZE(nss));
 		nn = PCSI_MIN(PCSI_MAX(nn, 0), (int)PCSI_ARRAY_SIZE(nss));
@@ -319,8 +324,8 @@ static void open_regions_job(struct pcsi_backend_req *req)
 				use -= use % r->align;
 			if (use == 0 || use < r->align)
 				continue;
-			rc = pcsi_pmem_create(l->pmem, r->name, PCSI_LVM_NS_NAME, use, &ns,
-					      l->work_err, sizeof(l->work_err));
+			rc = pcsi_pmem_create(l->pmem, r->name, PCSI_MEDIUM_ANY, PCSI_LVM_NS_NAME,
+					      use, &ns, l->work_err, sizeof(l->work_err));
 			if (rc < 0) {
 				l->work_rc = rc;
 				return;
@@ -541,10 +546,11 @@ static void lvm_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	int i;
 
 	memset(&req->cap, 0, sizeof(req->cap));
-	req->cap.total = l->total;
+	req->cap.total = l->total[req->medium];
 	req->cap.min_volume_size = PCSI_LVM_ALIGN;
 	for (i = 0; i < l->nvgs; i++) {
-		if (!l->vgs[i].exists)
+		if (!l->vgs[i].exists ||
+		    (req->medium != PCSI_MEDIUM_ANY && l->vgs[i].medium != req->medium))
 			continue;
 		req->cap.managed += l->vgs[i].size;
 		req->cap.available += l->vgs[i].free;
@@ -597,6 +603,7 @@ static void create_done(struct pcsi_backend_req *req)
 	 * taken from the VG when the tool started. */
 	snprintf(req->vol.path, sizeof(req->vol.path), "/dev/%s/%s", vg->name, req->id);
 	req->vol.size = o->want_vg;
+	req->vol.medium = vg->medium;
 	l->vols = pcsi_xrealloc(l->vols, (l->nvols + 1) * sizeof(*l->vols));
 	l->vols[l->nvols++] = req->vol;
 	op_end(req, 0);
@@ -612,13 +619,17 @@ static void create_try(struct pcsi_backend_req *req)
 	for (; o->ivg < l->nvgs; o->ivg++) {
 		struct vg *vg = &l->vgs[o->ivg];
 		o->want_vg = vg->extent ? pcsi_align_up(o->want, vg->extent) : o->want;
-		if (vg->exists && vg->free >= o->want_vg)
+		if (vg->exists && vg->free >= o->want_vg &&
+		    (req->medium == PCSI_MEDIUM_ANY || vg->medium == req->medium))
 			break;
 	}
 	if (o->ivg >= l->nvgs) {
 		if (!req->msg[0])
-			pcsi_backend_msg(req, "no volume group has %llu bytes free",
-					 (unsigned long long)o->want);
+			pcsi_backend_msg(
+				req, "no volume group%s%s has %llu bytes free",
+				req->medium != PCSI_MEDIUM_ANY ? " on " : "",
+				req->medium != PCSI_MEDIUM_ANY ? pcsi_medium_name(req->medium) : "",
+				(unsigned long long)o->want);
 		op_end(req, -ENOSPC);
 		return;
 	}

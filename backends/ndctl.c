@@ -40,8 +40,8 @@
 #define MAX_REGIONS 64 /* per node; more are not counted in capacity */
 
 struct direct {
-	struct pcsi_pmem *pmem;	  /* opened by the open job; used by jobs only */
-	struct pcsi_capacity cap; /* the picture (loop thread) */
+	struct pcsi_pmem *pmem;	     /* opened by the open job; used by jobs only */
+	struct pcsi_capacity cap[3]; /* the picture (loop thread), by enum pcsi_medium */
 	bool have_cap;
 	/* Namespaces found or made so far (loop thread only). */
 	struct pcsi_pmem_ns *known;
@@ -55,9 +55,9 @@ struct job {
 	int rc;
 	int nregions, nactive, nvols; /* open: for the log */
 	char err[256];
-	char repaired[512];	  /* what pcsi_pmem_repair() reset, for the log */
-	struct pcsi_pmem_ns ns;	  /* create, get: the namespace made or found */
-	struct pcsi_capacity cap; /* the regions after the job, when have_cap */
+	char repaired[512];	     /* what pcsi_pmem_repair() reset, for the log */
+	struct pcsi_pmem_ns ns;	     /* create, get: the namespace made or found */
+	struct pcsi_capacity cap[3]; /* the regions after the job, when have_cap */
 	bool have_cap;
 	uint64_t t_work;    /* create: pcsi_now_ns() after the create (its repair included) */
 	uint64_t repair_ns; /* create: the time a repair took, if one ran */
@@ -121,7 +121,7 @@ static void direct_after(struct pcsi_backend_req *req)
 	if (j->rc < 0 && j->err[0])
 		pcsi_backend_msg(req, "%s", j->err);
 	if (j->have_cap) {
-		d->cap = j->cap;
+		memcpy(d->cap, j->cap, sizeof(d->cap));
 		d->have_cap = true;
 	}
 	free(j);
@@ -216,6 +216,7 @@ static void to_volume(const struct pcsi_pmem_ns *ns, struct pcsi_volume *v)
 	if (ns->blockdev[0])
 		snprintf(v->path, sizeof(v->path), "/dev/%s", ns->blockdev);
 	v->size = ns->size;
+	v->medium = ns->medium;
 }
 
 /* ---- namespaces known to this process ---------------------------------------------- */
@@ -270,32 +271,39 @@ static void found_after(struct pcsi_backend_req *req)
  * alignment units, since that is what a new namespace can use. In a job:
  * fills j->cap (j->have_cap) from the regions (with |scan|, a scan of its
  * own; else the free space left by the create or remove just done), or
- * leaves it when they cannot be read (the picture keeps what it had). */
+ * leaves it when they cannot be read (the picture keeps what it had):
+ * j->cap[PCSI_MEDIUM_ANY] counts every region, the others those on their
+ * medium. */
 static int read_capacity(struct direct *d, struct job *j, bool scan)
 {
-	struct pcsi_capacity *c = &j->cap;
 	struct pcsi_pmem_region r[MAX_REGIONS];
 	int i, n;
 
-	memset(c, 0, sizeof(*c));
+	memset(j->cap, 0, sizeof(j->cap));
 	n = scan ? pcsi_pmem_regions(d->pmem, r, MAX_REGIONS)
 		 : pcsi_pmem_regions_now(d->pmem, r, MAX_REGIONS);
 	if (n < 0)
 		return n;
 	n = PCSI_MIN(n, MAX_REGIONS);
 	for (i = 0; i < n; i++) {
+		struct pcsi_capacity *cs[2] = { &j->cap[PCSI_MEDIUM_ANY], &j->cap[r[i].medium] };
 		uint64_t align = r[i].align ? r[i].align : 1, max;
+		int k;
 
-		c->total += r[i].size;
-		if (!r[i].active)
-			continue;
-		c->managed += r[i].size;
-		c->available += r[i].available / align * align;
-		max = r[i].max_extent / align * align;
-		if (max > c->max_volume_size)
-			c->max_volume_size = max;
-		if (!c->min_volume_size || pcsi_pmem_aligned_size(0, align) < c->min_volume_size)
-			c->min_volume_size = pcsi_pmem_aligned_size(0, align);
+		for (k = 0; k < 2; k++) {
+			struct pcsi_capacity *c = cs[k];
+			c->total += r[i].size;
+			if (!r[i].active)
+				continue;
+			c->managed += r[i].size;
+			c->available += r[i].available / align * align;
+			max = r[i].max_extent / align * align;
+			if (max > c->max_volume_size)
+				c->max_volume_size = max;
+			if (!c->min_volume_size ||
+			    pcsi_pmem_aligned_size(0, align) < c->min_volume_size)
+				c->min_volume_size = pcsi_pmem_aligned_size(0, align);
+		}
 	}
 	j->have_cap = true;
 	return 0;
@@ -310,7 +318,7 @@ static void direct_capacity(struct pcsi_backend *be, struct pcsi_backend_req *re
 		pcsi_backend_op_done(req, -EIO);
 		return;
 	}
-	req->cap = d->cap;
+	req->cap = d->cap[req->medium];
 	pcsi_backend_op_done(req, 0);
 }
 
@@ -397,7 +405,8 @@ static int create_ns(struct direct *d, struct job *j, struct pcsi_backend_req *r
 	}
 	/* pmem.c's create says -EEXIST and describes the namespace in |ns|
 	 * when the name is taken. */
-	rc = pcsi_pmem_create(d->pmem, NULL, req->vol.id, req->size, &ns, j->err, sizeof(j->err));
+	rc = pcsi_pmem_create(d->pmem, NULL, req->medium, req->vol.id, req->size, &ns, j->err,
+			      sizeof(j->err));
 	if (rc < 0 && rc != -EEXIST && rc != -ENOSPC && rc != -EINVAL) {
 		/* Someone killed inside a create (an admin's ndctl; a
 		 * predecessor's was reset at open) left the seed half made:
@@ -408,8 +417,8 @@ static int create_ns(struct direct *d, struct job *j, struct pcsi_backend_req *r
 		if (again < 0)
 			return again;
 		if (j->repaired[0])
-			rc = pcsi_pmem_create(d->pmem, NULL, req->vol.id, req->size, &ns, j->err,
-					      sizeof(j->err));
+			rc = pcsi_pmem_create(d->pmem, NULL, req->medium, req->vol.id, req->size,
+					      &ns, j->err, sizeof(j->err));
 	}
 	if (rc == 0) {
 		to_volume(&ns, &req->vol);

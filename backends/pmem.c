@@ -243,6 +243,13 @@ static void copy(char *dst, size_t n, const char *src)
 	snprintf(dst, n, "%s", src ? src : "");
 }
 
+static enum pcsi_medium region_medium(struct ndctl_region *r)
+{
+	const char *provider = ndctl_bus_get_provider(ndctl_region_get_bus(r));
+
+	return provider && !strcmp(provider, "CXL") ? PCSI_MEDIUM_CXL : PCSI_MEDIUM_NVDIMM;
+}
+
 static void fill_ns(struct ndctl_namespace *ndns, const char *blockdev, struct pcsi_pmem_ns *o)
 {
 	struct ndctl_region *r = ndctl_namespace_get_region(ndns);
@@ -253,6 +260,7 @@ static void fill_ns(struct ndctl_namespace *ndns, const char *blockdev, struct p
 	copy(o->blockdev, sizeof(o->blockdev), blockdev ? blockdev : ns_blockdev(ndns));
 	copy(o->region, sizeof(o->region), ndctl_region_get_devname(r));
 	copy(o->bus, sizeof(o->bus), ndctl_bus_get_devname(ndctl_region_get_bus(r)));
+	o->medium = region_medium(r);
 	o->size = ndctl_namespace_get_size(ndns);
 }
 
@@ -379,6 +387,33 @@ static int find_ns(struct pcsi_pmem *p, const char *name, struct ndctl_namespace
 	return each_named(p, name, found, ret);
 }
 
+struct find_in {
+	const char *region; /* NULL: any */
+	struct ndctl_namespace *ns;
+};
+
+static int found_in(struct ndctl_namespace *ndns, void *data)
+{
+	struct find_in *f = data;
+
+	if (f->region &&
+	    strcmp(ndctl_region_get_devname(ndctl_namespace_get_region(ndns)), f->region))
+		return 0;
+	f->ns = ndns;
+	return 1;
+}
+
+/* find_ns() in region |region| only (anywhere for NULL). */
+static int find_ns_in(struct pcsi_pmem *p, const char *name, const char *region,
+		      struct ndctl_namespace **ret)
+{
+	struct find_in f = { region, NULL };
+	int rc = each_named(p, name, found_in, &f);
+
+	*ret = f.ns;
+	return rc;
+}
+
 /* ---- queries --------------------------------------------------------------------- */
 
 /* sorted_regions() of a context that reads sysfs afresh. */
@@ -429,6 +464,7 @@ static int fill_regions(struct pcsi_pmem *p, struct ndctl_region **regs, int nr,
 		memset(o, 0, sizeof(*o));
 		copy(o->bus, sizeof(o->bus), ndctl_bus_get_devname(ndctl_region_get_bus(r)));
 		copy(o->name, sizeof(o->name), ndctl_region_get_devname(r));
+		o->medium = region_medium(r);
 		o->active = ndctl_region_is_enabled(r) > 0;
 		o->size = ndctl_region_get_size(r);
 		o->available = region_available(r);
@@ -683,8 +719,9 @@ undo:
 /* Beyond pmem.h: on -EEXIST, |ret| describes the namespace that has the name
  * (the direct backend relies on it to need one scan per create). A size
  * below the kernel's 16 MiB fsdax minimum is raised to it (then aligned). */
-static int create_once(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
-		       struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+static int create_once(struct pcsi_pmem *p, const char *region, enum pcsi_medium medium,
+		       const char *name, uint64_t size, struct pcsi_pmem_ns *ret, char *err,
+		       size_t errlen)
 {
 	struct ndctl_region **regs;
 	struct ndctl_namespace *ndns;
@@ -698,7 +735,9 @@ static int create_once(struct pcsi_pmem *p, const char *region, const char *name
 		fail(NULL, err, errlen, "invalid namespace name");
 		return -EINVAL;
 	}
-	rc = find_ns(p, name, &ndns);
+	/* A name is unique among the regions considered: the lvm backend
+	 * has one "pmem-csi" in each region. */
+	rc = find_ns_in(p, name, region, &ndns);
 	if (rc < 0) {
 		fail(p, err, errlen, "libndctl: %s", strerror(-rc));
 		return rc;
@@ -715,7 +754,8 @@ static int create_once(struct pcsi_pmem *p, const char *region, const char *name
 		struct ndctl_region *r = regs[i];
 		uint64_t align, room;
 
-		if (region && strcmp(ndctl_region_get_devname(r), region))
+		if (region ? strcmp(ndctl_region_get_devname(r), region) != 0
+			   : medium != PCSI_MEDIUM_ANY && region_medium(r) != medium)
 			continue;
 		matched = true;
 		if (ndctl_region_is_enabled(r) <= 0 || ndctl_region_get_ro(r) > 0)
@@ -741,6 +781,11 @@ static int create_once(struct pcsi_pmem *p, const char *region, const char *name
 	if (region && !matched) {
 		fail(NULL, err, errlen, "there is no pmem region %s", region);
 		return -ENODEV;
+	}
+	if (!matched && medium != PCSI_MEDIUM_ANY) {
+		fail(NULL, err, errlen, "there is no pmem region on %s memory",
+		     pcsi_medium_name(medium));
+		return -ENOSPC;
 	}
 	if (last)
 		return last;
@@ -785,7 +830,9 @@ static int with_context(struct pcsi_pmem *p, int (*once)(struct pcsi_pmem *p, vo
 }
 
 struct create_args {
-	const char *region, *name;
+	const char *region;
+	enum pcsi_medium medium;
+	const char *name;
 	uint64_t size;
 	struct pcsi_pmem_ns *ret;
 	char *err;
@@ -796,13 +843,14 @@ static int create_with(struct pcsi_pmem *p, void *arg)
 {
 	struct create_args *a = arg;
 
-	return create_once(p, a->region, a->name, a->size, a->ret, a->err, a->errlen);
+	return create_once(p, a->region, a->medium, a->name, a->size, a->ret, a->err, a->errlen);
 }
 
-int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
-		     struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, enum pcsi_medium medium,
+		     const char *name, uint64_t size, struct pcsi_pmem_ns *ret, char *err,
+		     size_t errlen)
 {
-	struct create_args a = { region, name, size, ret, err, errlen };
+	struct create_args a = { region, medium, name, size, ret, err, errlen };
 
 	return with_context(p, create_with, &a, err, errlen);
 }

@@ -16,12 +16,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/backend.h" /* enum pcsi_medium */
+
 struct pcsi_pmem;
 
 struct pcsi_pmem_region {
 	char bus[32];  /* "ndbus0" */
 	char name[32]; /* "region0" */
-	bool active;   /* enabled */
+	enum pcsi_medium medium;
+	bool active; /* enabled */
 	uint64_t size;
 	uint64_t available;  /* ndctl_region_get_available_size */
 	uint64_t max_extent; /* largest contiguous free extent (available if unknown) */
@@ -34,7 +37,8 @@ struct pcsi_pmem_ns {
 	char blockdev[32]; /* "pmem0.1" ("" when not enabled as a block device) */
 	char region[32];
 	char bus[32];
-	uint64_t size; /* namespace (raw) size */
+	enum pcsi_medium medium; /* its region's */
+	uint64_t size;		 /* namespace (raw) size */
 };
 
 /* Opens a libndctl context. -ENODEV/-ENOMEM/... on failure. */
@@ -58,13 +62,15 @@ int pcsi_pmem_namespaces(struct pcsi_pmem *p, const char *name, struct pcsi_pmem
 
 /* Creates an fsdax namespace (map=dev, 2 MiB page alignment) called |name|
  * with at least |size| bytes, rounded up to the region's alignment; in region
- * |region| (e.g. "region0") or, when NULL, in the first active region where
- * it fits (first fit). Fills |ret| with the actual size and device names.
- * -EEXIST when a namespace of that name exists, -ENOSPC when no region has a
- * large enough free extent, -EIO (with |err|) when the kernel refused. On
+ * |region| (e.g. "region0") or, when NULL, in the first active region on
+ * |medium| (any region for PCSI_MEDIUM_ANY) where it fits (first fit). Fills |ret| with the actual size and device names.
+ * -EEXIST when a namespace of that name exists (in |region|, when given:
+ * the lvm backend's "pmem-csi" is one per region; anywhere otherwise),
+ * -ENOSPC when no region (on |medium|) has a large enough free extent, -EIO (with |err|) when the kernel refused. On
  * failure nothing is left behind. */
-int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
-		     struct pcsi_pmem_ns *ret, char *err, size_t errlen);
+int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, enum pcsi_medium medium,
+		     const char *name, uint64_t size, struct pcsi_pmem_ns *ret, char *err,
+		     size_t errlen);
 
 /* Resets what a create killed part-way left in the regions' seeds (a
  * namespace seed with a size, never enabled: the region can make no

@@ -100,6 +100,16 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 				return -EINVAL;
 			}
 			out->has_size = true;
+		} else if (!strcmp(k, "medium")) {
+			if (!strcmp(v, "nvdimm"))
+				out->medium = PCSI_MEDIUM_NVDIMM;
+			else if (!strcmp(v, "cxl"))
+				out->medium = PCSI_MEDIUM_CXL;
+			else {
+				snprintf(err, errlen,
+					 "parameter \"medium\": \"%.64s\" is not nvdimm or cxl", v);
+				return -EINVAL;
+			}
 		} else if (!strcmp(k, "name") && origin == PCSI_ORIGIN_CONTEXT) {
 			continue; /* recorded by the controller in the volume context */
 		} else {

@@ -12,6 +12,8 @@
  *                     published as a loop device on an image file in the volume's
  *                     filesystem (daemon/node/kata.h); not with usage=FileIO, not
  *                     for raw block volumes (messages.h, the Node service)
+ *   medium            nvdimm | cxl: only PMEM regions on NVDIMMs, or on CXL memory
+ *                     devices (default: any region); an extension of ours
  *   size              Kubernetes quantity; inline ephemeral volumes only
  *   csi.storage.k8s.io/fstype  ext4 | xfs: the filesystem when the capability
  *                              names none (Kubernetes moves it into the
@@ -26,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/backend.h" /* enum pcsi_medium */
 #include "daemon/core/util.h" /* pcsi_parse_bool() */
 
 enum pcsi_persistency { PCSI_PERSIST_NORMAL, PCSI_PERSIST_CACHE };
@@ -44,7 +47,8 @@ struct pcsi_params {
 	bool erase_after;
 	bool kata; /* kataContainers */
 	enum pcsi_usage usage;
-	uint64_t size;	/* ephemeral only; 0 when not given */
+	enum pcsi_medium medium; /* ANY when not given */
+	uint64_t size;		 /* ephemeral only; 0 when not given */
 	char fstype[8]; /* csi.storage.k8s.io/fstype: "ext4", "xfs", or "" when not given */
 	bool has_size;
 };

@@ -144,10 +144,11 @@ static void on_created(struct pcsi_backend_req *req, void *data)
 	uint64_t size = req->vol.size;
 
 	if (req->error == -EEXIST) {
-		pcsi_call_fail(
-			op->call, PCSI_ALREADY_EXISTS,
-			"volume \"%s\" exists with %llu bytes, incompatible with the request",
-			op->in->name, (unsigned long long)req->vol.size);
+		pcsi_call_fail(op->call, PCSI_ALREADY_EXISTS,
+			       "volume \"%s\" exists with %llu bytes, incompatible with the "
+			       "request%s%s",
+			       op->in->name, (unsigned long long)req->vol.size,
+			       req->msg[0] ? ": " : "", req->msg);
 		create_end(op);
 		return;
 	}
@@ -432,6 +433,7 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 	op->limit = limit;
 	op->breq.id = op->id;
 	op->breq.size = size;
+	op->breq.medium = op->params.medium;
 	if (in->volume_content_source) {
 		create_copy_begin(op);
 		return;
@@ -747,6 +749,8 @@ static void nctl_get_capacity(Csi__V1__Controller_Service *svc,
 {
 	struct pcsi_node_controller *nc = from_svc(svc);
 	struct pcsi_node *n = nc->node;
+	struct pcsi_kv kv;
+	struct pcsi_params params;
 	struct simple_op *op;
 	char err[256];
 	size_t i;
@@ -762,9 +766,19 @@ static void nctl_get_capacity(Csi__V1__Controller_Service *svc,
 		pcsi_call_reply(call, &out.base); /* another node's segment: nothing here */
 		return;
 	}
+	/* Of the class's parameters only "medium" matters here; the others
+	 * are checked where a volume is made (the original ignored them all). */
+	kv.key = "medium";
+	kv.value = pcsi_map_get(in->parameters, in->n_parameters, kv.key);
+	if (pcsi_params_parse(PCSI_ORIGIN_CREATE, &kv, kv.value ? 1 : 0, &params, err,
+			      sizeof(err)) < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		return;
+	}
 	op = pcsi_xcalloc(1, sizeof(*op));
 	op->nc = nc;
 	op->call = call;
+	op->breq.medium = params.medium;
 	pcsi_backend_capacity(n->be, &op->breq, on_capacity, op);
 }
 

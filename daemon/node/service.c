@@ -838,6 +838,7 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 			return;
 		op->breq.id = op->id;
 		op->breq.size = op->size;
+		op->breq.medium = op->params.medium;
 		pcsi_backend_create(n->be, &op->breq, ephemeral_created, op);
 		return;
 	}

@@ -237,6 +237,27 @@ def _():
     pt.check(code == SC.RESOURCE_EXHAUSTED, "%s %s" % (code, details))
 
 
+@t.test("medium: the test-only backend's space counts as NVDIMM: medium=cxl has no capacity on any node and a "
+        "CreateVolume is RESOURCE_EXHAUSTED after every node was asked; medium=nvdimm works; a bad medium is "
+        "INVALID_ARGUMENT")
+def _():
+    for n in CAPS:
+        topo = csi.Topology(segments={KEY: n})
+        r = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=topo, parameters={"medium": "cxl"}))
+        pt.check(r.available_capacity == 0, "%s: cxl %d" % (n, r.available_capacity))
+        r = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=topo, parameters={"medium": "nvdimm"}))
+        pt.check(r.available_capacity > 0, "%s: nvdimm %d" % (n, r.available_capacity))
+    before = {n: node_ids(n) for n in CAPS}
+    code, details, _ = rpc("CreateVolume", create("pvc-cxl", 8 * MiB, {"medium": "cxl"}))
+    pt.check(code == SC.RESOURCE_EXHAUSTED and "cxl" in details, "%s %s" % (code, details))
+    pt.check({n: node_ids(n) for n in CAPS} == before, "volumes changed")
+    v = ok_call("CreateVolume", create("pvc-nvdimm", 8 * MiB, {"medium": "nvdimm"})).volume
+    pt.check(dict(v.volume_context).get("medium") == "nvdimm", "context %r" % dict(v.volume_context))
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    code, details, _ = rpc("CreateVolume", create("pvc-bad", 8 * MiB, {"medium": "optane"}))
+    pt.check(code == SC.INVALID_ARGUMENT and "nvdimm or cxl" in details, "%s %s" % (code, details))
+
+
 @t.test("concurrent CreateVolume for one name: no duplicate")
 def _():
     path, _, resp = pt.rpc(csi, "Controller", "CreateVolume")

@@ -178,7 +178,8 @@ t.test("kustomizations: resources exist; every object file is in one (or deliber
     problems.push(...k.problems);
     MODES[dir] = k;
   }
-  const standalone = new Set(["storageclass/pmem-csi-sc-cache.yaml", "examples/pmem-pvc-cache.yaml",
+  const standalone = new Set(["storageclass/pmem-csi-sc-cache.yaml", "storageclass/pmem-csi-sc-cxl.yaml",
+    "examples/pmem-pvc-cache.yaml",
     "examples/pmem-app-cache.yaml", "metrics/prometheus-scrape.yaml", "examples/pmem-snapshot.yaml",
     "examples/pmem-app-restore.yaml"]);
   for (const f of yamlFiles(MANIFESTS)) {

@@ -45,6 +45,38 @@ START_TEST(defaults)
 	ck_assert_int_eq(p.usage, PCSI_USAGE_APPDIRECT);
 	ck_assert(!p.has_size);
 	ck_assert(!p.kata);
+	ck_assert_int_eq(p.medium, PCSI_MEDIUM_ANY);
+}
+END_TEST
+
+/* medium: in a StorageClass, an inline volume and a volume context alike;
+ * exactly nvdimm or cxl. */
+START_TEST(medium)
+{
+	static const enum pcsi_param_origin origins[] = { PCSI_ORIGIN_CREATE, PCSI_ORIGIN_EPHEMERAL,
+							  PCSI_ORIGIN_CONTEXT };
+	struct pcsi_kv kv[] = { KV("medium", "cxl"), KV("size", "1Gi") };
+	static const char *const bad[] = { "", "CXL", "NVDIMM", "pmem", "cxl ", "any" };
+	struct pcsi_params p;
+	char err[256];
+	size_t i, n;
+
+	for (i = 0; i < sizeof(origins) / sizeof(origins[0]); i++) {
+		n = origins[i] == PCSI_ORIGIN_EPHEMERAL ? 2 : 1;
+		kv[0].value = "cxl";
+		ck_assert_int_eq(parse(origins[i], kv, n, &p, err), 0);
+		ck_assert_int_eq(p.medium, PCSI_MEDIUM_CXL);
+		kv[0].value = "nvdimm";
+		ck_assert_int_eq(parse(origins[i], kv, n, &p, err), 0);
+		ck_assert_int_eq(p.medium, PCSI_MEDIUM_NVDIMM);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		kv[0].value = bad[i];
+		ck_assert_int_eq(parse(PCSI_ORIGIN_CREATE, kv, 1, &p, err), -EINVAL);
+		ck_assert_msg(strstr(err, "is not nvdimm or cxl"), "%s: %s", bad[i], err);
+	}
+	ck_assert_str_eq(pcsi_medium_name(PCSI_MEDIUM_CXL), "cxl");
+	ck_assert_str_eq(pcsi_medium_name(PCSI_MEDIUM_NVDIMM), "nvdimm");
 }
 END_TEST
 
@@ -240,6 +272,7 @@ static Suite *params_suite(void)
 
 	tcase_add_test(tc, volume_id_matches_the_original_scheme);
 	tcase_add_test(tc, defaults);
+	tcase_add_test(tc, medium);
 	tcase_add_test(tc, cache_volume);
 	tcase_add_test(tc, kata_containers);
 	tcase_add_test(tc, refusals);

@@ -256,7 +256,8 @@ static void timings(const char *region, uint64_t size)
 					 NULL };
 		double t0 = now_ms();
 
-		rc = pcsi_pmem_create(pm, region, "t-ours", size, &ns, err, sizeof(err));
+		rc = pcsi_pmem_create(pm, region, PCSI_MEDIUM_ANY, "t-ours", size, &ns, err,
+				      sizeof(err));
 		ours_c[i] = now_ms() - t0;
 		fails += rc != 0 || ns.size != size;
 		t0 = now_ms();
@@ -330,7 +331,7 @@ int main(void)
 
 	/* ---- create vol-a */
 	t0 = now_ms();
-	rc = pcsi_pmem_create(pm, NULL, "vol-a", VOL_SIZE, &ns, err, sizeof(err));
+	rc = pcsi_pmem_create(pm, NULL, PCSI_MEDIUM_ANY, "vol-a", VOL_SIZE, &ns, err, sizeof(err));
 	t_create = now_ms() - t0;
 	ok(rc == 0, "create vol-a 100 MiB (%.1f ms)", t_create);
 	printf("# vol-a: dev=%s blockdev=%s region=%s bus=%s size=%llu\n", ns.dev, ns.blockdev,
@@ -363,18 +364,22 @@ int main(void)
 
 	/* ---- errors without side effects */
 	before = available(r0->name);
-	rc = pcsi_pmem_create(pm, NULL, "vol-a", VOL_SIZE, &other, err, sizeof(err));
+	rc = pcsi_pmem_create(pm, NULL, PCSI_MEDIUM_ANY, "vol-a", VOL_SIZE, &other, err,
+			      sizeof(err));
 	ok(rc == -EEXIST && count_ns("vol-a", NULL) == 1 && available(r0->name) == before,
 	   "create vol-a again: -EEXIST (%d), nothing changed", rc);
-	rc = pcsi_pmem_create(pm, NULL, "vol-a", 2 * VOL_SIZE, &other, err, sizeof(err));
+	rc = pcsi_pmem_create(pm, NULL, PCSI_MEDIUM_ANY, "vol-a", 2 * VOL_SIZE, &other, err,
+			      sizeof(err));
 	ok(rc == -EEXIST, "create vol-a again with another size: -EEXIST (%d)", rc);
-	rc = pcsi_pmem_create(pm, NULL, "too-big", r0->size + 1024 * MIB, &other, err, sizeof(err));
+	rc = pcsi_pmem_create(pm, NULL, PCSI_MEDIUM_ANY, "too-big", r0->size + 1024 * MIB, &other,
+			      err, sizeof(err));
 	printf("# too-big: %s\n", err);
 	ok(rc == -ENOSPC && count_ns("too-big", NULL) == 0 && available(r0->name) == before,
 	   "create too-big (region + 1 GiB): -ENOSPC (%d), nothing left behind", rc);
-	rc = pcsi_pmem_create(pm, "region99", "nowhere", VOL_SIZE, &other, err, sizeof(err));
+	rc = pcsi_pmem_create(pm, "region99", PCSI_MEDIUM_ANY, "nowhere", VOL_SIZE, &other, err,
+			      sizeof(err));
 	ok(rc == -ENODEV && count_ns("nowhere", NULL) == 0, "create in region99: -ENODEV (%d)", rc);
-	rc = pcsi_pmem_create(pm, NULL,
+	rc = pcsi_pmem_create(pm, NULL, PCSI_MEDIUM_ANY,
 			      "a-name-of-sixty-four-bytes-is-one-too-long-for-a-namespace-label",
 			      VOL_SIZE, &other, err, sizeof(err));
 	ok(rc == -EINVAL, "create with a 64-byte name: -EINVAL (%d)", rc);
@@ -396,8 +401,8 @@ int main(void)
 			before = available(r0->name);
 			inject = points[i];
 			fired = 0;
-			rc = pcsi_pmem_create(pm, r0->name, "rollback", VOL_SIZE, &other, err,
-					      sizeof(err));
+			rc = pcsi_pmem_create(pm, r0->name, PCSI_MEDIUM_ANY, "rollback", VOL_SIZE,
+					      &other, err, sizeof(err));
 			inject = NULL;
 			retries = pcsi_pmem_retries(pm) - retries;
 			printf("# %s fails: %s\n", points[i], err);
@@ -417,8 +422,8 @@ int main(void)
 			   points[i], fired, retries, rc, n,
 			   (unsigned long long)(available(r0->name) / MIB), seed, alt);
 			err[0] = '\0';
-			rc = pcsi_pmem_create(pm, r0->name, "rollback", VOL_SIZE, &again, err,
-					      sizeof(err));
+			rc = pcsi_pmem_create(pm, r0->name, PCSI_MEDIUM_ANY, "rollback", VOL_SIZE,
+					      &again, err, sizeof(err));
 			ok(rc == 0 && is_blockdev(again.blockdev) &&
 				   pcsi_pmem_destroy(pm, "rollback", err, sizeof(err)) == 0 &&
 				   available(r0->name) == before,
@@ -439,7 +444,8 @@ int main(void)
 	rc = pcsi_pmem_destroy(pm, "vol-x", err, sizeof(err));
 	ok(rc == -ENOENT && count_ns("other", NULL) == 1 && count_ns("vol-a", NULL) == 1,
 	   "destroy vol-x: -ENOENT (%d), other and vol-a untouched", rc);
-	rc = pcsi_pmem_create(pm, NULL, "other", VOL_SIZE, &other, err, sizeof(err));
+	rc = pcsi_pmem_create(pm, NULL, PCSI_MEDIUM_ANY, "other", VOL_SIZE, &other, err,
+			      sizeof(err));
 	ok(rc == -EEXIST, "create other: -EEXIST, the CLI's namespace is seen (%d)", rc);
 
 	/* ---- busy */
@@ -479,19 +485,23 @@ int main(void)
 		uint64_t fill = r[0].max_extent - r[0].align; /* leaves one unit */
 		struct pcsi_pmem_ns big, next;
 
-		rc = pcsi_pmem_create(pm, NULL, "fill-0", fill, &big, err, sizeof(err));
+		rc = pcsi_pmem_create(pm, NULL, PCSI_MEDIUM_ANY, "fill-0", fill, &big, err,
+				      sizeof(err));
 		ok(rc == 0 && !strcmp(big.region, r[0].name) && big.size == fill,
 		   "fill-0 takes all but %llu MiB of %s", (unsigned long long)(r[0].align / MIB),
 		   r[0].name);
-		rc = pcsi_pmem_create(pm, NULL, "next-1", 2 * r[0].align, &next, err, sizeof(err));
+		rc = pcsi_pmem_create(pm, NULL, PCSI_MEDIUM_ANY, "next-1", 2 * r[0].align, &next,
+				      err, sizeof(err));
 		ok(rc == 0 && !strcmp(next.region, r[1].name),
 		   "next-1 (%llu MiB) does not fit in %s: first fit puts it in %s",
 		   (unsigned long long)(2 * r[0].align / MIB), r[0].name, next.region);
-		rc = pcsi_pmem_create(pm, NULL, "last-0", r[0].align, &next, err, sizeof(err));
+		rc = pcsi_pmem_create(pm, NULL, PCSI_MEDIUM_ANY, "last-0", r[0].align, &next, err,
+				      sizeof(err));
 		ok(rc == 0 && !strcmp(next.region, r[0].name),
 		   "last-0 (%llu MiB) still fits in %s (%s)",
 		   (unsigned long long)(r[0].align / MIB), r[0].name, next.region);
-		rc = pcsi_pmem_create(pm, r[0].name, "more-0", r[0].align, &next, err, sizeof(err));
+		rc = pcsi_pmem_create(pm, r[0].name, PCSI_MEDIUM_ANY, "more-0", r[0].align, &next,
+				      err, sizeof(err));
 		ok(rc == -ENOSPC, "more-0 in the full %s: -ENOSPC (%d)", r[0].name, rc);
 		rc = pcsi_pmem_destroy(pm, "fill-0", err, sizeof(err));
 		rc |= pcsi_pmem_destroy(pm, "next-1", err, sizeof(err));

@@ -12,6 +12,10 @@ usage: test_cxl.py PATH-TO-pmem-csi-driver PHASE WORK
                 volume with data
   second-B      after a power cycle: the region again, the volume and its
                 data back; the volume deleted
+  mixed-B       with the NVDIMM beside the CXL region: the StorageClass
+                parameter medium (nvdimm, cxl) picks the region, GetCapacity
+                counts by medium, a volume asked again on the other medium is
+                refused
   half          what a kill of `cxl create-region` leaves after each of its
                 sysfs steps, made by hand: each restart finishes the region
                 (a real kill -9 of the driver and its child, tried at 0 to
@@ -168,7 +172,7 @@ elif PHASE.startswith("first-"):
         ch = pt.unix_channel(SOCK)
         v = call(ch, "CreateVolume", csi.CreateVolumeRequest(
             name=VOL, capacity_range=csi.CapacityRange(required_bytes=256 * MiB),
-            volume_capabilities=[mount_cap()])).volume
+            volume_capabilities=[mount_cap()], parameters={"medium": "cxl"})).volume
         st, tg = stage_publish(ch, v.volume_id, dict(v.volume_context))
         pt.check("dax" in mount_opts(st), "staging mount options: %s" % mount_opts(st))
         pt.check(on_cxl(tg), "the volume is not on the CXL bus")
@@ -211,6 +215,52 @@ elif PHASE.startswith("second-"):
         pt.check(got == want["sha256"], "data changed across the power cycle")
         unpublish_unstage(ch, want["id"], st, tg)
         call(ch, "DeleteVolume", csi.DeleteVolumeRequest(volume_id=want["id"]))
+        ch.close()
+        daemon.stop()
+
+elif PHASE.startswith("mixed-"):
+    def capacity(ch, medium):
+        return call(ch, "GetCapacity", csi.GetCapacityRequest(
+            parameters={"medium": medium} if medium else {})).available_capacity
+
+    @t.test("%s: a mixed node: GetCapacity by medium (nvdimm + cxl = all, both > 0); bad medium refused"
+            % BACKEND)
+    def _():
+        d = start()
+        globals()["daemon"] = d
+        ch = pt.unix_channel(SOCK)
+        caps = {m: capacity(ch, m) for m in ("", "nvdimm", "cxl")}
+        t.diag("%s: available %r" % (BACKEND, caps))
+        pt.check(caps["nvdimm"] > 0 and caps["cxl"] > 0, "capacity by medium: %r" % caps)
+        pt.check(caps["nvdimm"] + caps["cxl"] == caps[""], "capacity by medium: %r" % caps)
+        path, _, resp = pt.rpc(csi, "Controller", "GetCapacity")
+        code, details, _ = pt.call_code(ch, path, csi.GetCapacityRequest(parameters={"medium": "CXL"}), resp)
+        pt.check(code == SC.INVALID_ARGUMENT and "nvdimm or cxl" in details, "%s %s" % (code, details))
+        ch.close()
+
+    @t.test("%s: medium=nvdimm and medium=cxl volumes land on those media (mounted with dax), each "
+            "counted against its own medium; the same name on the other medium: ALREADY_EXISTS" % BACKEND)
+    def _():
+        ch = pt.unix_channel(SOCK)
+        path, _, resp = pt.rpc(csi, "Controller", "CreateVolume")
+        for medium in ("nvdimm", "cxl"):
+            other = "cxl" if medium == "nvdimm" else "nvdimm"
+            before = {m: capacity(ch, m) for m in (medium, other)}
+            v = call(ch, "CreateVolume", csi.CreateVolumeRequest(
+                name="mixed-" + medium, capacity_range=csi.CapacityRange(required_bytes=64 * MiB),
+                volume_capabilities=[mount_cap()], parameters={"medium": medium})).volume
+            after = {m: capacity(ch, m) for m in (medium, other)}
+            pt.check(after[medium] < before[medium] and after[other] == before[other],
+                     "%s: capacity before %r after %r" % (medium, before, after))
+            st, tg = stage_publish(ch, v.volume_id, dict(v.volume_context))
+            pt.check("dax" in mount_opts(st), "staging mount options: %s" % mount_opts(st))
+            pt.check(on_cxl(tg) == (medium == "cxl"), "%s volume: on CXL is %s" % (medium, on_cxl(tg)))
+            unpublish_unstage(ch, v.volume_id, st, tg)
+            code, details, _ = pt.call_code(ch, path, csi.CreateVolumeRequest(
+                name="mixed-" + medium, capacity_range=csi.CapacityRange(required_bytes=64 * MiB),
+                volume_capabilities=[mount_cap()], parameters={"medium": other}), resp, timeout=120)
+            pt.check(code == SC.ALREADY_EXISTS and other in details, "asked on %s: %s %s" % (other, code, details))
+            call(ch, "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
         ch.close()
         daemon.stop()
 
