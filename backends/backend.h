@@ -77,6 +77,7 @@ struct pcsi_backend_req;
  * (a bus whose provider is "CXL") or NVDIMMs (any other: ACPI.NFIT, ...).
  * As a request's input, ANY means every region. */
 enum pcsi_medium { PCSI_MEDIUM_ANY, PCSI_MEDIUM_NVDIMM, PCSI_MEDIUM_CXL };
+#define PCSI_N_MEDIA 3 /* for arrays indexed by enum pcsi_medium */
 
 /* "nvdimm", "cxl"; "" for ANY. */
 static inline const char *pcsi_medium_name(enum pcsi_medium m)

@@ -60,7 +60,7 @@ struct pv_setup {
 
 struct lvm {
 	struct pcsi_pmem *pmem;
-	uint64_t total[3]; /* all regions, any state, by enum pcsi_medium (ANY: all) */
+	uint64_t total[PCSI_N_MEDIA]; /* all regions, any state, by medium (ANY: all) */
 	struct vg vgs[MAX_REGIONS];
 	int nvgs;
 	struct pcsi_volume *vols;
@@ -625,11 +625,9 @@ static void create_try(struct pcsi_backend_req *req)
 	}
 	if (o->ivg >= l->nvgs) {
 		if (!req->msg[0])
-			pcsi_backend_msg(
-				req, "no volume group%s%s has %llu bytes free",
-				req->medium != PCSI_MEDIUM_ANY ? " on " : "",
-				req->medium != PCSI_MEDIUM_ANY ? pcsi_medium_name(req->medium) : "",
-				(unsigned long long)o->want);
+			pcsi_backend_msg(req, "no volume group%s%s has %llu bytes free",
+					 req->medium ? " on " : "", pcsi_medium_name(req->medium),
+					 (unsigned long long)o->want);
 		op_end(req, -ENOSPC);
 		return;
 	}

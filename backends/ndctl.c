@@ -40,8 +40,8 @@
 #define MAX_REGIONS 64 /* per node; more are not counted in capacity */
 
 struct direct {
-	struct pcsi_pmem *pmem;	     /* opened by the open job; used by jobs only */
-	struct pcsi_capacity cap[3]; /* the picture (loop thread), by enum pcsi_medium */
+	struct pcsi_pmem *pmem;			/* opened by the open job; used by jobs only */
+	struct pcsi_capacity cap[PCSI_N_MEDIA]; /* the picture (loop thread), by medium */
 	bool have_cap;
 	/* Namespaces found or made so far (loop thread only). */
 	struct pcsi_pmem_ns *known;
@@ -55,9 +55,9 @@ struct job {
 	int rc;
 	int nregions, nactive, nvols; /* open: for the log */
 	char err[256];
-	char repaired[512];	     /* what pcsi_pmem_repair() reset, for the log */
-	struct pcsi_pmem_ns ns;	     /* create, get: the namespace made or found */
-	struct pcsi_capacity cap[3]; /* the regions after the job, when have_cap */
+	char repaired[512];			/* what pcsi_pmem_repair() reset, for the log */
+	struct pcsi_pmem_ns ns;			/* create, get: the namespace made or found */
+	struct pcsi_capacity cap[PCSI_N_MEDIA]; /* the regions after the job, when have_cap */
 	bool have_cap;
 	uint64_t t_work;    /* create: pcsi_now_ns() after the create (its repair included) */
 	uint64_t repair_ns; /* create: the time a repair took, if one ran */
@@ -266,6 +266,23 @@ static void found_after(struct pcsi_backend_req *req)
 
 /* ---- capacity ------------------------------------------------------------------- */
 
+/* Adds region |r| to |c| (the original driver's rules, below). */
+static void count_region(struct pcsi_capacity *c, const struct pcsi_pmem_region *r)
+{
+	uint64_t align = r->align ? r->align : 1, max;
+
+	c->total += r->size;
+	if (!r->active)
+		return;
+	c->managed += r->size;
+	c->available += r->available / align * align;
+	max = r->max_extent / align * align;
+	if (max > c->max_volume_size)
+		c->max_volume_size = max;
+	if (!c->min_volume_size || pcsi_pmem_aligned_size(0, align) < c->min_volume_size)
+		c->min_volume_size = pcsi_pmem_aligned_size(0, align);
+}
+
 /* The original driver's GetCapacity for direct mode: every region counts in
  * total; disabled ones count nowhere else; free space is counted in whole
  * alignment units, since that is what a new namespace can use. In a job:
@@ -286,24 +303,8 @@ static int read_capacity(struct direct *d, struct job *j, bool scan)
 		return n;
 	n = PCSI_MIN(n, MAX_REGIONS);
 	for (i = 0; i < n; i++) {
-		struct pcsi_capacity *cs[2] = { &j->cap[PCSI_MEDIUM_ANY], &j->cap[r[i].medium] };
-		uint64_t align = r[i].align ? r[i].align : 1, max;
-		int k;
-
-		for (k = 0; k < 2; k++) {
-			struct pcsi_capacity *c = cs[k];
-			c->total += r[i].size;
-			if (!r[i].active)
-				continue;
-			c->managed += r[i].size;
-			c->available += r[i].available / align * align;
-			max = r[i].max_extent / align * align;
-			if (max > c->max_volume_size)
-				c->max_volume_size = max;
-			if (!c->min_volume_size ||
-			    pcsi_pmem_aligned_size(0, align) < c->min_volume_size)
-				c->min_volume_size = pcsi_pmem_aligned_size(0, align);
-		}
+		count_region(&j->cap[PCSI_MEDIUM_ANY], &r[i]);
+		count_region(&j->cap[r[i].medium], &r[i]);
 	}
 	j->have_cap = true;
 	return 0;

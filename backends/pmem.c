@@ -374,25 +374,12 @@ static int each_named(struct pcsi_pmem *p, const char *name,
 	return rc;
 }
 
-static int found(struct ndctl_namespace *ndns, void *data)
-{
-	*(struct ndctl_namespace **)data = ndns;
-	return 1;
-}
-
-/* The first namespace called |name|: 1 (in |*ret|), 0 or -ENOMEM. */
-static int find_ns(struct pcsi_pmem *p, const char *name, struct ndctl_namespace **ret)
-{
-	*ret = NULL;
-	return each_named(p, name, found, ret);
-}
-
 struct find_in {
 	const char *region; /* NULL: any */
 	struct ndctl_namespace *ns;
 };
 
-static int found_in(struct ndctl_namespace *ndns, void *data)
+static int found(struct ndctl_namespace *ndns, void *data)
 {
 	struct find_in *f = data;
 
@@ -403,12 +390,13 @@ static int found_in(struct ndctl_namespace *ndns, void *data)
 	return 1;
 }
 
-/* find_ns() in region |region| only (anywhere for NULL). */
-static int find_ns_in(struct pcsi_pmem *p, const char *name, const char *region,
-		      struct ndctl_namespace **ret)
+/* The first namespace called |name| (in region |region| only, unless NULL):
+ * 1 (in |*ret|), 0 or -ENOMEM. */
+static int find_ns(struct pcsi_pmem *p, const char *name, const char *region,
+		   struct ndctl_namespace **ret)
 {
 	struct find_in f = { region, NULL };
-	int rc = each_named(p, name, found_in, &f);
+	int rc = each_named(p, name, found, &f);
 
 	*ret = f.ns;
 	return rc;
@@ -737,7 +725,7 @@ static int create_once(struct pcsi_pmem *p, const char *region, enum pcsi_medium
 	}
 	/* A name is unique among the regions considered: the lvm backend
 	 * has one "pmem-csi" in each region. */
-	rc = find_ns_in(p, name, region, &ndns);
+	rc = find_ns(p, name, region, &ndns);
 	if (rc < 0) {
 		fail(p, err, errlen, "libndctl: %s", strerror(-rc));
 		return rc;
@@ -871,7 +859,7 @@ static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t
 
 	if (err && errlen)
 		err[0] = '\0';
-	rc = find_ns(p, name, &ndns);
+	rc = find_ns(p, name, NULL, &ndns);
 	if (rc < 0) {
 		fail(p, err, errlen, "libndctl: %s", strerror(-rc));
 		return rc;
