@@ -114,6 +114,7 @@ class Runner:
         secs = time.monotonic() - t0
         passed = failed = skipped = outside = 0
         skips = {}
+        times = []
         try:
             cases = ET.parse(junit).getroot().iter("testcase")
         except (OSError, ET.ParseError) as e:
@@ -126,6 +127,10 @@ class Runner:
             full = tc.get("name", "?")
             status = tc.get("status", "?")
             title = "%s: %s" % (name, _short(full))
+            try:
+                times.append((float(tc.get("time", "0")), _short(full)))
+            except ValueError:
+                pass
             if not full.startswith("[It]"):
                 # Suite set-up and report nodes: shown only when they fail.
                 if status not in ("passed", "skipped", "pending"):
@@ -157,6 +162,9 @@ class Runner:
         self.diag("run %s: %d passed, %d failed, %d skipped (%.0f s)" % (name, passed, failed, skipped, secs))
         for reason, specs in sorted(skips.items()):
             self.diag("  skipped (%s): %d" % (reason, len(specs)))
+        # Where a run's time goes (the CI budget): its five slowest specs.
+        for secs_, spec in sorted(times, reverse=True)[:5]:
+            self.diag("  slowest: %.1f s %s" % (secs_, spec))
         if outside:
             self.diag("  not run, outside this run's focus /%s/: %d" % (unlisted, outside))
         self.runs.append((name, passed, failed, skipped))

@@ -277,12 +277,12 @@ class Cluster:
 
     # ---- nodes -----------------------------------------------------------------
 
-    def start_nodes(self, containerd_root, tars):
-        """|containerd_root|: images.containerd_root()'s, or "" to have each
+    def start_nodes(self, containerd_disk, tars):
+        """|containerd_disk|: images.containerd_disk()'s, or "" to have each
         node import the tarballs of |tars| (image name -> tarball) itself."""
         env = {
             "KUBE": self.kube, "PAUSE_IMAGE": PAUSE, "DNS_IP": DNS_IP, "CLUSTER_CIDR": CLUSTER_CIDR,
-            "CONTAINERD_ROOT": containerd_root, "IMAGES": " ".join(sorted(tars)),
+            "CONTAINERD_DISK": "/dev/vda" if containerd_disk else "", "IMAGES": " ".join(sorted(tars)),
             "IMAGE_TARS": " ".join(sorted(tars.values())),
             "POD_ROUTES": " ".join("%s@%s" % (c, ip) for ip, c in NODES.values()),
         }
@@ -299,7 +299,8 @@ class Cluster:
                 os.path.join(TOP, "tests", "vm", "vm-run"), "--name=" + n, "--nvdimms=1", "--nvdimm-size=" + self.nvdimm_size,
                 "--mem=" + self.guest_mem, "--cpus=2", "--timeout=%d" % self.timeout,
                 "--tap=tap-%s,%s/24,%s" % (n[-1], ip, BRIDGE_IP), "--rw-dir=" + self.work,
-                "--console=" + os.path.join(self.work, n + ".console.log"),
+                "--console=" + os.path.join(self.work, n + ".console.log")] + \
+                (["--disk=" + containerd_disk] if containerd_disk else []) + [
                 os.path.join(HERE, "node.sh"), n, self.work]
             out = open(os.path.join(self.work, n + ".vm-run.log"), "w")
             self.guests[n] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
@@ -340,7 +341,7 @@ class Cluster:
                                                    "tests", "tools", "pcsi-registrar")
         tars = images.build_all(image_dir, self.driver, tools, e2e=self.e2e_images, intel=self.intel)
         try:
-            store = images.containerd_root(list(tars.values()))
+            store = images.containerd_disk(list(tars.values()))
             log("images built and imported (%.0f s)" % (time.monotonic() - t0))
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             # E.g. a host kernel without overlayfs: slower, still whole.

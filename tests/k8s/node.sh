@@ -68,18 +68,20 @@ state = "/run/containerd"
     conf_dir = "/etc/cni/net.d"
 TOML
 
-# The images: the containerd root that the host built from them (tests/k8s/
-# images.py containerd_root(): imported and unpacked there), copied in; or,
-# when the host could not (CONTAINERD_ROOT empty), the tarballs imported here.
-if [ -n "$CONTAINERD_ROOT" ]; then
-	step "copying the containerd root with the images"
-	cp -a "$CONTAINERD_ROOT"/. /var/lib/containerd/ || fail "copy $CONTAINERD_ROOT"
+# The images: the disk that the host made of a containerd root that holds
+# them (tests/k8s/images.py containerd_disk(): imported and unpacked there),
+# mounted as containerd's root; or, when the host could not (CONTAINERD_DISK
+# empty), the tarballs imported here.
+if [ -n "$CONTAINERD_DISK" ]; then
+	step "mounting the containerd root with the images"
+	modprobe ext4 2>/dev/null
+	mount -t ext4 "$CONTAINERD_DISK" /var/lib/containerd || fail "mount $CONTAINERD_DISK"
 fi
 step "containerd"
 containerd --config /etc/containerd/config.toml >"$work/$name.containerd.log" 2>&1 &
 for _ in $(seq 100); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done
 [ -S /run/containerd/containerd.sock ] || fail "containerd did not start"
-if [ -z "$CONTAINERD_ROOT" ]; then
+if [ -z "$CONTAINERD_DISK" ]; then
 	step "importing images"
 	for img in $IMAGE_TARS; do
 		ctr -n k8s.io images import --no-unpack=false "$img" >/dev/null || fail "import $img"

@@ -11,7 +11,8 @@ PCSI_K8S_E2E=0 leaves them out (and the images they need).
 
 usage: test_k8s.py PATH-TO-pmem-csi-driver (the shipped build)
 Environment: PCSI_K8S_WORK (keep the work directory there), PCSI_CACHE,
-PCSI_K8S_E2E, the PCSI_E2E_* variables of e2e_storage.py.
+PCSI_K8S_E2E, the PCSI_E2E_* variables of e2e_storage.py, PCSI_K8S_ONLY
+(below), PCSI_K8S_TRACE=1 (slow kubectl calls and waits on stderr).
 """
 import json
 import os
@@ -55,12 +56,18 @@ timings = {}
 
 
 INTEL = os.environ.get("PCSI_K8S_INTEL", "1") != "0"
+TRACE = os.environ.get("PCSI_K8S_TRACE") == "1"
 
 
 def _up():
     c = kc.Cluster(WORK, DRIVER, e2e_images=E2E, intel=INTEL)
     try:
         timings["cluster start"] = c.up(os.path.join(WORK, "images"))
+        if TRACE:  # every event from now on, with its time, in WORK/events.log
+            c.start("events", [c.kube, "kubectl", "--kubeconfig", os.path.join(WORK, "admin.kubeconfig"), "get",
+                               "events", "-A", "--watch-only", "-o",
+                               "custom-columns=TIME:.lastTimestamp,EVTIME:.eventTime,NS:.metadata.namespace,"
+                               "OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message"])
     except Exception:
         c.down()
         raise
@@ -71,7 +78,20 @@ cl = pt.Lazy(_up, "cluster")
 
 
 def k(*args, **kw):
-    return cl.get().kubectl(*args, **kw)
+    """kubectl ARGS; with PCSI_K8S_TRACE=1 each call that takes a second or
+    more is logged on stderr with its start and duration (where a scenario's
+    time goes)."""
+    t0 = time.time()
+    try:
+        return cl.get().kubectl(*args, **kw)
+    finally:
+        trace(t0, "kubectl " + " ".join(args)[:160])
+
+
+def trace(t0, what):
+    if TRACE and time.time() - t0 >= 1:
+        sys.stderr.write("trace %s +%.1f s %s\n" % (time.strftime("%H:%M:%S", time.localtime(t0)),
+                                                   time.time() - t0, what))
 
 
 def kj(*args):
@@ -79,7 +99,11 @@ def kj(*args):
 
 
 def wait(cond, timeout, what, interval=2):
-    cl.get().wait(cond, timeout, what, interval)
+    t0 = time.time()
+    try:
+        cl.get().wait(cond, timeout, what, interval)
+    finally:
+        trace(t0, "wait: " + what)
 
 
 def manifests(*p):
@@ -164,13 +188,17 @@ def logs_until(name, pattern, timeout=120):
 
 
 def delete_claims(pairs):
-    """Deletes each pod, then its PVC, and waits for the PV to go; afterwards
-    neither node keeps a logical volume."""
-    for pod, pvc in pairs:
-        k("delete", "pod", pod, "--wait=true", timeout=300)
-        pv = kj("get", "pvc", pvc)["spec"]["volumeName"]
+    """Deletes the pods (together), then the PVCs in the order given (a
+    source before its clone: the driver gets the deletes in that order), and
+    waits for their PVs to go (the deletes run side by side, as a user's
+    would); afterwards neither node keeps a logical volume."""
+    k("delete", "pod", *[pod for pod, _ in pairs], "--wait=true", timeout=300)
+    pvs = set()
+    for _, pvc in pairs:
+        pvs.add(kj("get", "pvc", pvc)["spec"]["volumeName"])
         k("delete", "pvc", pvc, "--wait=true", timeout=300)
-        wait_gone("pv", pv)
+    wait(lambda: not pvs & {pv["metadata"]["name"] for pv in kj("get", "pv")["items"]}, 300,
+         "PVs %s gone" % ", ".join(sorted(pvs)))
     for n in ("node-x", "node-y"):
         lvs = logical_volumes(n)
         pt.check(lvs == [], "%s keeps %r" % (n, lvs))
