@@ -522,6 +522,11 @@ void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 		be->opened = error == 0;
 		deliver(req, error);
 		break;
+	case OP_CAPACITY:
+		if (error == 0)
+			req->cap = req->cap_by[req->medium];
+		deliver(req, error);
+		break;
 	case OP_CREATE:
 		if (error == 0 && req->existed && req->medium != PCSI_MEDIUM_ANY &&
 		    req->vol.medium != req->medium) {

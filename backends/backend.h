@@ -130,8 +130,10 @@ struct pcsi_backend_req {
 	struct pcsi_volume from;  /* copy: the source */
 	struct pcsi_volume *vols; /* list: owned, freed by pcsi_backend_req_done() */
 	size_t n_vols;
-	struct pcsi_capacity cap; /* capacity */
-	char msg[256];		  /* a reason when a tool failed */
+	struct pcsi_capacity cap; /* capacity: on req->medium */
+	/* capacity: on each medium ([PCSI_MEDIUM_ANY]: all of the node's) */
+	struct pcsi_capacity cap_by[PCSI_N_MEDIA];
+	char msg[256]; /* a reason when a tool failed */
 	/* private */
 	pcsi_backend_cb cb;
 	void *data;

@@ -11,7 +11,8 @@
  *             the picture (free space, volumes) the other operations keep
  *   refresh:  read the picture afresh from the medium (asked for with
  *             pcsi_backend_refresh()); NULL when never needed
- *   capacity: fill req->cap from the picture, at once: no tool, no job
+ *   capacity: fill req->cap_by (every medium) from the picture, at once:
+ *             no tool, no job (req->cap is copied from it)
  *   create:   make req->id with at least req->size bytes; fill req->vol (path,
  *             actual size); an existing volume of a size that satisfies the
  *             request is returned with req->existed = true, another size is

@@ -68,14 +68,13 @@ static void fake_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
 	struct fake *f = impl(be);
 
-	if (req->medium == PCSI_MEDIUM_CXL) { /* its space counts as NVDIMM */
-		memset(&req->cap, 0, sizeof(req->cap));
-		pcsi_backend_op_done(req, 0);
-		return;
-	}
-	req->cap.total = req->cap.managed = f->total;
-	req->cap.available = req->cap.max_volume_size = f->total - f->used;
-	req->cap.min_volume_size = PCSI_LVM_ALIGN;
+	struct pcsi_capacity *c = &req->cap_by[PCSI_MEDIUM_ANY];
+
+	memset(req->cap_by, 0, sizeof(req->cap_by));
+	c->total = c->managed = f->total;
+	c->available = c->max_volume_size = f->total - f->used;
+	c->min_volume_size = PCSI_LVM_ALIGN;
+	req->cap_by[PCSI_MEDIUM_NVDIMM] = *c; /* its space counts as NVDIMM */
 	pcsi_backend_op_done(req, 0);
 }
 

@@ -543,19 +543,24 @@ static void lvm_refresh(struct pcsi_backend *be, struct pcsi_backend_req *req)
 static void lvm_capacity(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
 	struct lvm *l = impl(be);
-	int i;
+	int m, i;
 
-	memset(&req->cap, 0, sizeof(req->cap));
-	req->cap.total = l->total[req->medium];
-	req->cap.min_volume_size = PCSI_LVM_ALIGN;
-	for (i = 0; i < l->nvgs; i++) {
-		if (!l->vgs[i].exists ||
-		    (req->medium != PCSI_MEDIUM_ANY && l->vgs[i].medium != req->medium))
-			continue;
-		req->cap.managed += l->vgs[i].size;
-		req->cap.available += l->vgs[i].free;
-		req->cap.max_volume_size = PCSI_MAX(
-			req->cap.max_volume_size, l->vgs[i].free - l->vgs[i].free % PCSI_LVM_ALIGN);
+	memset(req->cap_by, 0, sizeof(req->cap_by));
+	for (m = 0; m < PCSI_N_MEDIA; m++) {
+		struct pcsi_capacity *c = &req->cap_by[m];
+
+		c->total = l->total[m];
+		c->min_volume_size = PCSI_LVM_ALIGN;
+		for (i = 0; i < l->nvgs; i++) {
+			if (!l->vgs[i].exists ||
+			    (m != PCSI_MEDIUM_ANY && l->vgs[i].medium != (enum pcsi_medium)m))
+				continue;
+			c->managed += l->vgs[i].size;
+			c->available += l->vgs[i].free;
+			c->max_volume_size =
+				PCSI_MAX(c->max_volume_size,
+					 l->vgs[i].free - l->vgs[i].free % PCSI_LVM_ALIGN);
+		}
 	}
 	pcsi_backend_op_done(req, 0);
 }

@@ -319,7 +319,7 @@ static void direct_capacity(struct pcsi_backend *be, struct pcsi_backend_req *re
 		pcsi_backend_op_done(req, -EIO);
 		return;
 	}
-	req->cap = d->cap[req->medium];
+	memcpy(req->cap_by, d->cap, sizeof(req->cap_by));
 	pcsi_backend_op_done(req, 0);
 }
 

@@ -67,10 +67,10 @@ struct pcsi_http {
 	struct hconn *conns;
 	uint32_t nconns;
 	/* capacity */
-	struct cap_req *cap;	/* in flight, or NULL */
-	struct scrape *waiting; /* scrapes waiting for it */
-	uv_timer_t cap_timer;	/* their time limit */
-	struct pcsi_capacity cap_value;
+	struct cap_req *cap;			      /* in flight, or NULL */
+	struct scrape *waiting;			      /* scrapes waiting for it */
+	uv_timer_t cap_timer;			      /* their time limit */
+	struct pcsi_capacity cap_value[PCSI_N_MEDIA]; /* by medium */
 	uint64_t cap_ms; /* when cap_value was read (monotonic); 0: never */
 	bool stopping, finishing;
 	uv_idle_t fin;	       /* the second close round (never started) */
@@ -113,7 +113,7 @@ static void send_metrics(struct pcsi_http *h, h2o_req_t *req, bool simple)
 		if (h->opts.collect)
 			h->opts.collect(h->opts.collect_data);
 		if (h->cap_ms && h->opts.node_id)
-			pcsi_metrics_set_capacity(h->opts.node_id, &h->cap_value,
+			pcsi_metrics_set_capacity(h->opts.node_id, h->cap_value,
 						  (double)(pcsi_now_ms() - h->cap_ms) / 1000.0);
 	}
 	body = pcsi_metrics_render_daemon(simple, &len);
@@ -175,7 +175,7 @@ static void on_capacity(struct pcsi_backend_req *req, void *data)
 	if (h) {
 		h->cap = NULL;
 		if (req->error == 0) {
-			h->cap_value = req->cap;
+			memcpy(h->cap_value, req->cap_by, sizeof(h->cap_value));
 			h->cap_ms = pcsi_now_ms();
 		} else {
 			pcsi_warn_rl(NULL, 60000, "cannot read capacity for metrics", "err=\"%s\"",

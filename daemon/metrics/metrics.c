@@ -501,6 +501,7 @@ static struct {
 	char *driver_name;
 	struct pcsi_metric *build_info, *ops, *node_ops;
 	struct pcsi_metric *cap_total, *cap_managed, *cap_available, *cap_max, *cap_age;
+	struct pcsi_metric *med_total, *med_managed, *med_available, *med_max;
 	struct pcsi_metric *nodes, *node_age;
 	struct pcsi_metric *rss, *vsize, *cpu, *open_fds, *max_fds, *start_time;
 	double start_time_s; /* read once */
@@ -524,6 +525,7 @@ void pcsi_metrics_setup(const char *driver_name, const char *version)
 	static const char *const node_op_labels[] = { "driver_name", "node", "method_name",
 						      "grpc_status_code", NULL };
 	static const char *const cap_labels[] = { "node", "driver_name", NULL };
+	static const char *const med_labels[] = { "node", "driver_name", "medium", NULL };
 	static const char *const node_labels[] = { "node", NULL };
 	static const char *const version_label[] = { "version", NULL };
 
@@ -559,6 +561,21 @@ void pcsi_metrics_setup(const char *driver_name, const char *version)
 		gauge("pmem_amount_age_seconds",
 		      "Seconds since the pmem_amount_* values were read from the device manager.",
 		      cap_labels);
+	g.med_total =
+		gauge("pmem_medium_amount",
+		      "Total amount of PMEM of one medium on the node, in bytes.", med_labels);
+	g.med_managed = gauge("pmem_medium_amount_managed",
+			      "Amount of PMEM of one medium on the node that pmem-csi manages, in "
+			      "bytes.",
+			      med_labels);
+	g.med_available = gauge("pmem_medium_amount_available",
+				"Amount of PMEM of one medium on the node that is free for new "
+				"volumes, in bytes.",
+				med_labels);
+	g.med_max = gauge("pmem_medium_amount_max_volume_size",
+			  "Size of the largest volume that can be created on one medium of the "
+			  "node now, in bytes.",
+			  med_labels);
 	g.nodes = gauge("pmem_nodes", "Number of nodes registered with the controller.", NULL);
 	g.node_age =
 		gauge("pmem_node_registration_age_seconds",
@@ -605,17 +622,34 @@ void pcsi_metrics_observe_node_call(const char *node, const char *method, int st
 		(const char *[]){ g.driver_name, node, method, pcsi_status_name(status) }, seconds);
 }
 
-void pcsi_metrics_set_capacity(const char *node, const struct pcsi_capacity *cap, double age_s)
+static void set_capacity(struct pcsi_metric *const f[4], const char *const *v,
+			 const struct pcsi_capacity *c)
+{
+	pcsi_metric_set(f[0], v, (double)c->total);
+	pcsi_metric_set(f[1], v, (double)c->managed);
+	pcsi_metric_set(f[2], v, (double)c->available);
+	pcsi_metric_set(f[3], v, (double)c->max_volume_size);
+}
+
+void pcsi_metrics_set_capacity(const char *node, const struct pcsi_capacity cap[PCSI_N_MEDIA],
+			       double age_s)
 {
 	const char *const v[] = { node, g.driver_name };
+	int m;
 
 	if (!g.reg)
 		return;
-	pcsi_metric_set(g.cap_total, v, (double)cap->total);
-	pcsi_metric_set(g.cap_managed, v, (double)cap->managed);
-	pcsi_metric_set(g.cap_available, v, (double)cap->available);
-	pcsi_metric_set(g.cap_max, v, (double)cap->max_volume_size);
+	set_capacity(
+		(struct pcsi_metric *[]){ g.cap_total, g.cap_managed, g.cap_available, g.cap_max },
+		v, &cap[PCSI_MEDIUM_ANY]);
 	pcsi_metric_set(g.cap_age, v, age_s);
+	for (m = PCSI_MEDIUM_ANY + 1; m < PCSI_N_MEDIA; m++)
+		if (cap[m].total)
+			set_capacity((struct pcsi_metric *[]){ g.med_total, g.med_managed,
+							       g.med_available, g.med_max },
+				     (const char *[]){ node, g.driver_name,
+						       pcsi_medium_name((enum pcsi_medium)m) },
+				     &cap[m]);
 }
 
 void pcsi_metrics_nodes_reset(void)

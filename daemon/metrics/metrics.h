@@ -28,6 +28,12 @@
  *      pmem_amount_total, pmem_amount_managed, pmem_amount_available,
  *      pmem_amount_max_volume_size{node,driver_name}        node, bytes
  *      pmem_amount_age_seconds{node,driver_name}            node: age of those
+ *      pmem_medium_amount, pmem_medium_amount_managed,
+ *      pmem_medium_amount_available,
+ *      pmem_medium_amount_max_volume_size{node,driver_name,medium}
+ *                                   node, bytes, on each medium the node has
+ *                                   (nvdimm, cxl; our own: the original driver
+ *                                   knew only NVDIMMs)
  *      pmem_nodes                                           controller
  *      pmem_node_registration_age_seconds{node}             controller
  *      process_resident_memory_bytes, process_virtual_memory_bytes,
@@ -118,8 +124,11 @@ void pcsi_metrics_on_call_end(const char *method, int status, uint64_t elapsed_n
 void pcsi_metrics_observe_node_call(const char *node, const char *method, int status,
 				    double seconds);
 
-/* Node: the capacity gauges of |node|, read |age_s| seconds ago. */
-void pcsi_metrics_set_capacity(const char *node, const struct pcsi_capacity *cap, double age_s);
+/* Node: the capacity gauges of |node|, read |age_s| seconds ago: |cap| has
+ * one entry per medium ([PCSI_MEDIUM_ANY]: all of them), as
+ * pcsi_backend_req.cap_by; a medium with no PMEM at all gets no series. */
+void pcsi_metrics_set_capacity(const char *node, const struct pcsi_capacity cap[PCSI_N_MEDIA],
+			       double age_s);
 
 /* Controller: pcsi_metrics_nodes_reset() sets pmem_nodes to 0 and drops the
  * per-node series; each pcsi_metrics_node_registered() then counts one node

@@ -41,7 +41,7 @@ static void d_refresh(struct pcsi_backend *b, struct pcsi_backend_req *req)
 static void d_capacity(struct pcsi_backend *b, struct pcsi_backend_req *req)
 {
 	record(req, PCSI_BK_CAPACITY);
-	req->cap.available = 42;
+	req->cap_by[PCSI_MEDIUM_ANY].available = 42;
 	pcsi_backend_op_done(req, 0); /* from the picture: at once */
 }
 static void d_create(struct pcsi_backend *b, struct pcsi_backend_req *req)

@@ -247,10 +247,17 @@ static void ck_contains(const char *hay, const char *needle)
 
 START_TEST(test_daemon_metrics)
 {
-	struct pcsi_capacity cap = { .total = 4ull << 30,
-				     .managed = 3ull << 30,
-				     .available = 2ull << 30,
-				     .max_volume_size = 1ull << 30 };
+	/* All of it, none on NVDIMMs, all on CXL: only the CXL series. */
+	struct pcsi_capacity cap[PCSI_N_MEDIA] = {
+		[PCSI_MEDIUM_ANY] = { .total = 4ull << 30,
+				      .managed = 3ull << 30,
+				      .available = 2ull << 30,
+				      .max_volume_size = 1ull << 30 },
+		[PCSI_MEDIUM_CXL] = { .total = 4ull << 30,
+				      .managed = 3ull << 30,
+				      .available = 2ull << 30,
+				      .max_volume_size = 1ull << 30 },
+	};
 	char *s;
 	int i;
 
@@ -267,7 +274,7 @@ START_TEST(test_daemon_metrics)
 	pcsi_metrics_on_call_end("/csi.v1.Controller/CreateVolume", PCSI_OK, 3000000000ull, NULL);
 	pcsi_metrics_observe_node_call("node-1", "/csi.v1.Controller/CreateVolume",
 				       PCSI_RESOURCE_EXHAUSTED, 0.2);
-	pcsi_metrics_set_capacity("node-1", &cap, 0.5);
+	pcsi_metrics_set_capacity("node-1", cap, 0.5);
 	pcsi_metrics_nodes_reset();
 	pcsi_metrics_node_registered("node-1", 12);
 	pcsi_metrics_node_registered("node-2", 3.5);
@@ -307,6 +314,13 @@ START_TEST(test_daemon_metrics)
 	ck_contains(s,
 		    "pmem_amount_age_seconds{node=\"node-1\",driver_name=\"pmem-csi.intel.com\"} "
 		    "0.5\n");
+	ck_contains(
+		s,
+		"pmem_medium_amount_available{node=\"node-1\",driver_name=\"pmem-csi.intel.com\","
+		"medium=\"cxl\"} 2147483648\n");
+	ck_contains(s, "pmem_medium_amount_max_volume_size{node=\"node-1\","
+		       "driver_name=\"pmem-csi.intel.com\",medium=\"cxl\"} 1073741824\n");
+	ck_assert_ptr_null(strstr(s, "medium=\"nvdimm\""));
 	ck_contains(s, "pmem_nodes 2\n");
 	ck_contains(s, "pmem_node_registration_age_seconds{node=\"node-1\"} 12\n");
 	ck_contains(s, "pmem_node_registration_age_seconds{node=\"node-2\"} 3.5\n");

@@ -14,8 +14,8 @@ usage: test_cxl.py PATH-TO-pmem-csi-driver PHASE WORK
                 data back; the volume deleted
   mixed-B       with the NVDIMM beside the CXL region: the StorageClass
                 parameter medium (nvdimm, cxl) picks the region, GetCapacity
-                counts by medium, a volume asked again on the other medium is
-                refused
+                and the pmem_medium_amount_* metrics count by medium, a volume
+                asked again on the other medium is refused
   half          what a kill of `cxl create-region` leaves after each of its
                 sysfs steps, made by hand: each restart finishes the region
                 (a real kill -9 of the driver and its child, tried at 0 to
@@ -223,16 +223,35 @@ elif PHASE.startswith("mixed-"):
         return call(ch, "GetCapacity", csi.GetCapacityRequest(
             parameters={"medium": medium} if medium else {})).available_capacity
 
-    @t.test("%s: a mixed node: GetCapacity by medium (nvdimm + cxl = all, both > 0); bad medium refused"
-            % BACKEND)
+    def metrics(port):
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            pt.check(r.status == 200, "/metrics: %d" % r.status)
+            return r.read().decode()
+        finally:
+            c.close()
+
+    @t.test("%s: a mixed node: GetCapacity by medium (nvdimm + cxl = all, both > 0), the same in "
+            "pmem_medium_amount_available{medium} and pmem_amount_available; bad medium refused" % BACKEND)
     def _():
-        d = start()
+        import re
+        port = pt.free_port()
+        d = start(["-metricsListen=127.0.0.1:%d" % port])
         globals()["daemon"] = d
         ch = pt.unix_channel(SOCK)
         caps = {m: capacity(ch, m) for m in ("", "nvdimm", "cxl")}
         t.diag("%s: available %r" % (BACKEND, caps))
         pt.check(caps["nvdimm"] > 0 and caps["cxl"] > 0, "capacity by medium: %r" % caps)
         pt.check(caps["nvdimm"] + caps["cxl"] == caps[""], "capacity by medium: %r" % caps)
+        text = metrics(port)
+        got = {m or "": int(float(v)) for m, v in re.findall(
+            r'^pmem(?:_medium)?_amount_available\{node="cxl-node",driver_name="pmem-csi.intel.com"'
+            r'(?:,medium="(\w+)")?\} (\S+)$', text, re.M)}
+        pt.check(got == caps, "metrics %r, GetCapacity %r:\n%s" % (got, caps, "\n".join(
+            l for l in text.splitlines() if "amount" in l)))
         path, _, resp = pt.rpc(csi, "Controller", "GetCapacity")
         code, details, _ = pt.call_code(ch, path, csi.GetCapacityRequest(parameters={"medium": "CXL"}), resp)
         pt.check(code == SC.INVALID_ARGUMENT and "nvdimm or cxl" in details, "%s %s" % (code, details))
