@@ -15,6 +15,10 @@
 
 #define SVC	    "csi.v1.Controller"
 #define MAX_TARGETS 1024
+/* A create held up by the grace period is looked at again this often, and
+ * gives up this long before its caller's deadline. */
+#define WAIT_TICK_MS   1000
+#define WAIT_MARGIN_MS 2000
 
 static const ProtobufCMethodDescriptor *method(const char *name)
 {
@@ -93,6 +97,7 @@ struct create_op {
 	size_t undo;  /* roll back: index into made */
 	bool asking;  /* a node's CreateVolume is in flight (not a roll-back) */
 	bool cancelled;
+	struct create_op *next_waiting; /* in c->waiting */
 };
 
 /* The caller gave up (deadline, cancel): the node's call is cancelled too,
@@ -473,14 +478,55 @@ static bool source_target(struct create_op *op)
 	return true;
 }
 
+/* Waiting for the grace period. The provisioner retries an UNAVAILABLE
+ * answer with an exponential back-off per PVC (1 s, 2 s, 4 s, ...), so a
+ * create refused during the grace period is retried up to twice as long
+ * after the period ended as it had waited before. Instead the call waits:
+ * each second, and at once when the period ends early, it is looked at again
+ * (its copies may be known by then: a holder re-registered), and it ends
+ * UNAVAILABLE as before only when its caller's deadline is less than
+ * WAIT_MARGIN_MS away. A call without a deadline is answered at once: it has
+ * no time limit to end within. */
+static void create_start(struct create_op *op);
+
+static void on_wait_tick(uv_timer_t *t)
+{
+	struct pcsi_controller *c = pcsi_container_of(t, struct pcsi_controller, wait_timer);
+	struct create_op *op = c->waiting, *next;
+
+	c->waiting = NULL;
+	uv_timer_stop(t);
+	for (; op; op = next) {
+		next = op->next_waiting;
+		op->next_waiting = NULL;
+		create_start(op); /* may wait again (and restart the timer) */
+	}
+}
+
+static bool create_wait(struct create_op *op)
+{
+	struct pcsi_controller *c = op->c;
+	uint64_t left = pcsi_call_remaining_ms(op->call);
+	struct create_op **tail;
+
+	if (!c->wait_timer_open || op->cancelled || left == UINT64_MAX ||
+	    left <= WAIT_MARGIN_MS + WAIT_TICK_MS)
+		return false;
+	pcsi_call_on_cancel(op->call, create_cancelled, op);
+	for (tail = &c->waiting; *tail; tail = &(*tail)->next_waiting)
+		; /* in arrival order */
+	*tail = op;
+	if (!uv_is_active((uv_handle_t *)&c->wait_timer))
+		uv_timer_start(&c->wait_timer, on_wait_tick, WAIT_TICK_MS, 0);
+	return true;
+}
+
 static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 			      const Csi__V1__CreateVolumeRequest *in,
 			      Csi__V1__CreateVolumeResponse_Closure closure, void *call)
 {
 	struct pcsi_controller *c = from_svc(svc);
 	struct create_op *op = pcsi_xcalloc(1, sizeof(*op));
-	struct pcsi_cvol *v;
-	size_t i;
 
 	if (!pcsi_create_begin(call, in, &c->busy, &op->params, &op->size, &op->limit, op->id)) {
 		free(op);
@@ -490,13 +536,33 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 	op->call = call;
 	op->in = in;
 	op->need = op->params.persistency == PCSI_PERSIST_CACHE ? op->params.cache_size : 1;
-	v = pcsi_cluster_volume(c->cluster, op->id);
+	create_start(op);
+}
+
+/* From the volume's known copies on: at the call's start, and again after
+ * each wait for the grace period (what is known may have changed). */
+static void create_start(struct create_op *op)
+{
+	struct pcsi_controller *c = op->c;
+	const Csi__V1__CreateVolumeRequest *in = op->in;
+	struct pcsi_cvol *v = pcsi_cluster_volume(c->cluster, op->id);
+	size_t i;
+
+	if (op->cancelled) {
+		pcsi_call_fail(op->call, PCSI_CANCELLED, "the call was cancelled");
+		create_free(op);
+		return;
+	}
+	for (i = 0; i < op->n_made; i++)
+		free(op->made[i]);
+	op->n_made = op->n_pre = 0;
+	op->vol_size = 0;
 	if (v) {
 		/* Known already: check that it fits; if it is short of copies (an
 		 * earlier attempt, or a node that was lost), make the missing ones. */
 		if ((uint64_t)v->size < op->size || (op->limit && (uint64_t)v->size > op->limit)) {
 			pcsi_call_fail(
-				call, PCSI_ALREADY_EXISTS,
+				op->call, PCSI_ALREADY_EXISTS,
 				"volume \"%s\" exists with %lld bytes, incompatible with the "
 				"request",
 				in->name, (long long)v->size);
@@ -509,7 +575,9 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 		op->vol_size = v->size;
 	}
 	if (op->n_made < op->need && grace_left_s(c)) {
-		pcsi_call_fail(call, PCSI_UNAVAILABLE,
+		if (create_wait(op))
+			return;
+		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
 			       "volume \"%s\": nodes that may hold a copy of it can still "
 			       "re-register with the restarted controller for %llu s "
 			       "(-registrationGrace)",
@@ -526,7 +594,7 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 		pick_targets(op);
 		maybe_first(op);
 	}
-	pcsi_call_on_cancel(call, create_cancelled, op);
+	pcsi_call_on_cancel(op->call, create_cancelled, op);
 	create_next(op);
 }
 
@@ -1172,6 +1240,8 @@ void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluste
 	c->cluster = cluster;
 	c->grace_ms = grace_ms;
 	pcsi_inflight_init(&c->busy);
+	uv_timer_init(cluster->loop, &c->wait_timer);
+	c->wait_timer_open = true;
 	snprintf(c->topology_key, sizeof(c->topology_key), "%s/node", driver_name);
 }
 
@@ -1189,9 +1259,22 @@ void pcsi_controller_end_grace(struct pcsi_controller *c, const char *why)
 	c->grace_ms = 0;
 	pcsi_info(1, "registration grace period ended early", "reason=\"%s\" seconds_left=%llu",
 		  why, (unsigned long long)left);
+	if (c->waiting)
+		uv_timer_start(&c->wait_timer, on_wait_tick, 0, 0);
 }
 
 void pcsi_controller_done(struct pcsi_controller *c)
 {
+	struct create_op *op;
+
+	while ((op = c->waiting)) {
+		c->waiting = op->next_waiting;
+		pcsi_call_fail(op->call, PCSI_UNAVAILABLE, "the controller is stopping");
+		create_free(op);
+	}
+	if (c->wait_timer_open) {
+		c->wait_timer_open = false;
+		uv_close((uv_handle_t *)&c->wait_timer, NULL);
+	}
 	pcsi_inflight_done(&c->busy);
 }

@@ -9,6 +9,9 @@
  *   if not enough nodes can take it, the copies made are deleted again.
  *   Nowhere enough space = RESOURCE_EXHAUSTED; no node reachable or none
  *   registered = UNAVAILABLE. accessible_topology lists every holding node.
+ *   Inside the registration grace period (below) a create whose copies are
+ *   not all known yet waits, while its caller's deadline allows, for the
+ *   period to end or the copies to be known, instead of failing at once.
  * DeleteVolume: fans out to every node that holds the volume; OK only when all
  *   of them answered. An id the controller does not know is deleted on every
  *   registered node (nodes answer OK for what they do not have), and during
@@ -19,6 +22,8 @@
  * id already in progress get ABORTED. */
 #ifndef PCSI_CONTROLLER_H
 #define PCSI_CONTROLLER_H
+
+#include <uv.h>
 
 #include "daemon/controller/cluster.h"
 #include "daemon/csi/inflight.h"
@@ -31,10 +36,17 @@ struct pcsi_controller {
 	uint64_t grace_ms;	   /* -registrationGrace: see grace_left_s() in service.c */
 	bool expand;		   /* the nodes' volumes can grow (announced, served) */
 	struct pcsi_inflight busy; /* names and ids with a call in progress */
+	/* CreateVolume calls waiting for the grace period (service.c) */
+	struct create_op *waiting;
+	uv_timer_t wait_timer; /* looks at them again, every second while any wait */
+	bool wait_timer_open;
 };
 
+/* Uses the cluster's loop (a timer). */
 void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluster,
 			  const char *driver_name, uint64_t grace_ms);
+/* Ends the creates still waiting (UNAVAILABLE) and closes the timer: run the
+ * loop afterwards so that it is closed. */
 void pcsi_controller_done(struct pcsi_controller *c);
 
 /* True while the registration grace period lasts (see grace_left_s() in
@@ -42,7 +54,8 @@ void pcsi_controller_done(struct pcsi_controller *c);
 bool pcsi_controller_in_grace(const struct pcsi_controller *c);
 
 /* Ends the grace period now: every node that may hold a volume has
- * registered (|why| is logged). */
+ * registered (|why| is logged); the waiting creates go on (on a later loop
+ * turn). */
 void pcsi_controller_end_grace(struct pcsi_controller *c, const char *why);
 
 static inline ProtobufCService *pcsi_controller_service(struct pcsi_controller *c)

@@ -658,23 +658,46 @@ def retry_ok(method, req, until):
         time.sleep(0.3)
 
 
-@t.test("grace period: a create retried before a holder re-registers makes no extra copy")
+@t.test("grace period: a create retried before a holder re-registers makes no extra copy: it waits for the "
+        "holder (UNAVAILABLE if its deadline comes first), the answer names the holder's copy")
 def _():
     # The copy of the first attempt is on n2; the controller restarts while n2
     # is away. A retry then must not place the volume on n1 or n3.
+    import concurrent.futures
+    global ctl, ch
     name = "pvc-grace-create"
     v = ok_call("CreateVolume", create(name, 16 * MiB, requisite=["n2"])).volume
-    restart_without(["n2"], grace=6)
+    restart_without(["n2"], grace=60)
     try:
-        code, details, _ = rpc("CreateVolume", create(name, 16 * MiB))
-        pt.check(code == SC.UNAVAILABLE and "registrationGrace" in details,
-                 "retry inside the grace period: %s %s" % (code, details))
-        for n in ("n1", "n3"):
-            pt.check(v.volume_id not in node_ids(n), "extra copy on %s" % n)
+        # A deadline 4 s away: the call waits until 2 s before it at most.
+        t0 = time.monotonic()
+        code, details, _ = rpc("CreateVolume", create(name, 16 * MiB), timeout=4)
+        took = time.monotonic() - t0
+        pt.check(code == SC.UNAVAILABLE and "registrationGrace" in details and took < 3.5,
+                 "retry inside the grace period, 4 s deadline: %s %s after %.1f s" % (code, details, took))
+        # With time to spare it waits; n2 comes back meanwhile.
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            t0 = time.monotonic()
+            fut = ex.submit(rpc, "CreateVolume", create(name, 16 * MiB), None, 50)
+            time.sleep(2.5)
+            pt.check(not fut.done(), "answered while n2 is away: %r" % (fut.result()[:2] if fut.done() else None,))
+            for n in ("n1", "n3"):
+                pt.check(v.volume_id not in node_ids(n), "extra copy on %s" % n)
+            resume(["n2"])
+            code, details, r = fut.result()
+            took = time.monotonic() - t0
     finally:
         resume(["n2"])
-    r = ok_call("CreateVolume", create(name, 16 * MiB)).volume
-    pt.check(holders(r) == ["n2"], "holders after n2 is back: %r" % holders(r))
+    pt.check(code == SC.OK and holders(r.volume) == ["n2"] and took < 30,
+             "the waiting retry: %s %s after %.1f s, holders %r" % (code, details, took,
+                                                                     holders(r.volume) if r else None))
+    t.diag("a create inside the grace period was answered %.1f s after it was made (n2 re-registered)" % took)
+    # The tests below start outside a grace period.
+    ch.close()
+    ctl.kill()
+    ctl = start_controller(grace=0)
+    ch = pt.unix_channel(CTL_SOCK)
+    wait_registered(list(CAPS))
     pt.check(sum(node_ids(n).count(v.volume_id) for n in CAPS) == 1, "copies")
     retry_ok("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), time.monotonic() + 15)
     pt.check(all(v.volume_id not in node_ids(n) for n in CAPS), "left over")
@@ -748,7 +771,7 @@ def _():
     restart_without(["n2"], grace=60, kube=True)
     try:
         time.sleep(2.5)  # two polls of the API with n2 away
-        code, details, _ = rpc("CreateVolume", create("pvc-kube-early", 16 * MiB))
+        code, details, _ = rpc("CreateVolume", create("pvc-kube-early", 16 * MiB), timeout=4)
         pt.check(code == SC.UNAVAILABLE and "registrationGrace" in details,
                  "create while n2 (labelled) is away: %s %s" % (code, details))
     finally:

@@ -5,8 +5,8 @@ PCSI_FAKE_DELAY_MS in a child process, as real tools take time), the
 controller SIGKILLed at a random instant inside a normal create, a cache
 create (cacheSize 2) and the fan-out deletes of both, restarted, and the call
 retried as csi-provisioner does (same request, backoff, UNAVAILABLE and
-ABORTED tolerated; the registration grace window answers UNAVAILABLE until
-the nodes are back). Asked directly, the nodes must then hold exactly the
+ABORTED tolerated; in the registration grace window a create waits and a
+delete answers UNAVAILABLE until the nodes are back). Asked directly, the nodes must then hold exactly the
 copies the answers promised: none extra (leaked), none missing (lost), and
 nothing after the deletes. Then rounds of parallel calls: PAR creates
 (normal and cache) in flight at once through the controller, so that the
