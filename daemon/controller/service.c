@@ -1098,24 +1098,102 @@ static void on_node_capacity(struct pcsi_client_call *call, void *data)
 	free(op);
 }
 
-/* The cluster's capacity from the nodes' last answers: the sum of what is
- * free, the largest volume one node can make (a volume lives on one node,
- * or on several as copies), the smallest minimum. */
+/* The cluster's capacity: the sum of what is free, the largest volume one
+ * node can make (a volume lives on one node, or on several as copies), the
+ * smallest minimum. */
 struct cluster_capacity {
 	int64_t available, max, min;
 };
 
-static void add_capacity(const struct pcsi_cnode *n, void *data)
+static void add_figures(struct cluster_capacity *c, int64_t available, int64_t max, int64_t min)
 {
-	struct cluster_capacity *c = data;
+	if (available > 0)
+		c->available += available;
+	c->max = PCSI_MAX(c->max, max);
+	if (min > 0 && (!c->min || min < c->min))
+		c->min = min;
+}
+
+static void reply_capacity(struct pcsi_call *call, const struct cluster_capacity *sum)
+{
+	Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
+	Google__Protobuf__Int64Value max = GOOGLE__PROTOBUF__INT64_VALUE__INIT,
+				     min = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
+
+	out.available_capacity = sum->available;
+	max.value = sum->max;
+	min.value = sum->min;
+	out.maximum_volume_size = &max;
+	if (sum->min)
+		out.minimum_volume_size = &min;
+	pcsi_call_reply(call, &out.base);
+}
+
+/* From the nodes' last answers (registration, and after each change). */
+static void add_cached(const struct pcsi_cnode *n, void *data)
+{
+	if (n->ready)
+		add_figures(data, n->available, n->max_volume_size, n->min_volume_size);
+}
+
+/* With a medium the cached figures (every medium) do not do: every ready
+ * node is asked with the request's parameters, all at once, and the answers
+ * are added up. A node that fails to answer counts for nothing, as one that
+ * is not registered; UNAVAILABLE only when none answered. */
+struct cap_fan {
+	struct pcsi_call *call;
+	size_t pending, answered, asked;
+	struct cluster_capacity sum;
+	char msg[200];
+	struct cap_leg {
+		struct cap_fan *fan;
+		struct pcsi_client_call ccall;
+	} * legs;
+};
+
+static void on_leg_capacity(struct pcsi_client_call *call, void *data)
+{
+	struct cap_fan *f = ((struct cap_leg *)data)->fan;
+
+	if (call->status == PCSI_OK) {
+		const Csi__V1__GetCapacityResponse *r = (const void *)call->reply;
+		add_figures(&f->sum, r->available_capacity,
+			    r->maximum_volume_size ? r->maximum_volume_size->value : 0,
+			    r->minimum_volume_size ? r->minimum_volume_size->value : 0);
+		f->answered++;
+	} else {
+		snprintf(f->msg, sizeof(f->msg), "%s", call->message ? call->message : "");
+	}
+	pcsi_client_call_done(call);
+	if (--f->pending)
+		return;
+	if (f->asked && !f->answered)
+		pcsi_call_fail(f->call, PCSI_UNAVAILABLE, "GetCapacity: no node answered: %s",
+			       f->msg);
+	else
+		reply_capacity(f->call, &f->sum);
+	free(f->legs);
+	free(f);
+}
+
+struct cap_fan_start {
+	struct pcsi_controller *c;
+	struct cap_fan *fan;
+	const ProtobufCMessage *req;
+};
+
+static void ask_node(const struct pcsi_cnode *n, void *data)
+{
+	struct cap_fan_start *st = data;
+	struct cap_leg *leg;
 
 	if (!n->ready)
 		return;
-	if (n->available > 0)
-		c->available += n->available;
-	c->max = PCSI_MAX(c->max, n->max_volume_size);
-	if (n->min_volume_size > 0 && (!c->min || n->min_volume_size < c->min))
-		c->min = n->min_volume_size;
+	leg = &st->fan->legs[st->fan->asked++];
+	leg->fan = st->fan;
+	st->fan->pending++;
+	pcsi_channel_call(n->chan, &leg->ccall, SVC, method("GetCapacity"), st->req,
+			  node_timeout(st->c->cluster, st->fan->call, false), on_leg_capacity, leg);
 }
 
 static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
@@ -1123,10 +1201,9 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 			     Csi__V1__GetCapacityResponse_Closure closure, void *call)
 {
 	struct pcsi_controller *c = from_svc(svc);
-	Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
-	Google__Protobuf__Int64Value max = GOOGLE__PROTOBUF__INT64_VALUE__INIT,
-				     min = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
 	struct cluster_capacity sum = { 0, 0, 0 };
+	struct pcsi_kv kv = { "medium", NULL };
+	struct pcsi_params params;
 	struct pcsi_cnode *n;
 	char err[256];
 	size_t i;
@@ -1136,12 +1213,20 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
 			return;
 		}
+	/* As on a node, of the class's parameters only "medium" matters. */
+	kv.value = pcsi_map_get(in->parameters, in->n_parameters, kv.key);
+	if (pcsi_params_parse(PCSI_ORIGIN_CREATE, &kv, kv.value ? 1 : 0, &params, err,
+			      sizeof(err)) < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		return;
+	}
 	if (in->accessible_topology) {
 		const char *node = topo_node(c, in->accessible_topology);
 		struct cap_op *op;
 		n = node ? pcsi_cluster_node(c->cluster, node) : NULL;
 		if (!n || !n->ready) {
-			pcsi_call_reply(call, &out.base); /* not a node of ours: nothing there */
+			Csi__V1__GetCapacityResponse none = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
+			pcsi_call_reply(call, &none.base); /* not a node of ours: nothing there */
 			return;
 		}
 		op = pcsi_xcalloc(1, sizeof(*op));
@@ -1150,14 +1235,22 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 				  node_timeout(c->cluster, call, false), on_node_capacity, op);
 		return;
 	}
-	pcsi_cluster_foreach_node(c->cluster, add_capacity, &sum);
-	out.available_capacity = sum.available;
-	max.value = sum.max;
-	min.value = sum.min;
-	out.maximum_volume_size = &max;
-	if (sum.min)
-		out.minimum_volume_size = &min;
-	pcsi_call_reply(call, &out.base);
+	if (params.medium != PCSI_MEDIUM_ANY) {
+		struct cap_fan_start st = { c, pcsi_xcalloc(1, sizeof(*st.fan)), &in->base };
+
+		st.fan->call = call;
+		st.fan->legs =
+			pcsi_xcalloc(pcsi_cluster_n_nodes(c->cluster) + 1, sizeof(*st.fan->legs));
+		/* The answers come on later loop turns (rpc/client.h). */
+		pcsi_cluster_foreach_node(c->cluster, ask_node, &st);
+		if (st.fan->asked)
+			return;
+		free(st.fan->legs); /* no node: nothing anywhere */
+		free(st.fan);
+	} else {
+		pcsi_cluster_foreach_node(c->cluster, add_cached, &sum);
+	}
+	reply_capacity(call, &sum);
 }
 
 /* ---- ValidateVolumeCapabilities, capabilities ------------------------------------------ */

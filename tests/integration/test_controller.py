@@ -238,15 +238,27 @@ def _():
 
 
 @t.test("medium: the test-only backend's space counts as NVDIMM: medium=cxl has no capacity on any node and a "
-        "CreateVolume is RESOURCE_EXHAUSTED after every node was asked; medium=nvdimm works; a bad medium is "
-        "INVALID_ARGUMENT")
+        "CreateVolume is RESOURCE_EXHAUSTED after every node was asked; medium=nvdimm works; the cluster's "
+        "GetCapacity by medium adds up the nodes' answers; a bad medium is INVALID_ARGUMENT")
 def _():
+    nodes = []
     for n in CAPS:
         topo = csi.Topology(segments={KEY: n})
         r = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=topo, parameters={"medium": "cxl"}))
         pt.check(r.available_capacity == 0, "%s: cxl %d" % (n, r.available_capacity))
         r = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=topo, parameters={"medium": "nvdimm"}))
         pt.check(r.available_capacity > 0, "%s: nvdimm %d" % (n, r.available_capacity))
+        nodes.append(r)
+    # The whole cluster by medium: each node is asked, the answers added up.
+    r = ok_call("GetCapacity", csi.GetCapacityRequest(parameters={"medium": "nvdimm"}))
+    pt.check(r.available_capacity == sum(x.available_capacity for x in nodes) and r.HasField("maximum_volume_size")
+             and r.maximum_volume_size.value == max(x.maximum_volume_size.value for x in nodes),
+             "cluster nvdimm %r, nodes %r" % (r, nodes))
+    r = ok_call("GetCapacity", csi.GetCapacityRequest(parameters={"medium": "cxl"}))
+    pt.check(r.available_capacity == 0 and r.maximum_volume_size.value == 0, "cluster cxl %r" % r)
+    for params in ({"medium": "optane"}, {"medium": ""}):
+        code, details, _ = rpc("GetCapacity", csi.GetCapacityRequest(parameters=params))
+        pt.check(code == SC.INVALID_ARGUMENT and "medium" in details, "%r: %s %s" % (params, code, details))
     before = {n: node_ids(n) for n in CAPS}
     code, details, _ = rpc("CreateVolume", create("pvc-cxl", 8 * MiB, {"medium": "cxl"}))
     pt.check(code == SC.RESOURCE_EXHAUSTED and "cxl" in details, "%s %s" % (code, details))

@@ -76,7 +76,7 @@ def openssl(*args, cwd):
 
 class Cluster:
     def __init__(self, workdir, driver, guest_mem="3G", timeout=3600, e2e_images=False, intel=False,
-                 nvdimm_size=None, ready_timeout=None):
+                 nvdimm_size=None, ready_timeout=None, cxl_nodes=("node-y",)):
         self.work = os.path.abspath(workdir)
         self.driver = driver
         self.ns = "pcsi-k8s-%d" % os.getpid()
@@ -90,6 +90,11 @@ class Cluster:
         # tests/bench/provision-bench.py asks for 4 GiB too: 50 volumes of
         # 64 MiB fit on one node.
         self.nvdimm_size = nvdimm_size or ("4G" if e2e_images else "2G")
+        # Nodes that also get a CXL type-3 memory device (256 MiB persistent,
+        # the smallest a CXL decoder maps): a mixed node, NVDIMM beside CXL.
+        # The driver leaves it alone until it runs with -cxlRegions=auto
+        # (manifests/cxl); a class with medium: cxl asks for it alone.
+        self.cxl_nodes = cxl_nodes
         self.timeout = timeout
         # s for the guests to boot and their nodes to be Ready
         self.ready_timeout = ready_timeout or int(os.environ.get("PCSI_K8S_NODE_TIMEOUT", "600"))
@@ -300,7 +305,8 @@ class Cluster:
                 "--mem=" + self.guest_mem, "--cpus=2", "--timeout=%d" % self.timeout,
                 "--tap=tap-%s,%s/24,%s" % (n[-1], ip, BRIDGE_IP), "--rw-dir=" + self.work,
                 "--console=" + os.path.join(self.work, n + ".console.log")] + \
-                (["--disk=" + containerd_disk] if containerd_disk else []) + [
+                (["--disk=" + containerd_disk] if containerd_disk else []) + \
+                (["--cxl=1", "--cxl-size=256M"] if n in self.cxl_nodes else []) + [
                 os.path.join(HERE, "node.sh"), n, self.work]
             out = open(os.path.join(self.work, n + ".vm-run.log"), "w")
             self.guests[n] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,

@@ -5,7 +5,7 @@ Each image is one gzip layer (level 1) of files copied from this machine (a
 binary, the shared libraries `ldd` names for it, the dynamic loader), written as an OCI
 image layout tarball that `ctr -n k8s.io images import` takes. The driver
 image holds what manifests/Containerfile installs: pmem-csi-driver and the
-tools it runs (mkfs.ext4, mkfs.xfs, lvm2, mount, umount, blkid, wipefs,
+tools it runs (mkfs.ext4, mkfs.xfs, lvm2, ndctl, cxl, mount, umount, blkid, wipefs,
 blkdiscard, dd) from Debian 12, the same packages. With e2e=True, also the images
 that Kubernetes' storage e2e suite runs (e2e_images()), under the names
 e2e.test asks for.
@@ -198,7 +198,7 @@ def driver_rootfs(driver):
     r.add_binary(driver, "/usr/local/bin/pmem-csi-driver")
     for tool in ("/sbin/mkfs.ext4", "/sbin/mke2fs", "/sbin/mkfs.xfs", "/bin/mount", "/bin/umount",
                  "/sbin/blkid", "/sbin/wipefs", "/sbin/blkdiscard", "/bin/dd", "/bin/sh", "/sbin/lvm",
-                 "/usr/bin/ndctl", "/sbin/resize2fs", "/usr/sbin/xfs_growfs", "/sbin/fsfreeze",
+                 "/usr/bin/ndctl", "/usr/bin/cxl", "/sbin/resize2fs", "/usr/sbin/xfs_growfs", "/sbin/fsfreeze",
                  "/usr/bin/setpriv"):
         if os.path.exists(tool):
             r.add_binary(tool)

@@ -425,6 +425,10 @@ def quantity(q):
 def _():
     k("delete", "-k", manifests("central"), "--wait=true", "--ignore-not-found", timeout=600)
     wait_gone("namespace", NS, timeout=600)
+    # Nodes labelled and classes applied for central mode already (again
+    # here for a run of the distributed steps alone: PCSI_K8S_ONLY).
+    k("label", "nodes", "node-x", "node-y", "storage=nvdimm", "--overwrite")
+    k("apply", "-k", manifests("storageclass"))
     k("apply", "-k", manifests("distributed"))
     rollout("daemonset", "pmem-csi-node")
     wait(lambda: set(capacities("pmem-csi-sc")) == {"node-x", "node-y"}, 300, "CSIStorageCapacity objects")
@@ -495,14 +499,69 @@ def _():
     pt.check(line.split()[2] == "xfs" and "dax" in line, "mount %r" % line)
 
 
-@t.test("distributed: the node DaemonSet is restarted while pods use volumes: data kept, unmount and delete work")
+def json_list(text):
+    """ndctl's and cxl's listings: nothing, one object, or a list of them."""
+    v = json.loads(text) if text.strip() else []
+    return v if isinstance(v, list) else [v]
+
+
+def with_cxl(mode):
+    """A user's kustomization: |mode|'s manifests with the cxl component."""
+    d = os.path.join(WORK, mode + "-cxl")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "kustomization.yaml"), "w") as f:
+        # kustomize takes only relative paths to other kustomizations
+        json.dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                   "resources": [os.path.relpath(manifests(mode), d)],
+                   "components": [os.path.relpath(manifests("cxl"), d)]}, f)
+    return d
+
+
+@t.test("distributed: the node DaemonSet is updated while pods use volumes (the manifests/cxl component adds "
+        "-cxlRegions=auto): data kept, unmount and delete work")
 @timed("daemonset restart")
 def _():
-    k("-n", NS, "rollout", "restart", "daemonset/pmem-csi-node")
+    k("apply", "-k", with_cxl("distributed"))
     rollout("daemonset", "pmem-csi-node")
+    args = kj("-n", NS, "get", "daemonset", "pmem-csi-node")["spec"]["template"]["spec"]["containers"][0]["args"]
+    pt.check("-cxlRegions=auto" in args, "driver args %r" % args)
     out = k("exec", "app-x", "--", "cat", "/data/f").stdout
     pt.check(out.strip() == "x", "app-x reads %r" % out)
     delete_claims([("app-x", "big-x"), ("app-any", "big-any"), ("app-blk", "blk"), ("app-xfs", "xfs-pvc")])
+
+
+@t.test("distributed: node-y's CXL memory device: its region is assembled, the CXL class "
+        "(manifests/storageclass/pmem-csi-sc-cxl.yaml) has capacity on node-y alone, and a pod asking for it "
+        "lands there and writes through a dax mount on the CXL region")
+@timed("cxl volume")
+def _():
+    k("apply", "-f", manifests("storageclass", "pmem-csi-sc-cxl.yaml"))
+    wait(lambda: set(capacities("pmem-csi-sc-cxl")) == {"node-x", "node-y"}
+         and capacities("pmem-csi-sc-cxl")["node-y"][0] > 0, 300, "CSIStorageCapacity of the CXL class")
+    caps = capacities("pmem-csi-sc-cxl")
+    pt.check(caps["node-x"][0] == 0 and 128 << 20 <= caps["node-y"][0] <= 256 << 20, "CXL capacity %r" % caps)
+    regions = json_list(node_exec("node-y", "cxl", "list", "-R"))
+    pt.check(len(regions) == 1 and regions[0].get("decode_state") == "commit"
+             and regions[0].get("size") == 256 << 20, "cxl list -R: %r" % regions)
+    k("apply", "-f", "-", input=pvc_yaml("cxl-pvc", "pmem-csi-sc-cxl", "64Mi"))
+    k("apply", "-f", "-", input=pod_yaml("app-cxl", None, claim="cxl-pvc",
+                                         cmd="grep ' /data ' /proc/mounts; echo c > /data/f && exec sleep 100000"))
+    wait_pod_running("app-cxl")
+    pt.check(kj("get", "pod", "app-cxl")["spec"]["nodeName"] == "node-y", "app-cxl not on node-y")
+    line = logs_until("app-cxl", r" /data ").strip().splitlines()[0]
+    pt.check("dax" in line.split()[3], "mount %r" % line)
+    # The LV's volume group (lvm: one per region, named after its bus and
+    # region) is on the CXL memory device's nvdimm bus.
+    pv = kj("get", "pvc", "cxl-pvc")["spec"]["volumeName"]
+    vol = kj("get", "pv", pv)["spec"]["csi"]["volumeHandle"]
+    vg = node_exec("node-y", "lvs", "--noheadings", "-o", "vg_name", "--select", "lv_name=" + vol).strip()
+    buses = json_list(node_exec("node-y", "ndctl", "list", "-B"))
+    m = re.fullmatch(r"(ndbus\d+)region\d+fsdax", vg)
+    provider = [b.get("provider") for b in buses if m and b.get("dev") == m.group(1)]
+    pt.check(provider == ["CXL"], "volume %s: vg %r; buses %r" % (vol, vg, buses))
+    wait(lambda: capacities("pmem-csi-sc-cxl")["node-y"][0] <= caps["node-y"][0] - (64 << 20), 180,
+         "node-y's CXL capacity to go down by the volume")
+    delete_claims([("app-cxl", "cxl-pvc")])
 
 
 def pvc_from(name, source_kind, source, size="64Mi"):
@@ -578,8 +637,9 @@ def _():
     snapshot_scenario("distributed", "node-y", lambda: [driver_pod("node-y")])
 
 
-@t.test("Prometheus finds the driver pods through kubernetes_sd_configs (manifests/metrics/prometheus-scrape.yaml); "
-        "pmem_amount_available matches the capacity the driver reported (CSIStorageCapacity)")
+@t.test("metrics: Prometheus finds the driver pods through kubernetes_sd_configs (manifests/metrics/prometheus-scrape.yaml); "
+        "pmem_amount_available matches the capacity the driver reported (CSIStorageCapacity), "
+        "pmem_medium_amount_available{medium=\"cxl\"} that of the CXL class")
 @timed("prometheus")
 def _():
     c = cl.get()
@@ -611,6 +671,11 @@ def _():
         node = r["metric"]["node"]
         pt.check(int(float(r["value"][1])) == caps[node][0],
                  "%s: gauge %s, CSIStorageCapacity %d" % (node, r["value"][1], caps[node][0]))
+    # Per medium: CXL memory on node-y alone, as the CXL class's capacity says.
+    cxl = capacities("pmem-csi-sc-cxl")
+    got = {r["metric"]["node"]: int(float(r["value"][1]))
+           for r in query('pmem_medium_amount_available{job="pmem-csi",medium="cxl"}')}
+    pt.check(got == {"node-y": cxl["node-y"][0]}, "CXL gauges %r, CSIStorageCapacity %r" % (got, cxl))
 
 
 @t.test("distributed: Kubernetes' storage e2e tests, the CI subset (e2e.test with "

@@ -244,6 +244,27 @@ const HELP_FLAGS = new Set([...help.stdout.matchAll(/(?:^|\s)-([A-Za-z][A-Za-z0-
 t.ok(help.status === 0 && ["mode", "metricsListen", "kubeletRegistrationDir", "kubeletRegistrationPath"].every((f) => HELP_FLAGS.has(f)),
   "driver --help lists its flags", `exit ${help.status}; parsed: ${[...HELP_FLAGS].join(" ")}\n${help.stderr}`);
 
+t.test("the cxl component: its one patch appends -cxlRegions=auto to the driver container (containers/0) of "
+  + "each mode's node DaemonSet", () => {
+  const p = [];
+  const c = loadYAML(path.join(MANIFESTS, "cxl", "kustomization.yaml"))[0].doc;
+  if (c.apiVersion !== "kustomize.config.k8s.io/v1alpha1" || c.kind !== "Component") p.push("cxl: not a kustomize Component");
+  const patches = c.patches || [];
+  if (patches.length !== 1) return [...p, `cxl: ${patches.length} patches, want 1`];
+  const { target, patch } = patches[0];
+  const ops = parseYAMLString(patch)[0];
+  const want = [{ op: "add", path: "/spec/template/spec/containers/0/args/-", value: "-cxlRegions=auto" }];
+  if (JSON.stringify(ops) !== JSON.stringify(want)) p.push(`cxl: patch ${JSON.stringify(ops)}`);
+  for (const mode of ["central", "distributed"]) {
+    const ds = modePods[mode].filter((d) => d.doc.kind === target.kind && d.doc.metadata.name === target.name);
+    if (ds.length !== 1) { p.push(`${mode}: ${ds.length} objects match the patch's target`); continue; }
+    const c0 = podSpecOf(ds[0].doc).containers[0];
+    if (!isDriver(c0) || !(c0.args || []).includes("-mode=node")) p.push(`${mode}: containers/0 is ${c0.name}, not the node driver`);
+  }
+  if (!HELP_FLAGS.has("cxlRegions")) p.push("the driver has no -cxlRegions flag");
+  return p;
+});
+
 t.test("the --version trick works: flags are parsed in order, --version last exits 0, a bad flag before it exits 2", () => {
   const p = [];
   const ok = run(DRIVER, ["-mode=node", "-v=3", "--version"]);
@@ -1039,7 +1060,7 @@ t.test("Containerfile: build packages come from install-deps.sh, runtime has the
   for (const pk of ["e2fsprogs", "xfsprogs", "lvm2", "ndctl", "util-linux"]) if (!rt.includes(pk)) p.push(`runtime stage lacks ${pk}`);
   if (!/\$\(cat \/tmp\/runtime-packages\)/.test(stages[1])) p.push("runtime stage must install the libraries found by runtime-packages.sh");
   // Each tool the driver runs, and the package the runtime stage installs for it (checked on this machine).
-  for (const [tool, pk] of [["/usr/sbin/mkfs.ext4", "e2fsprogs"], ["/usr/sbin/mkfs.xfs", "xfsprogs"], ["/usr/sbin/lvm", "lvm2"], ["/usr/bin/ndctl", "ndctl"], ["/usr/sbin/blkid", "util-linux"], ["/usr/sbin/wipefs", "util-linux"], ["/usr/bin/mount", "mount"]]) {
+  for (const [tool, pk] of [["/usr/sbin/mkfs.ext4", "e2fsprogs"], ["/usr/sbin/mkfs.xfs", "xfsprogs"], ["/usr/sbin/lvm", "lvm2"], ["/usr/bin/ndctl", "ndctl"], ["/usr/bin/cxl", "ndctl"], ["/usr/sbin/blkid", "util-linux"], ["/usr/sbin/wipefs", "util-linux"], ["/usr/bin/mount", "mount"]]) {
     const r = run("dpkg-query", ["-S", tool]);
     const r2 = r.status === 0 ? r : run("dpkg-query", ["-S", tool.replace(/^\/usr/, "")]);
     const owner = r2.status === 0 ? r2.stdout.split(":")[0] : null;

@@ -7,8 +7,9 @@
 # the published volume). Everything is printed to stdout.
 set -u
 driver=$1 node=$2 backend=$3 csiport=$4 ctlport=$5 regport=$6 certs=$7 shared=$8
+shift 8 # the rest: more driver flags (-cxlRegions=auto)
 log=$shared/$node.log
-"$driver" -mode=node -nodeid="$node" -deviceManager="$backend" -statePath="/tmp/state-$node" \
+"$driver" "$@" -mode=node -nodeid="$node" -deviceManager="$backend" -statePath="/tmp/state-$node" \
 	-endpoint="tcp://:$csiport" -controllerEndpoint="tcp://:$ctlport" \
 	-registryEndpoint="tcp://$VM_HOST_ADDR:$regport" -registrationInterval=2 \
 	-caFile="$certs/ca.crt" -certFile="$certs/pmem-node-controller.crt" \

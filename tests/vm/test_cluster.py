@@ -3,13 +3,16 @@
 two nodes, each in its own QEMU guest with its own emulated NVDIMM (node-x
 with the direct backend, node-y with lvm), all linked by mutual TLS:
 registration; a cache volume (persistencyModel: cache, cacheSize: "2") made on
-both nodes with the topology of both; stage + publish on node-x, a file
-written through the DAX mount, unpublish + unstage; DeleteVolume, then the
-volume is gone from both nodes.
+both nodes with the topology of both; stage + publish on node-x (node-y
+with --cxl), a file written through the DAX mount, unpublish + unstage;
+DeleteVolume, then the volume is gone from both nodes.
 
-usage: test_cluster.py PATH-TO-pmem-csi-driver [--demo]
+usage: test_cluster.py PATH-TO-pmem-csi-driver [--demo] [--cxl]
   default: TAP output (meson test vm-cluster)
   --demo:  the README's demo: each step printed as it happens
+  --cxl:   node-y's PMEM is a CXL type-3 memory device instead of an NVDIMM
+           (its driver assembles the region: -cxlRegions=auto), and the
+           volume is staged, published and written on node-y
 """
 import os
 import subprocess
@@ -24,6 +27,7 @@ import pcsi_test as pt  # noqa: E402
 
 DRIVER = os.path.abspath(sys.argv[1])
 DEMO = "--demo" in sys.argv
+CXL = "--cxl" in sys.argv
 SC = grpc.StatusCode
 MiB = 1 << 20
 KEY = "pmem-csi.intel.com/node"
@@ -33,7 +37,12 @@ t = pt.TAP()
 SHARED = pt.mkdtemp("pcsi-cluster-")
 os.chmod(SHARED, 0o755)
 CERTS = os.path.join(SHARED, "certs")
-NODES = {"node-x": {"backend": "direct"}, "node-y": {"backend": "lvm"}}
+NODES = {"node-x": {"backend": "direct", "pmem": ["--nvdimms=1"], "flags": [], "medium": "NVDIMM"},
+         "node-y": {"backend": "lvm", "pmem": ["--nvdimms=1"], "flags": [], "medium": "NVDIMM"}}
+if CXL:
+    NODES["node-y"].update(pmem=["--nvdimms=0", "--cxl=1", "--cxl-size=256M"], flags=["-cxlRegions=auto"],
+                           medium="CXL")
+STAGE = "node-y" if CXL else "node-x"  # where the volume is staged and used
 for n in NODES.values():
     n["csi"], n["ctl"] = pt.free_port(), pt.free_port()
 REG = pt.free_port()
@@ -123,17 +132,19 @@ def _():
     say("    controller ready on %s" % sock)
 
 
-@step("two guests boot, each with an emulated NVDIMM, and their nodes register")
+@step("two guests boot, %s, and their nodes register"
+      % ("node-x with an emulated NVDIMM, node-y with an emulated CXL memory device" if CXL
+         else "each with an emulated NVDIMM"))
 def _():
     for name, n in NODES.items():
         log = open(os.path.join(SHARED, name + ".vm.log"), "w")
-        cmd = [os.path.join(HERE, "vm-run"), "--timeout=1200", "--rw-dir=" + SHARED,
+        cmd = [os.path.join(HERE, "vm-run"), "--timeout=1200", "--rw-dir=" + SHARED] + n["pmem"] + [
                "--hostfwd=%d:%d" % (n["csi"], n["csi"]), "--hostfwd=%d:%d" % (n["ctl"], n["ctl"]),
                os.path.join(HERE, "cluster-node.sh"), DRIVER, name, n["backend"], str(n["csi"]),
-               str(n["ctl"]), str(REG), CERTS, SHARED]
+               str(n["ctl"]), str(REG), CERTS, SHARED] + n["flags"]
         state["guests"][name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log)
-        say("    %s: booting (%s backend; CSI on 127.0.0.1:%d, controller service on 127.0.0.1:%d)"
-            % (name, n["backend"], n["csi"], n["ctl"]))
+        say("    %s: booting (%s, %s backend%s; CSI on 127.0.0.1:%d, controller service on 127.0.0.1:%d)"
+            % (name, n["medium"], n["backend"], "".join(" " + f for f in n["flags"]), n["csi"], n["ctl"]))
     t0 = time.monotonic()
     pending = set(NODES)
     last = 0
@@ -154,6 +165,16 @@ def _():
             print("    ... waiting for %s (%.0f s)" % (", ".join(sorted(pending)), last - t0), flush=True)
         time.sleep(1)
     pt.check(not pending, "not registered: %r\n%s" % (pending, pt._tail(state["ctl"].stderr_text())))
+    if CXL:
+        # GetCapacity for one node with medium: cxl, as capacity tracking
+        # asks for pmem-csi-sc-cxl: node-y's region alone.
+        path, _, resp = pt.rpc(csi, "Controller", "GetCapacity")
+        for name in NODES:
+            code, details, r = pt.call_code(state["ch"], path, csi.GetCapacityRequest(
+                accessible_topology=csi.Topology(segments={KEY: name}), parameters={"medium": "cxl"}), resp)
+            pt.check(code == SC.OK and (r.available_capacity > 0) == (name == "node-y"),
+                     "%s: %s %s %s" % (name, code, details, r))
+            say("    %s: %d MiB free on CXL memory" % (name, r.available_capacity // MiB))
 
 
 @step("CreateVolume with persistencyModel: cache, cacheSize: \"2\": one volume id on both nodes")
@@ -174,14 +195,15 @@ def _():
     pt.check(holders == sorted(NODES), str(holders))
     for name in NODES:
         pt.check(v.volume_id in node_volume_ids(name), "%s lacks the volume" % name)
-        say("    %s holds it (%s)" % (name, "an fsdax namespace" if NODES[name]["backend"] == "direct" else "a logical volume"))
+        say("    %s holds it (%s on %s memory)" % (name, "an fsdax namespace" if NODES[name]["backend"] == "direct"
+                                               else "a logical volume", NODES[name]["medium"]))
     state["vol"] = v
 
 
-@step("NodeStageVolume + NodePublishVolume on node-x, write a file through the DAX mount")
+@step("NodeStageVolume + NodePublishVolume on %s, write a file through the DAX mount" % STAGE)
 def _():
     v = state["vol"]
-    port = NODES["node-x"]["csi"]
+    port = NODES[STAGE]["csi"]
     node_call(port, "Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
         volume_id=v.volume_id, staging_target_path="/tmp/staging", volume_capability=cap(),
         volume_context=v.volume_context))
@@ -190,21 +212,21 @@ def _():
         volume_id=v.volume_id, staging_target_path="/tmp/staging", target_path="/tmp/pod",
         volume_capability=cap(), volume_context=v.volume_context))
     say("    published at /tmp/pod (bind mount)")
-    with open(os.path.join(SHARED, "node-x.write"), "w") as f:
+    with open(os.path.join(SHARED, STAGE + ".write"), "w") as f:
         f.write("/tmp/pod")
     deadline = time.monotonic() + 60
-    out = os.path.join(SHARED, "node-x.read")
+    out = os.path.join(SHARED, STAGE + ".read")
     while not os.path.exists(out) and time.monotonic() < deadline:
         time.sleep(0.2)
     text = open(out).read()
     say("    in the guest: %s" % " | ".join(text.strip().splitlines()))
-    pt.check(text.startswith("hello from node-x") and "dax" in text, text)
+    pt.check(text.startswith("hello from " + STAGE) and "dax" in text, text)
 
 
-@step("NodeUnpublishVolume + NodeUnstageVolume on node-x")
+@step("NodeUnpublishVolume + NodeUnstageVolume on %s" % STAGE)
 def _():
     v = state["vol"]
-    port = NODES["node-x"]["csi"]
+    port = NODES[STAGE]["csi"]
     node_call(port, "Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=v.volume_id, target_path="/tmp/pod"))
     node_call(port, "Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=v.volume_id, staging_target_path="/tmp/staging"))
     say("    unmounted")
