@@ -15,10 +15,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "daemon/core/later.h"
@@ -773,20 +775,116 @@ static void removal(struct pcsi_backend_req *req, int error)
 	enqueue(req);
 }
 
+/* Erasing around media errors, on the thread pool: blkdiscard stops at the
+ * first sector it cannot write, and on pmem a write to a poisoned sector
+ * fails where the platform cannot clear poison (QEMU's NVDIMMs; real
+ * hardware clears it by the write). Such a sector is unreadable (the kernel
+ * refuses reads of its bad blocks: EIO, and SIGBUS through DAX), so nothing
+ * of the old data can leak through it: everything else is zeroed, 1 MiB per
+ * BLKZEROOUT, a chunk that fails 4 KiB at a time, the blocks that cannot be
+ * written counted. */
+struct erase_around {
+	int rc;
+	uint64_t bad; /* 4 KiB blocks that could not be written */
+	char why[256];
+};
+
+static int zeroout(int fd, uint64_t off, uint64_t len)
+{
+	uint64_t range[2] = { off, len };
+
+	return ioctl(fd, BLKZEROOUT, range) < 0 ? -errno : 0;
+}
+
+static void erase_around_fn(uv_work_t *w)
+{
+	struct pcsi_backend_req *req = pcsi_container_of(w, struct pcsi_backend_req, work);
+	struct erase_around *e = w->data;
+	const uint64_t chunk = 1 << 20, block = 4096;
+	uint64_t size = 0, off, b;
+	int fd, rc = 0;
+
+	fd = open(req->vol.path, O_WRONLY | O_EXCL | O_CLOEXEC);
+	if (fd < 0 || ioctl(fd, BLKGETSIZE64, &size) < 0) {
+		e->rc = -errno;
+		snprintf(e->why, sizeof(e->why), "%s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	for (off = 0; off < size && rc == 0; off += chunk) {
+		uint64_t len = size - off < chunk ? size - off : chunk;
+
+		if (__atomic_load_n(&req->erase_stop, __ATOMIC_RELAXED)) {
+			rc = -ECANCELED;
+			break;
+		}
+		if ((rc = zeroout(fd, off, len)) != -EIO)
+			continue;
+		for (rc = 0, b = off; b < off + len && rc == 0; b += block) {
+			rc = zeroout(fd, b, off + len - b < block ? off + len - b : block);
+			if (rc == -EIO) {
+				e->bad++;
+				rc = 0;
+			}
+		}
+	}
+	if (rc && rc != -ECANCELED)
+		snprintf(e->why, sizeof(e->why), "zeroing at byte %llu: %s",
+			 (unsigned long long)off, strerror(-rc));
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	e->rc = rc;
+}
+
+static void on_erased_around(uv_work_t *w, int status)
+{
+	struct pcsi_backend_req *req = pcsi_container_of(w, struct pcsi_backend_req, work);
+	struct erase_around *e = w->data;
+	int rc = e->rc;
+
+	(void)status; /* never cancelled: erase_stop stops it */
+	req->erasing = req->erase_in_pool = false;
+	if (rc == 0 && e->bad)
+		pcsi_warn("volume erased around media errors",
+			  "volume=%s device=%s unwritable_4k_blocks=%llu", req->vol.id,
+			  req->vol.path, (unsigned long long)e->bad);
+	if (rc)
+		pcsi_backend_msg(req, "erasing %s: %s", req->vol.path,
+				 rc == -ECANCELED ? "cancelled" : e->why);
+	free(e);
+	if (rc)
+		deliver(req, rc == -ECANCELED ? -ECANCELED : -EIO);
+	else
+		removal(req, 0);
+}
+
 static void on_erased(struct pcsi_backend_req *req)
 {
 	char why[256];
 
-	req->erasing = false;
 	if (!pcsi_proc_ok(req->proc)) {
 		bool cancelled = req->proc->error == -ECANCELED;
 
 		pcsi_proc_describe(req->proc, why, sizeof(why));
-		pcsi_backend_msg(req, "erasing %s: %s", req->vol.path, why);
 		pcsi_proc_done(req->proc);
-		deliver(req, cancelled ? -ECANCELED : -EIO);
+		if (!cancelled) {
+			/* Perhaps a media error: zero what can be written. */
+			pcsi_info(2, "erase failed, erasing around unwritable blocks",
+				  "volume=%s device=%s why=\"%s\"", req->vol.id, req->vol.path,
+				  why);
+			req->erase_in_pool = true;
+			__atomic_store_n(&req->erase_stop, 0, __ATOMIC_RELAXED);
+			req->work.data = pcsi_xcalloc(1, sizeof(struct erase_around));
+			uv_queue_work(req->be->loop, &req->work, erase_around_fn, on_erased_around);
+			return;
+		}
+		req->erasing = false;
+		pcsi_backend_msg(req, "erasing %s: %s", req->vol.path, why);
+		deliver(req, -ECANCELED);
 		return;
 	}
+	req->erasing = false;
 	pcsi_proc_done(req->proc);
 	removal(req, 0);
 }
@@ -946,7 +1044,10 @@ void pcsi_backend_cancel(struct pcsi_backend_req *req)
 		return;
 	if (req->erasing) {
 		pcsi_info(2, "erase cancelled: the caller gave up", "volume=%s", req->vol.id);
-		pcsi_proc_cancel(req->proc); /* on_erased() delivers -ECANCELED */
+		if (req->erase_in_pool) /* on_erased_around() delivers -ECANCELED */
+			__atomic_store_n(&req->erase_stop, 1, __ATOMIC_RELAXED);
+		else
+			pcsi_proc_cancel(req->proc); /* on_erased() delivers -ECANCELED */
 		return;
 	}
 	/* An erased volume waiting for its removal is removed (else the erase

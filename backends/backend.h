@@ -140,6 +140,8 @@ struct pcsi_backend_req {
 	struct pcsi_backend *be;
 	int op, step;
 	bool pending, erasing;	       /* submitted, not delivered; in a delete's erase */
+	bool erase_in_pool;	       /* the erase is the thread pool's (around media errors) */
+	int erase_stop;		       /* set (atomically) to stop that erase */
 	bool laned;		       /* running in one of the backend's lanes */
 	uint64_t seq;		       /* submission order */
 	struct pcsi_backend_req *next; /* waiting to start, or for the job lane */

@@ -53,6 +53,7 @@ enum pcsi_status pcsi_status_from_errno(int err)
 	case EALREADY:
 		return PCSI_ABORTED;
 	case EBUSY:
+	case EHWPOISON: /* a volume with media errors (backends/badblocks.h) */
 		return PCSI_FAILED_PRECONDITION;
 	case ERANGE:
 		return PCSI_OUT_OF_RANGE;

@@ -14,6 +14,7 @@
 #include "daemon/core/volid.h"
 #include "daemon/csi/messages.h"
 #include "daemon/csi/params.h"
+#include "backends/badblocks.h"
 #include "daemon/node/copy.h"
 
 static struct pcsi_node_controller *from_svc(Csi__V1__Controller_Service *svc)
@@ -681,6 +682,7 @@ struct simple_op {
 	struct pcsi_call *call;
 	const void *in;
 	struct pcsi_backend_req breq;
+	struct pcsi_badblocks_job bad; /* ControllerGetVolume */
 };
 
 static void on_listed(struct pcsi_backend_req *req, void *data)
@@ -827,19 +829,37 @@ static void nctl_validate_volume_capabilities(
 
 /* ---- ControllerGetVolume ---------------------------------------------------------- */
 
-static void on_get_volume(struct pcsi_backend_req *req, void *data)
+/* The volume's condition: abnormal when it has media errors (badblocks.h). */
+static void on_get_volume_checked(struct pcsi_badblocks_job *j, void *data)
 {
 	struct simple_op *op = data;
 	struct pcsi_node *n = op->nc->node;
 	const char *node_id = n->cfg->node_id;
-	struct pcsi_list_item v = { req->id, (int64_t)req->vol.size, &node_id, 1 };
+	struct pcsi_list_item v = { op->breq.id, (int64_t)op->breq.vol.size, &node_id, 1 };
+	char msg[600];
+
+	if (j->error)
+		snprintf(msg, sizeof(msg), "media errors of %s unknown: %s", op->breq.vol.path,
+			 strerror(-j->error));
+	else
+		pcsi_badblocks_describe(&j->bb, msg, sizeof(msg));
+	pcsi_reply_volume(op->call, &v, n->topology_key, msg[0] ? msg : NULL);
+	free(op);
+}
+
+static void on_get_volume(struct pcsi_backend_req *req, void *data)
+{
+	struct simple_op *op = data;
 
 	if (req->error == -ENOENT)
 		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", req->id);
 	else if (req->error)
 		fail_errno(op->call, req->error, "ControllerGetVolume", req->msg);
-	else
-		pcsi_reply_volume(op->call, &v, n->topology_key, NULL);
+	else {
+		op->bad.dev = req->vol.path;
+		pcsi_badblocks_check(op->nc->node->loop, &op->bad, on_get_volume_checked, op);
+		return;
+	}
 	free(op);
 }
 

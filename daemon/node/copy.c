@@ -107,20 +107,26 @@ static void on_frozen(struct pcsi_proc *p, void *data)
 	run_copy(c);
 }
 
-static void on_source(struct pcsi_backend_req *req, void *data)
+static void on_source_checked(struct pcsi_badblocks_job *j, void *data)
 {
 	struct pcsi_copy *c = data;
+	char what[160];
 	int rc;
 
-	if (req->error) {
-		snprintf(c->msg, sizeof(c->msg), "%s", req->msg);
-		copy_end(c, req->error);
+	if (j->error || j->bb.n_ranges) {
+		if (j->error)
+			snprintf(what, sizeof(what), "its media errors cannot be read: %s",
+				 strerror(-j->error));
+		else
+			pcsi_badblocks_describe(&j->bb, what, sizeof(what));
+		snprintf(c->msg, sizeof(c->msg), "volume %s is not copied: %s", c->src, what);
+		copy_end(c, j->error ? -EIO : -EHWPOISON);
 		return;
 	}
-	rc = mounted_at(req->vol.path, c->mnt, sizeof(c->mnt));
+	rc = mounted_at(c->breq.vol.path, c->mnt, sizeof(c->mnt));
 	if (rc < 0) {
 		snprintf(c->msg, sizeof(c->msg), "cannot tell whether %s is mounted: %s",
-			 req->vol.path, strerror(-rc));
+			 c->breq.vol.path, strerror(-rc));
 		copy_end(c, -EIO);
 		return;
 	}
@@ -130,6 +136,19 @@ static void on_source(struct pcsi_backend_req *req, void *data)
 	}
 	pcsi_info(3, "freezing a filesystem for a copy", "volume=%s mount=%s", c->src, c->mnt);
 	fsfreeze(c->n, &c->proc, "-f", c->mnt, on_frozen, c);
+}
+
+static void on_source(struct pcsi_backend_req *req, void *data)
+{
+	struct pcsi_copy *c = data;
+
+	if (req->error) {
+		snprintf(c->msg, sizeof(c->msg), "%s", req->msg);
+		copy_end(c, req->error);
+		return;
+	}
+	c->bad.dev = req->vol.path;
+	pcsi_badblocks_check(c->n->loop, &c->bad, on_source_checked, c);
 }
 
 void pcsi_copy_start(struct pcsi_node *n, struct pcsi_copy *c, const char *dst, const char *src,

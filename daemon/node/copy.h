@@ -15,15 +15,19 @@
  * has completed, and at start-up every pending destination is removed (its
  * copy never completed, so nobody was told it exists) and the source thawed.
  *
+ * A source with media errors (backends/badblocks.h) is not copied: its bad
+ * blocks cannot be read, and a copy would be reported as a clean one.
+ *
  * Errors (-errno, with a message in c->msg): -ENOENT (the source or the
- * destination is missing), -EINVAL (the destination is smaller), -EIO (a
- * tool failed). */
+ * destination is missing), -EINVAL (the destination is smaller), -EHWPOISON
+ * (the source has media errors), -EIO (a tool failed). */
 #ifndef PCSI_NODE_COPY_H
 #define PCSI_NODE_COPY_H
 
 #include <limits.h>
 
 #include "backends/backend.h"
+#include "backends/badblocks.h"
 #include "daemon/core/proc.h"
 #include "daemon/node/state.h"
 
@@ -42,6 +46,7 @@ struct pcsi_copy {
 	char dst[PCSI_VOLUME_ID_MAX + 1], src[PCSI_VOLUME_ID_MAX + 1];
 	char mnt[PATH_MAX]; /* the mount that is frozen */
 	struct pcsi_backend_req breq;
+	struct pcsi_badblocks_job bad;
 	struct pcsi_proc proc;
 	uint64_t start_ms;
 	pcsi_copy_cb cb;

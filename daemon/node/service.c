@@ -18,6 +18,7 @@
 #include "daemon/core/util.h"
 #include "daemon/core/volid.h"
 #include "daemon/csi/messages.h"
+#include "backends/badblocks.h"
 #include "daemon/node/kata.h"
 #include "daemon/node/mount.h"
 #include "daemon/node/controller.h"
@@ -48,7 +49,8 @@ struct nop {
 	char mount_opts[700];
 	char why[600]; /* the last tool or mount: empty, or what failed */
 	struct pcsi_volrec rec;
-	struct pcsi_kata_job *kata; /* a Kata Containers publish or unpublish (kata.h) */
+	struct pcsi_kata_job *kata;    /* a Kata Containers publish or unpublish (kata.h) */
+	struct pcsi_badblocks_job bad; /* NodeGetVolumeStats: the volume's media errors */
 	void (*after_tool)(struct nop *op);
 };
 
@@ -989,9 +991,12 @@ static bool check_volume_path(struct pcsi_call *call, const char *id, const char
 	return true;
 }
 
-static void stats_found(struct pcsi_backend_req *req, void *data)
+/* The reply, once the volume's media errors are known (|bad|: NULL when the
+ * device is gone). A volume with media errors is abnormal with their
+ * places; one whose mount or device is wrong, with what is wrong. */
+static void stats_reply(struct nop *op, const struct pcsi_backend_req *req,
+			const struct pcsi_badblocks_job *bad)
 {
-	struct nop *op = data;
 	Csi__V1__NodeGetVolumeStatsResponse out = CSI__V1__NODE_GET_VOLUME_STATS_RESPONSE__INIT;
 	Csi__V1__VolumeUsage bytes = CSI__V1__VOLUME_USAGE__INIT,
 			     inodes = CSI__V1__VOLUME_USAGE__INIT, *usage[2] = { &bytes, &inodes };
@@ -999,7 +1004,7 @@ static void stats_found(struct pcsi_backend_req *req, void *data)
 	struct pcsi_mount_info mi;
 	struct statvfs sv;
 	struct stat st;
-	char msg[300] = "";
+	char msg[900] = "", media[600] = "";
 
 	if (stat(op->target, &st) < 0) {
 		nop_fail(op, PCSI_NOT_FOUND, "volume_path %.200s does not exist", op->target);
@@ -1008,6 +1013,11 @@ static void stats_found(struct pcsi_backend_req *req, void *data)
 	bytes.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
 	inodes.unit = CSI__V1__VOLUME_USAGE__UNIT__INODES;
 	out.usage = usage;
+	if (bad && bad->error)
+		snprintf(media, sizeof(media), "media errors of %s unknown: %s", req->vol.path,
+			 strerror(-bad->error));
+	else if (bad)
+		pcsi_badblocks_describe(&bad->bb, media, sizeof(media));
 	if (req->error) {
 		snprintf(msg, sizeof(msg), "the device of volume %s is gone", op->id);
 	} else if (S_ISBLK(st.st_mode)) {
@@ -1028,10 +1038,33 @@ static void stats_found(struct pcsi_backend_req *req, void *data)
 	} else {
 		snprintf(msg, sizeof(msg), "statvfs %.200s: %s", op->target, strerror(errno));
 	}
-	cond.abnormal = msg[0] != '\0';
-	cond.message = msg;
+	if (media[0] && msg[0]) {
+		size_t l = strlen(msg);
+		snprintf(msg + l, sizeof(msg) - l, "; %s", media);
+	}
+	cond.abnormal = msg[0] != '\0' || media[0] != '\0';
+	cond.message = msg[0] ? msg : media;
 	out.volume_condition = &cond;
 	nop_ok(op, &out.base);
+}
+
+static void stats_checked(struct pcsi_badblocks_job *j, void *data)
+{
+	struct nop *op = data;
+
+	stats_reply(op, &op->breq, j);
+}
+
+static void stats_found(struct pcsi_backend_req *req, void *data)
+{
+	struct nop *op = data;
+
+	if (req->error) {
+		stats_reply(op, req, NULL);
+		return;
+	}
+	op->bad.dev = req->vol.path;
+	pcsi_badblocks_check(op->ns->node->loop, &op->bad, stats_checked, op);
 }
 
 static void node_node_get_volume_stats(Csi__V1__Node_Service *svc,

@@ -7,6 +7,7 @@ python3-grpcio. TAP output.
 usage: test_node.py PATH-TO-pmem-csi-driver direct|lvm
 """
 import concurrent.futures
+import mmap
 import os
 import signal
 import stat
@@ -603,6 +604,107 @@ def _():
         mch.close()
         rc = d.stop()
     pt.check(rc == 0, "metrics node exit code %r\n%s" % (rc, d.stderr_text()[-2000:]))
+
+
+def disk_of(dev, sector):
+    """The pmem disk under block device |dev| (a namespace's, or an LV's
+    linear mapping onto one) and |sector| of |dev| as a sector of that disk."""
+    st = os.stat(os.path.realpath(dev))
+    sysdir = "/sys/dev/block/%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
+    if os.path.exists(os.path.join(sysdir, "badblocks")):
+        return os.path.basename(os.path.realpath(sysdir)), sector
+    table = subprocess.run(["dmsetup", "table", "-j", str(os.major(st.st_rdev)), "-m", str(os.minor(st.st_rdev))],
+                           capture_output=True, text=True, check=True).stdout
+    for line in table.splitlines():
+        start, length, kind, under, off = line.split()[:5]
+        if kind == "linear" and int(start) <= sector < int(start) + int(length):
+            real = os.path.realpath("/sys/dev/block/" + under)
+            return os.path.basename(real), int(off) + sector - int(start)
+    raise pt.TestFailure("sector %d of %s: no linear segment in %r" % (sector, dev, table))
+
+
+def sigbus_reading(path, offset):
+    """Reads one byte at |offset| of |path| through a shared mapping (DAX) in
+    a child: the signal that ended it, or None."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            m = mmap.mmap(fd, offset + 4096, prot=mmap.PROT_READ)
+            m[offset]
+        finally:
+            os._exit(0)
+    _, st = os.waitpid(pid, 0)
+    return os.WTERMSIG(st) if os.WIFSIGNALED(st) else None
+
+
+@t.test("media errors: bad sectors added to the volume's pmem disk (its sysfs badblocks, as the kernel adds "
+        "them when it meets poison) make the volume abnormal in NodeGetVolumeStats and ControllerGetVolume with "
+        "their byte offset; the application gets EIO from read() and SIGBUS through DAX; a snapshot of it is "
+        "FAILED_PRECONDITION; DeleteVolume erases around them")
+def _():
+    v = ok_call("Controller", "CreateVolume", create("pvc-media-1", 64 * MiB)).volume
+    good = ok_call("Controller", "CreateVolume", create("pvc-media-2", 64 * MiB)).volume
+    st, tg = os.path.join(WORK, "staging-media"), os.path.join(WORK, "pod-media", "vol")
+    os.makedirs(st, exist_ok=True)
+    os.makedirs(os.path.dirname(tg), exist_ok=True)
+    ok_call("Node", "NodeStageVolume", stage(v.volume_id, st, ctx=v.volume_context))
+    ok_call("Node", "NodePublishVolume", publish(v.volume_id, st, tg))
+    f = os.path.join(tg, "data")
+    with open(f, "wb") as out:
+        out.write(os.urandom(4 * MiB))
+        out.flush()
+        os.fsync(out.fileno())
+    dev = mount_line(st).split(" - ")[1].split()[1]
+    ext = subprocess.run(["filefrag", "-v", "-b4096", f], capture_output=True, text=True).stdout
+    first = [l.split() for l in ext.splitlines() if l.strip().startswith("0:")]
+    pt.check(first, "filefrag: %r" % ext)
+    block = int(first[0][3].rstrip("."))  # the file's first 4 KiB block on the device
+    # 4 KiB of bad sectors 8 KiB into the file.
+    vsector = block * 8 + 16
+    disk, dsector = disk_of(dev, vsector)
+    with open("/sys/block/%s/badblocks" % disk, "w") as bb:
+        bb.write("%d 8\n" % dsector)
+    t0 = time.monotonic()
+    r = ok_call("Node", "NodeGetVolumeStats", csi.NodeGetVolumeStatsRequest(volume_id=v.volume_id, volume_path=tg))
+    took = time.monotonic() - t0
+    where = "at byte %d (8 sectors)" % (vsector * 512)
+    pt.check(r.volume_condition.abnormal and where in r.volume_condition.message
+             and "media errors: 1 bad range" in r.volume_condition.message, str(r.volume_condition))
+    t.diag("NodeGetVolumeStats with the media check: %.0f ms; condition %r" % (took * 1000,
+                                                                              r.volume_condition.message))
+    r = ok_call("Controller", "ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=v.volume_id))
+    pt.check(r.status.volume_condition.abnormal and where in r.status.volume_condition.message,
+             str(r.status.volume_condition))
+    r = ok_call("Controller", "ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=good.volume_id))
+    pt.check(not r.status.volume_condition.abnormal, "the other volume: %s" % r.status.volume_condition)
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        os.pread(fd, 4096, 8192)
+        raise pt.TestFailure("read() of the bad range succeeded")
+    except OSError as e:
+        pt.check(e.errno == 5, "read(): %s" % e)
+    finally:
+        os.close(fd)
+    sig = sigbus_reading(f, 8192)
+    pt.check(sig == signal.SIGBUS, "a DAX read of the bad range: signal %r" % sig)
+    pt.check(sigbus_reading(f, 3 * MiB) is None, "a DAX read of a good range failed")
+    expect(SC.FAILED_PRECONDITION, "Controller", "CreateSnapshot",
+           csi.CreateSnapshotRequest(source_volume_id=v.volume_id, name="snap-media"), "media errors")
+    expect(SC.FAILED_PRECONDITION, "Controller", "CreateVolume", csi.CreateVolumeRequest(
+        name="pvc-media-clone", capacity_range=csi.CapacityRange(required_bytes=64 * MiB),
+        volume_capabilities=[mount_cap()], volume_content_source=csi.VolumeContentSource(
+            volume=csi.VolumeContentSource.VolumeSource(volume_id=v.volume_id))), "media errors")
+    ids = listed_ids()
+    pt.check(v.volume_id in ids and not [i for i in ids if "media-c" in i or i.startswith("snap")],
+             "volumes after the refused copies: %r" % ids)
+    ok_call("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=v.volume_id, target_path=tg))
+    ok_call("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=v.volume_id, staging_target_path=st))
+    ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), timeout=300)
+    ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=good.volume_id), timeout=300)
+    pt.check(v.volume_id not in listed_ids(), "the damaged volume is still there")
+    log = daemon.stderr_text()
+    pt.check("volume erased around media errors" in log, "no erase-around in the log:\n%s" % log[-2000:])
 
 
 def teardown():
