@@ -41,6 +41,7 @@ enum {
 	OPT_GRACE,
 	OPT_REG_GRACE,
 	OPT_REG_INTERVAL,
+	OPT_MEDIA_SCAN,
 	OPT_SA_DIR,
 	OPT_KUBELET_DIR,
 	OPT_KUBELET_PATH,
@@ -95,6 +96,7 @@ static const struct option options[] = {
 	{ "shutdownGrace", required_argument, NULL, OPT_GRACE },
 	{ "registrationGrace", required_argument, NULL, OPT_REG_GRACE },
 	{ "registrationInterval", required_argument, NULL, OPT_REG_INTERVAL },
+	{ "mediaScanInterval", required_argument, NULL, OPT_MEDIA_SCAN },
 	{ "serviceAccountDir", required_argument, NULL, OPT_SA_DIR },
 	{ "kubeletRegistrationDir", required_argument, NULL, OPT_KUBELET_DIR },
 	{ "kubeletRegistrationPath", required_argument, NULL, OPT_KUBELET_PATH },
@@ -179,6 +181,8 @@ static const char usage[] =
 	"                             for the driver registered (default\n"
 	"                             /var/run/secrets/kubernetes.io/serviceaccount; \"\": never)\n"
 	"  -registrationInterval=SECONDS  node: re-register (heartbeat) this often (default 30)\n"
+	"  -mediaScanInterval=SECONDS  node: look for media errors in the regions and volumes\n"
+	"                             this often, for metrics and the log (default 30; 0: never)\n"
 	"  -kubeletRegistrationDir=DIR    node: register with kubelet through a socket in DIR\n"
 	"                             (kubelet's plugins_registry; no node-driver-registrar "
 	"needed)\n"
@@ -495,6 +499,7 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.registration_grace_s = 90,
 		.service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount",
 		.registration_interval_s = 30,
+		.media_scan_interval_s = 30,
 		.metrics_path = "/metrics",
 		.kube_api_qps = 5,
 		.kube_api_burst = 10,
@@ -741,6 +746,11 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			if (parse_num("registrationInterval", optarg, 1, 3600, &n, err) < 0)
 				return -EINVAL;
 			cfg->registration_interval_s = (uint32_t)n;
+			break;
+		case OPT_MEDIA_SCAN:
+			if (parse_num("mediaScanInterval", optarg, 0, 86400, &n, err) < 0)
+				return -EINVAL;
+			cfg->media_scan_interval_s = (uint32_t)n;
 			break;
 		case OPT_SA_DIR:
 			cfg->service_account_dir = optarg;

@@ -66,6 +66,7 @@ struct pcsi_config {
 	uint32_t registration_grace_s;	  /* controller: unknown ids are UNAVAILABLE this long */
 	const char *service_account_dir;  /* controller: Kubernetes API token + CA ("": none) */
 	uint32_t registration_interval_s; /* node: heartbeat re-registration period */
+	uint32_t media_scan_interval_s;	  /* node: media-error scans (0: none) */
 	const char *kubelet_reg_dir;	  /* node: kubelet's plugins_registry (NULL: none) */
 	const char *kubelet_reg_path;	  /* node: the CSI socket as kubelet sees it */
 	const char *metrics_path;	  /* -metricsPath: /metrics moves there (+ /simple) */

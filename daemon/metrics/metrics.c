@@ -502,6 +502,7 @@ static struct {
 	struct pcsi_metric *build_info, *ops, *node_ops;
 	struct pcsi_metric *cap_total, *cap_managed, *cap_available, *cap_max, *cap_age;
 	struct pcsi_metric *med_total, *med_managed, *med_available, *med_max;
+	struct pcsi_metric *bad_region, *bad_volume;
 	struct pcsi_metric *nodes, *node_age;
 	struct pcsi_metric *rss, *vsize, *cpu, *open_fds, *max_fds, *start_time;
 	double start_time_s; /* read once */
@@ -526,6 +527,8 @@ void pcsi_metrics_setup(const char *driver_name, const char *version)
 						      "grpc_status_code", NULL };
 	static const char *const cap_labels[] = { "node", "driver_name", NULL };
 	static const char *const med_labels[] = { "node", "driver_name", "medium", NULL };
+	static const char *const region_labels[] = { "node", "driver_name", "region", NULL };
+	static const char *const volume_labels[] = { "node", "driver_name", "volume", NULL };
 	static const char *const node_labels[] = { "node", NULL };
 	static const char *const version_label[] = { "version", NULL };
 
@@ -576,6 +579,14 @@ void pcsi_metrics_setup(const char *driver_name, const char *version)
 			  "Size of the largest volume that can be created on one medium of the "
 			  "node now, in bytes.",
 			  med_labels);
+	g.bad_region = gauge("pmem_region_bad_sectors",
+			     "Sectors (512 bytes) of a PMEM region that the platform reports as "
+			     "bad (media errors), used or free.",
+			     region_labels);
+	g.bad_volume = gauge("pmem_volume_bad_sectors",
+			     "Sectors (512 bytes) of a volume that the kernel will not read (media "
+			     "errors); only volumes that have some.",
+			     volume_labels);
 	g.nodes = gauge("pmem_nodes", "Number of nodes registered with the controller.", NULL);
 	g.node_age =
 		gauge("pmem_node_registration_age_seconds",
@@ -650,6 +661,27 @@ void pcsi_metrics_set_capacity(const char *node, const struct pcsi_capacity cap[
 				     (const char *[]){ node, g.driver_name,
 						       pcsi_medium_name((enum pcsi_medium)m) },
 				     &cap[m]);
+}
+
+void pcsi_metrics_set_media(const char *node, const struct pcsi_media_count *regions,
+			    size_t n_regions, const struct pcsi_media_count *volumes,
+			    size_t n_volumes)
+{
+	size_t i;
+
+	if (!g.reg)
+		return;
+	pcsi_metric_clear(g.bad_region);
+	pcsi_metric_clear(g.bad_volume);
+	for (i = 0; i < n_regions; i++)
+		pcsi_metric_set(g.bad_region,
+				(const char *[]){ node, g.driver_name, regions[i].name },
+				(double)regions[i].sectors);
+	for (i = 0; i < n_volumes; i++)
+		if (volumes[i].sectors)
+			pcsi_metric_set(g.bad_volume,
+					(const char *[]){ node, g.driver_name, volumes[i].name },
+					(double)volumes[i].sectors);
 }
 
 void pcsi_metrics_nodes_reset(void)

@@ -34,6 +34,9 @@
  *                                   node, bytes, on each medium the node has
  *                                   (nvdimm, cxl; our own: the original driver
  *                                   knew only NVDIMMs)
+ *      pmem_region_bad_sectors{node,driver_name,region}     node: media errors
+ *      pmem_volume_bad_sectors{node,driver_name,volume}     of each region, and of
+ *                                   each volume that has some (our own)
  *      pmem_nodes                                           controller
  *      pmem_node_registration_age_seconds{node}             controller
  *      process_resident_memory_bytes, process_virtual_memory_bytes,
@@ -129,6 +132,16 @@ void pcsi_metrics_observe_node_call(const char *node, const char *method, int st
  * pcsi_backend_req.cap_by; a medium with no PMEM at all gets no series. */
 void pcsi_metrics_set_capacity(const char *node, const struct pcsi_capacity cap[PCSI_N_MEDIA],
 			       double age_s);
+
+/* Node: the media-error gauges from one scan (daemon/node/media.h), replacing
+ * the previous ones; a volume with no bad sectors gets no series. */
+struct pcsi_media_count {
+	const char *name; /* region or volume id */
+	uint64_t sectors;
+};
+void pcsi_metrics_set_media(const char *node, const struct pcsi_media_count *regions,
+			    size_t n_regions, const struct pcsi_media_count *volumes,
+			    size_t n_volumes);
 
 /* Controller: pcsi_metrics_nodes_reset() sets pmem_nodes to 0 and drops the
  * per-node series; each pcsi_metrics_node_registered() then counts one node

@@ -86,6 +86,8 @@ static void on_recovered(void *data)
 	}
 	pcsi_identity_set_expansion(r->env->identity, pcsi_backend_can_expand(r->backend));
 	pcsi_identity_set_ready(r->env->identity, true);
+	pcsi_media_start(&r->media, r->env->loop, r->backend, cfg->node_id,
+			 cfg->media_scan_interval_s);
 	if (!cfg->registry_endpoint)
 		return;
 	if (pcsi_registration_start(&r->registration, r->env->loop, cfg->registry_endpoint,
@@ -157,10 +159,12 @@ void pcsi_node_role_close(struct pcsi_node_role *r)
 {
 	if (r->open_timer.loop)
 		uv_close((uv_handle_t *)&r->open_timer, NULL);
+	pcsi_media_stop(&r->media);
 }
 
 void pcsi_node_role_done(struct pcsi_node_role *r)
 {
+	pcsi_media_done(&r->media);
 	if (r->node.loop)
 		pcsi_node_done(&r->node);
 	if (r->cxl.loop)

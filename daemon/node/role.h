@@ -8,7 +8,7 @@
  * 5 min), so an administrator can enable a region or fix its labels without
  * restarting the pod. With -cxlRegions=auto the CXL regions are assembled
  * before each attempt (cxl.h). Copies a restart cut short are removed before Probe
- * says ready (copy.h). Once ready it registers with -registryEndpoint, if
+ * says ready (copy.h); then the media-error scans start (media.h). Once ready it registers with -registryEndpoint, if
  * given, and keeps that registration alive. With -kubeletRegistrationDir it
  * registers itself with kubelet (kubelet.h). */
 #ifndef PCSI_NODE_ROLE_H
@@ -23,6 +23,7 @@
 #include "daemon/node/controller.h"
 #include "daemon/node/cxl.h"
 #include "daemon/node/kubelet.h"
+#include "daemon/node/media.h"
 #include "daemon/node/registration.h"
 #include "daemon/node/service.h"
 #include "daemon/node/state.h"
@@ -36,7 +37,8 @@ struct pcsi_node_role {
 	struct pcsi_node_controller node_ctrl;
 	struct pcsi_registration registration;
 	struct pcsi_kubelet_reg kubelet;
-	struct pcsi_cxl cxl; /* -cxlRegions=auto */
+	struct pcsi_cxl cxl;	 /* -cxlRegions=auto */
+	struct pcsi_media media; /* -mediaScanInterval */
 	bool registering, stopping;
 	bool recovering;		/* pcsi_copy_recover() runs */
 	void (*stopped_cb)(void *data); /* a stop waiting for the recovery */

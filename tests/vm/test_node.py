@@ -639,8 +639,8 @@ def sigbus_reading(path, offset):
 
 
 @t.test("media errors: bad sectors added to the volume's pmem disk (its sysfs badblocks, as the kernel adds "
-        "them when it meets poison) make the volume abnormal in NodeGetVolumeStats and ControllerGetVolume with "
-        "their byte offset; the application gets EIO from read() and SIGBUS through DAX; a snapshot of it is "
+        "them when it meets poison) show in the media scan's gauge within its interval and make the volume "
+        "abnormal in NodeGetVolumeStats and ControllerGetVolume with their byte offset; the application gets EIO from read() and SIGBUS through DAX; a snapshot of it is "
         "FAILED_PRECONDITION; DeleteVolume erases around them")
 def _():
     v = ok_call("Controller", "CreateVolume", create("pvc-media-1", 64 * MiB)).volume
@@ -663,8 +663,44 @@ def _():
     # 4 KiB of bad sectors 8 KiB into the file.
     vsector = block * 8 + 16
     disk, dsector = disk_of(dev, vsector)
-    with open("/sys/block/%s/badblocks" % disk, "w") as bb:
-        bb.write("%d 8\n" % dsector)
+    # A second node process on the same PMEM (as in the metrics test) scans
+    # for media errors every second and serves the gauges.
+    import http.client
+    wd = pt.mkdtemp("pcsi-media-")
+    port = pt.free_port()
+    md = pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + os.path.join(wd, "csi.sock"), "-nodeid=" + NODE,
+                            "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(wd, "state"),
+                            "-metricsListen=127.0.0.1:%d" % port, "-mediaScanInterval=1", "-v=3"],
+                   name="media-node-" + BACKEND).start(timeout=120)
+
+    def scrape():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            c.request("GET", "/metrics")
+            return c.getresponse().read().decode()
+        finally:
+            c.close()
+    series = 'pmem_volume_bad_sectors{node="%s",driver_name="pmem-csi.intel.com",volume="%s"}' % (NODE, v.volume_id)
+    try:
+        deadline = time.monotonic() + 60
+        while "pmem_region_bad_sectors{" not in scrape() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        text = scrape()
+        pt.check("pmem_region_bad_sectors{" in text and "pmem_volume_bad_sectors{" not in text,
+                 "before: %r" % [l for l in text.splitlines() if "bad_sectors" in l])
+        with open("/sys/block/%s/badblocks" % disk, "w") as bb:
+            bb.write("%d 8\n" % dsector)
+        t_inject = time.monotonic()
+        while series + " 8" not in scrape().splitlines() and time.monotonic() < t_inject + 30:
+            time.sleep(0.1)
+        seen = time.monotonic() - t_inject
+        pt.check(series + " 8" in scrape().splitlines(), "no %s 8 after 30 s" % series)
+        t.diag("media scan (-mediaScanInterval=1): the gauge showed the injected sectors %.1f s later" % seen)
+    finally:
+        rc = md.stop()
+    log = md.stderr_text()
+    pt.check(rc == 0 and "volume has new media errors" in log and v.volume_id in log,
+             "media node exit %r, log:\n%s" % (rc, log[-2000:]))
     t0 = time.monotonic()
     r = ok_call("Node", "NodeGetVolumeStats", csi.NodeGetVolumeStatsRequest(volume_id=v.volume_id, volume_path=tg))
     took = time.monotonic() - t0

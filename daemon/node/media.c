@@ -1,0 +1,192 @@
+/* media.c: the node's watch on media errors. See media.h. */
+#include "daemon/node/media.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/badblocks.h"
+#include "daemon/core/log.h"
+#include "daemon/core/util.h"
+
+#define MAX_REGIONS 64
+
+struct pcsi_media_vol {
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	char path[128];
+	int error; /* reading its list */
+	struct pcsi_badblocks bb;
+};
+
+static void free_scan(struct pcsi_media *m)
+{
+	free(m->vols);
+	free(m->regions);
+	free(m->region_names);
+	m->vols = NULL;
+	m->regions = NULL;
+	m->region_names = NULL;
+	m->n_vols = m->n_regions = 0;
+}
+
+/* The bad sectors in a badblocks file. */
+static uint64_t count_file(const char *path)
+{
+	struct pcsi_badblocks bb = { 0 };
+	char buf[8192];
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	pcsi_badblocks_add(&bb, buf, 0, UINT64_MAX / 2, 0);
+	return bb.sectors;
+}
+
+/* On the thread pool. */
+static void scan_fn(uv_work_t *w)
+{
+	struct pcsi_media *m = w->data;
+	struct dirent *e;
+	DIR *d;
+	size_t i;
+
+	for (i = 0; i < m->n_vols; i++)
+		m->vols[i].error = pcsi_badblocks_of(m->vols[i].path, &m->vols[i].bb);
+	m->regions = pcsi_xcalloc(MAX_REGIONS, sizeof(*m->regions));
+	m->region_names = pcsi_xcalloc(MAX_REGIONS, sizeof(*m->region_names));
+	d = opendir("/sys/bus/nd/devices");
+	while (d && (e = readdir(d)) && m->n_regions < MAX_REGIONS) {
+		char path[300];
+
+		if (strncmp(e->d_name, "region", 6) || strlen(e->d_name) >= 32)
+			continue;
+		snprintf(path, sizeof(path), "/sys/bus/nd/devices/%s/badblocks", e->d_name);
+		snprintf(m->region_names[m->n_regions], 32, "%s", e->d_name);
+		m->regions[m->n_regions].name = m->region_names[m->n_regions];
+		m->regions[m->n_regions].sectors = count_file(path);
+		m->n_regions++;
+	}
+	if (d)
+		closedir(d);
+}
+
+static const struct pcsi_media_vol *find_prev(const struct pcsi_media *m, const char *id)
+{
+	size_t i;
+
+	for (i = 0; i < m->n_prev; i++)
+		if (!strcmp(m->prev[i].id, id))
+			return &m->prev[i];
+	return NULL;
+}
+
+static void on_scanned(uv_work_t *w, int status)
+{
+	struct pcsi_media *m = w->data;
+	struct pcsi_media_count *counts = pcsi_xcalloc(m->n_vols + 1, sizeof(*counts));
+	size_t i;
+
+	(void)status; /* never cancelled */
+	m->scanning = false;
+	for (i = 0; i < m->n_vols; i++) {
+		const struct pcsi_media_vol *v = &m->vols[i], *p = find_prev(m, v->id);
+		uint64_t before = p ? p->bb.sectors : 0;
+		char where[600];
+
+		counts[i].name = v->id;
+		counts[i].sectors = v->bb.sectors;
+		if (v->error && (!p || !p->error))
+			pcsi_warn("cannot read a volume's media errors",
+				  "volume=%s device=%s err=%s", v->id, v->path,
+				  strerror(-v->error));
+		if (v->bb.sectors > before) {
+			pcsi_badblocks_describe(&v->bb, where, sizeof(where));
+			pcsi_warn("volume has new media errors", "volume=%s device=%s was=%llu %s",
+				  v->id, v->path, (unsigned long long)before, where);
+		} else if (v->bb.sectors < before) {
+			pcsi_info(1, "volume has fewer media errors",
+				  "volume=%s sectors=%llu was=%llu", v->id,
+				  (unsigned long long)v->bb.sectors, (unsigned long long)before);
+		}
+	}
+	pcsi_metrics_set_media(m->node_id, m->regions, m->n_regions, counts, m->n_vols);
+	free(counts);
+	free(m->prev);
+	m->prev = m->vols; /* kept for the next scan's comparison */
+	m->n_prev = m->n_vols;
+	m->vols = NULL;
+	free_scan(m);
+}
+
+static void on_listed(struct pcsi_backend_req *req, void *data)
+{
+	struct pcsi_media *m = data;
+	size_t i;
+
+	if (req->error || m->stopping) {
+		if (req->error)
+			pcsi_warn_rl(NULL, 600000, "media scan: cannot list the volumes",
+				     "err=\"%s\"", req->msg);
+		pcsi_backend_req_done(req);
+		m->scanning = false;
+		return;
+	}
+	m->vols = pcsi_xcalloc(req->n_vols + 1, sizeof(*m->vols));
+	for (i = 0; i < req->n_vols; i++) {
+		snprintf(m->vols[i].id, sizeof(m->vols[i].id), "%s", req->vols[i].id);
+		snprintf(m->vols[i].path, sizeof(m->vols[i].path), "%s", req->vols[i].path);
+	}
+	m->n_vols = req->n_vols;
+	pcsi_backend_req_done(req);
+	m->work.data = m;
+	uv_queue_work(m->loop, &m->work, scan_fn, on_scanned);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	struct pcsi_media *m = t->data;
+
+	if (m->scanning || m->stopping)
+		return;
+	m->scanning = true;
+	memset(&m->list, 0, sizeof(m->list));
+	pcsi_backend_list(m->be, &m->list, on_listed, m);
+}
+
+void pcsi_media_start(struct pcsi_media *m, uv_loop_t *loop, struct pcsi_backend *be,
+		      const char *node_id, uint32_t interval_s)
+{
+	memset(m, 0, sizeof(*m));
+	m->loop = loop;
+	m->be = be;
+	m->node_id = node_id;
+	m->interval_ms = (uint64_t)interval_s * 1000;
+	uv_timer_init(loop, &m->timer);
+	m->timer.data = m;
+	if (m->interval_ms)
+		uv_timer_start(&m->timer, on_tick, 0, m->interval_ms);
+}
+
+void pcsi_media_stop(struct pcsi_media *m)
+{
+	if (!m->loop)
+		return;
+	m->stopping = true;
+	uv_timer_stop(&m->timer);
+	if (!uv_is_closing((uv_handle_t *)&m->timer))
+		uv_close((uv_handle_t *)&m->timer, NULL);
+}
+
+void pcsi_media_done(struct pcsi_media *m)
+{
+	free_scan(m);
+	free(m->prev);
+	m->prev = NULL;
+	m->n_prev = 0;
+}

@@ -1,0 +1,51 @@
+/* media.h: the node's watch on media errors (-mediaScanInterval).
+ *
+ * Every interval, starting once the device manager is ready, the node lists
+ * its volumes and, on the thread pool, reads each volume's bad sectors
+ * (backends/badblocks.h) and each nd region's (/sys/bus/nd/devices/regionN/
+ * badblocks: the platform's list, free space included). The result replaces
+ * the metrics pmem_region_bad_sectors and pmem_volume_bad_sectors, and a
+ * volume whose count changed is logged (a warning when it grew, with where).
+ * A scan is skipped while the previous one runs. NodeGetVolumeStats and
+ * ControllerGetVolume read a volume's list themselves at each call: they
+ * never wait for, nor depend on, a scan. */
+#ifndef PCSI_NODE_MEDIA_H
+#define PCSI_NODE_MEDIA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "backends/backend.h"
+#include "daemon/metrics/metrics.h"
+
+struct pcsi_media_vol; /* private */
+
+struct pcsi_media {
+	/* private */
+	uv_loop_t *loop;
+	struct pcsi_backend *be; /* borrowed */
+	const char *node_id;	 /* borrowed */
+	uint64_t interval_ms;
+	uv_timer_t timer;
+	uv_work_t work;
+	struct pcsi_backend_req list;
+	bool scanning, stopping;
+	struct pcsi_media_vol *vols, *prev; /* this scan's, the last one's */
+	size_t n_vols, n_prev;
+	struct pcsi_media_count *regions;
+	char (*region_names)[32];
+	size_t n_regions;
+};
+
+/* Starts scanning every |interval_s| seconds (0: never), the first scan at
+ * once. */
+void pcsi_media_start(struct pcsi_media *m, uv_loop_t *loop, struct pcsi_backend *be,
+		      const char *node_id, uint32_t interval_s);
+
+/* Stops the timer; a scan that runs ends on its own. Then, once the loop
+ * has run its last callbacks, pcsi_media_done() frees what is left. */
+void pcsi_media_stop(struct pcsi_media *m);
+void pcsi_media_done(struct pcsi_media *m);
+
+#endif
