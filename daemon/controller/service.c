@@ -1136,64 +1136,107 @@ static void add_cached(const struct pcsi_cnode *n, void *data)
 		add_figures(data, n->available, n->max_volume_size, n->min_volume_size);
 }
 
-/* With a medium the cached figures (every medium) do not do: every ready
- * node is asked with the request's parameters, all at once, and the answers
- * are added up. A node that fails to answer counts for nothing, as one that
- * is not registered; UNAVAILABLE only when none answered. */
-struct cap_fan {
+/* ---- questions to several nodes at once ------------------------------------------ */
+
+/* One request sent to several nodes together (GetCapacity by medium,
+ * ControllerGetVolume): |on_answer| sees each answer (OK or not) as it
+ * comes, |finish| runs once after the last, then the whole is freed. */
+struct ask {
+	struct pcsi_controller *c;
 	struct pcsi_call *call;
-	size_t pending, answered, asked;
-	struct cluster_capacity sum;
-	char msg[200];
-	struct cap_leg {
-		struct cap_fan *fan;
+	const char *method;
+	const ProtobufCMessage *req;
+	size_t pending, asked, answered;
+	char msg[300]; /* the last failure */
+	void (*on_answer)(struct ask *a, const char *node, const struct pcsi_client_call *call);
+	void (*finish)(struct ask *a);
+	struct cluster_capacity sum; /* GetCapacity */
+	bool abnormal;		     /* ControllerGetVolume */
+	char cond[600];
+	char vol_id[PCSI_VOLUME_ID_MAX + 1];
+	struct ask_leg {
+		struct ask *a;
+		char node[256];
 		struct pcsi_client_call ccall;
 	} * legs;
 };
 
-static void on_leg_capacity(struct pcsi_client_call *call, void *data)
+static struct ask *ask_new(struct pcsi_controller *c, struct pcsi_call *call, const char *method,
+			   const ProtobufCMessage *req, size_t max_nodes)
 {
-	struct cap_fan *f = ((struct cap_leg *)data)->fan;
+	struct ask *a = pcsi_xcalloc(1, sizeof(*a));
 
-	if (call->status == PCSI_OK) {
-		const Csi__V1__GetCapacityResponse *r = (const void *)call->reply;
-		add_figures(&f->sum, r->available_capacity,
-			    r->maximum_volume_size ? r->maximum_volume_size->value : 0,
-			    r->minimum_volume_size ? r->minimum_volume_size->value : 0);
-		f->answered++;
-	} else {
-		snprintf(f->msg, sizeof(f->msg), "%s", call->message ? call->message : "");
-	}
-	pcsi_client_call_done(call);
-	if (--f->pending)
-		return;
-	if (f->asked && !f->answered)
-		pcsi_call_fail(f->call, PCSI_UNAVAILABLE, "GetCapacity: no node answered: %s",
-			       f->msg);
-	else
-		reply_capacity(f->call, &f->sum);
-	free(f->legs);
-	free(f);
+	a->c = c;
+	a->call = call;
+	a->method = method;
+	a->req = req;
+	a->legs = pcsi_xcalloc(max_nodes + 1, sizeof(*a->legs));
+	return a;
 }
 
-struct cap_fan_start {
-	struct pcsi_controller *c;
-	struct cap_fan *fan;
-	const ProtobufCMessage *req;
-};
-
-static void ask_node(const struct pcsi_cnode *n, void *data)
+static void on_ask_answer(struct pcsi_client_call *call, void *data)
 {
-	struct cap_fan_start *st = data;
-	struct cap_leg *leg;
+	struct ask_leg *leg = data;
+	struct ask *a = leg->a;
 
-	if (!n->ready)
+	pcsi_cluster_observe(leg->node, call);
+	if (call->status == PCSI_OK)
+		a->answered++;
+	else
+		snprintf(a->msg, sizeof(a->msg), "%s",
+			 call->message ? call->message : pcsi_status_name((int)call->status));
+	a->on_answer(a, leg->node, call);
+	pcsi_client_call_done(call);
+	if (--a->pending)
 		return;
-	leg = &st->fan->legs[st->fan->asked++];
-	leg->fan = st->fan;
-	st->fan->pending++;
-	pcsi_channel_call(n->chan, &leg->ccall, SVC, method("GetCapacity"), st->req,
-			  node_timeout(st->c->cluster, st->fan->call, false), on_leg_capacity, leg);
+	a->finish(a);
+	free(a->legs);
+	free(a);
+}
+
+/* Asks node |n|; false when it is not a ready node. */
+static bool ask_one(struct ask *a, const struct pcsi_cnode *n)
+{
+	struct ask_leg *leg;
+
+	if (!n || !n->ready)
+		return false;
+	leg = &a->legs[a->asked++];
+	leg->a = a;
+	snprintf(leg->node, sizeof(leg->node), "%s", n->id);
+	a->pending++;
+	pcsi_channel_call(n->chan, &leg->ccall, SVC, method(a->method), a->req,
+			  node_timeout(a->c->cluster, a->call, false), on_ask_answer, leg);
+	return true;
+}
+
+static void ask_each(const struct pcsi_cnode *n, void *data)
+{
+	ask_one(data, n);
+}
+
+/* With a medium the cached figures (every medium) do not do: every ready
+ * node is asked with the request's parameters, all at once, and the answers
+ * are added up. A node that fails to answer counts for nothing, as one that
+ * is not registered; UNAVAILABLE only when none answered. */
+static void capacity_answer(struct ask *a, const char *node, const struct pcsi_client_call *call)
+{
+	const Csi__V1__GetCapacityResponse *r = (const void *)call->reply;
+
+	(void)node;
+	if (call->status == PCSI_OK)
+		add_figures(&a->sum, r->available_capacity,
+			    r->maximum_volume_size ? r->maximum_volume_size->value : 0,
+			    r->minimum_volume_size ? r->minimum_volume_size->value : 0);
+}
+
+static void capacity_finish(struct ask *a)
+{
+	if (!a->answered)
+		pcsi_call_fail(a->call, PCSI_UNAVAILABLE, "GetCapacity: no node answered: %s",
+			       a->msg);
+	else
+		reply_capacity(a->call, &a->sum);
 }
 
 static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
@@ -1236,17 +1279,17 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 		return;
 	}
 	if (params.medium != PCSI_MEDIUM_ANY) {
-		struct cap_fan_start st = { c, pcsi_xcalloc(1, sizeof(*st.fan)), &in->base };
+		struct ask *a = ask_new(c, call, "GetCapacity", &in->base,
+					pcsi_cluster_n_nodes(c->cluster));
 
-		st.fan->call = call;
-		st.fan->legs =
-			pcsi_xcalloc(pcsi_cluster_n_nodes(c->cluster) + 1, sizeof(*st.fan->legs));
+		a->on_answer = capacity_answer;
+		a->finish = capacity_finish;
 		/* The answers come on later loop turns (rpc/client.h). */
-		pcsi_cluster_foreach_node(c->cluster, ask_node, &st);
-		if (st.fan->asked)
+		pcsi_cluster_foreach_node(c->cluster, ask_each, a);
+		if (a->asked)
 			return;
-		free(st.fan->legs); /* no node: nothing anywhere */
-		free(st.fan);
+		free(a->legs); /* no node: nothing anywhere */
+		free(a);
 	} else {
 		pcsi_cluster_foreach_node(c->cluster, add_cached, &sum);
 	}
@@ -1272,17 +1315,39 @@ static void ctl_validate_volume_capabilities(
 	pcsi_reply_validated(call, in, v->n_nodes > 1);
 }
 
-/* The first holder of |v| that is not registered and ready, or NULL. */
-static const char *missing_holder(struct pcsi_controller *c, const struct pcsi_cvol *v)
+/* ControllerGetVolume asks every holder for the volume's condition (media
+ * errors: backends/badblocks.h) at once: abnormal when a holder says so, is
+ * not registered, or does not answer, each with its node's name. */
+static void add_condition(struct ask *a, const char *node, const char *what)
 {
-	size_t i;
+	size_t l = strlen(a->cond);
 
-	for (i = 0; i < v->n_nodes; i++) {
-		const struct pcsi_cnode *n = pcsi_cluster_node(c->cluster, v->nodes[i]);
-		if (!n || !n->ready)
-			return v->nodes[i];
+	a->abnormal = true;
+	snprintf(a->cond + l, sizeof(a->cond) - l, "%snode %s: %s", l ? "; " : "", node, what);
+}
+
+static void volume_answer(struct ask *a, const char *node, const struct pcsi_client_call *call)
+{
+	const Csi__V1__ControllerGetVolumeResponse *r = (const void *)call->reply;
+
+	if (call->status != PCSI_OK)
+		add_condition(a, node, a->msg);
+	else if (r->status && r->status->volume_condition && r->status->volume_condition->abnormal)
+		add_condition(a, node, r->status->volume_condition->message);
+}
+
+static void volume_finish(struct ask *a)
+{
+	const struct pcsi_cvol *v = pcsi_cluster_volume(a->c->cluster, a->vol_id);
+
+	if (!v) { /* deleted meanwhile */
+		pcsi_call_fail(a->call, PCSI_NOT_FOUND, "volume %.80s does not exist", a->vol_id);
+		return;
 	}
-	return NULL;
+	pcsi_reply_volume(a->call,
+			  &(struct pcsi_list_item){ v->id, v->size, (const char *const *)v->nodes,
+						    v->n_nodes },
+			  a->c->topology_key, a->abnormal ? a->cond : NULL);
 }
 
 static void ctl_controller_get_volume(Csi__V1__Controller_Service *svc,
@@ -1292,8 +1357,8 @@ static void ctl_controller_get_volume(Csi__V1__Controller_Service *svc,
 {
 	struct pcsi_controller *c = from_svc(svc);
 	const struct pcsi_cvol *v;
-	const char *missing;
-	char msg[300];
+	struct ask *a;
+	size_t i;
 
 	if (!in->volume_id || !*in->volume_id) {
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
@@ -1304,14 +1369,18 @@ static void ctl_controller_get_volume(Csi__V1__Controller_Service *svc,
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		return;
 	}
-	missing = missing_holder(c, v);
-	if (missing)
-		snprintf(msg, sizeof(msg), "node %.200s, which holds a copy, is not registered",
-			 missing);
-	pcsi_reply_volume(call,
-			  &(struct pcsi_list_item){ v->id, v->size, (const char *const *)v->nodes,
-						    v->n_nodes },
-			  c->topology_key, missing ? msg : NULL);
+	a = ask_new(c, call, "ControllerGetVolume", &in->base, v->n_nodes);
+	a->on_answer = volume_answer;
+	a->finish = volume_finish;
+	snprintf(a->vol_id, sizeof(a->vol_id), "%s", v->id);
+	for (i = 0; i < v->n_nodes; i++)
+		if (!ask_one(a, pcsi_cluster_node(c->cluster, v->nodes[i])))
+			add_condition(a, v->nodes[i], "it holds a copy and is not registered");
+	if (a->asked)
+		return;
+	volume_finish(a); /* no holder to ask */
+	free(a->legs);
+	free(a);
 }
 
 static void ctl_controller_get_capabilities(

@@ -506,6 +506,50 @@ def _():
         server.stop(0)
 
 
+@t.test("ControllerGetVolume asks the volume's nodes: a node's abnormal condition (media errors) comes back "
+        "with its name; a healthy volume stays normal; an unregistered holder is abnormal")
+def _():
+    vol = "bad-vo-" + "2" * 56
+    why = "media errors: 1 bad range, 8 sectors (4096 bytes) the kernel will not read: at byte 4096 (8 sectors)"
+
+    def list_volumes(req, ctx):
+        return csi.ListVolumesResponse(entries=[csi.ListVolumesResponse.Entry(
+            volume=csi.Volume(volume_id=vol, capacity_bytes=8 * MiB))])
+
+    def get_volume(req, ctx):
+        r = csi.ControllerGetVolumeResponse(volume=csi.Volume(volume_id=req.volume_id, capacity_bytes=8 * MiB))
+        r.status.volume_condition.abnormal = True
+        r.status.volume_condition.message = why
+        return r
+
+    def get_capacity(req, ctx):
+        return csi.GetCapacityResponse(available_capacity=64 * MiB)
+    server, ep, reg = stand_in_node(ListVolumes=list_volumes, ControllerGetVolume=get_volume,
+                                    GetCapacity=get_capacity)
+    path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
+    try:
+        code, details, _ = pt.call_code(reg, path, P.registry.RegisterNodeControllerRequest(
+            node_id="sick-node", endpoint=ep), resp)
+        pt.check(code == SC.OK, "registration: %s %s" % (code, details))
+        r = ok_call("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=vol))
+        cond = r.status.volume_condition
+        pt.check(cond.abnormal and cond.message == "node sick-node: " + why, str(cond))
+        healthy = ok_call("CreateVolume", create("pvc-healthy", 8 * MiB)).volume
+        r = ok_call("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=healthy.volume_id))
+        pt.check(not r.status.volume_condition.abnormal and holders(r.volume) == holders(healthy),
+                 "healthy: %s" % r)
+        ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=healthy.volume_id))
+        upath, _, uresp = pt.rpc(P.registry, "Registry", "UnregisterNodeController")
+        pt.call_code(reg, upath, P.registry.UnregisterNodeControllerRequest(node_id="sick-node"), uresp)
+        code, details, r = rpc("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=vol))
+        pt.check(code == SC.NOT_FOUND or (code == SC.OK and r.status.volume_condition.abnormal
+                                          and "sick-node" in r.status.volume_condition.message),
+                 "after unregistering: %s %s %s" % (code, details, r))
+    finally:
+        reg.close()
+        server.stop(0)
+
+
 @t.test("a registration that carries the node's capacity spares the call back to the node; one without "
         "it (Intel's driver, an older release) gets a GetCapacity; a negative capacity is refused")
 def _():
