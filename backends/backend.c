@@ -782,7 +782,8 @@ static void removal(struct pcsi_backend_req *req, int error)
  * refuses reads of its bad blocks: EIO, and SIGBUS through DAX), so nothing
  * of the old data can leak through it: everything else is zeroed, 1 MiB per
  * BLKZEROOUT, a chunk that fails 4 KiB at a time, the blocks that cannot be
- * written counted. */
+ * written counted. A block that cannot be written but can be read fails the
+ * erase: whatever stops the write, the old data would stay readable. */
 struct erase_around {
 	int rc;
 	uint64_t bad; /* 4 KiB blocks that could not be written */
@@ -796,21 +797,30 @@ static int zeroout(int fd, uint64_t off, uint64_t len)
 	return ioctl(fd, BLKZEROOUT, range) < 0 ? -errno : 0;
 }
 
+/* 0 when the 4 KiB block at |off| cannot be read (EIO), else -EIO. |buf|:
+ * 4 KiB, aligned for O_DIRECT. */
+static int unreadable(int rfd, uint64_t off, void *buf)
+{
+	return pread(rfd, buf, 4096, (off_t)off) < 0 && errno == EIO ? 0 : -EIO;
+}
+
 static void erase_around_fn(uv_work_t *w)
 {
 	struct pcsi_backend_req *req = pcsi_container_of(w, struct pcsi_backend_req, work);
 	struct erase_around *e = w->data;
 	const uint64_t chunk = 1 << 20, block = 4096;
-	uint64_t size = 0, off, b;
-	int fd, rc = 0;
+	uint64_t size = 0, off, b, at = 0;
+	int fd = -1, rfd = -1, rc = 0;
+	void *buf = NULL;
 
-	fd = open(req->vol.path, O_WRONLY | O_EXCL | O_CLOEXEC);
-	if (fd < 0 || ioctl(fd, BLKGETSIZE64, &size) < 0) {
-		e->rc = -errno;
-		snprintf(e->why, sizeof(e->why), "%s", strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return;
+	if (posix_memalign(&buf, 4096, 4096))
+		buf = NULL;
+	if (!buf || (fd = open(req->vol.path, O_WRONLY | O_EXCL | O_CLOEXEC)) < 0 ||
+	    (rfd = open(req->vol.path, O_RDONLY | O_DIRECT | O_CLOEXEC)) < 0 ||
+	    ioctl(fd, BLKGETSIZE64, &size) < 0) {
+		e->rc = buf ? -errno : -ENOMEM;
+		snprintf(e->why, sizeof(e->why), "%s", strerror(-e->rc));
+		goto out;
 	}
 	for (off = 0; off < size && rc == 0; off += chunk) {
 		uint64_t len = size - off < chunk ? size - off : chunk;
@@ -819,22 +829,30 @@ static void erase_around_fn(uv_work_t *w)
 			rc = -ECANCELED;
 			break;
 		}
+		at = off;
 		if ((rc = zeroout(fd, off, len)) != -EIO)
 			continue;
 		for (rc = 0, b = off; b < off + len && rc == 0; b += block) {
+			at = b;
 			rc = zeroout(fd, b, off + len - b < block ? off + len - b : block);
-			if (rc == -EIO) {
+			if (rc == -EIO && (rc = unreadable(rfd, b, buf)) == 0)
 				e->bad++;
-				rc = 0;
-			}
 		}
 	}
 	if (rc && rc != -ECANCELED)
-		snprintf(e->why, sizeof(e->why), "zeroing at byte %llu: %s",
-			 (unsigned long long)off, strerror(-rc));
+		snprintf(e->why, sizeof(e->why), "zeroing at byte %llu: %s%s",
+			 (unsigned long long)at, strerror(-rc),
+			 rc == -EIO ? " (and the block still reads)" : "");
 	if (close(fd) < 0 && rc == 0)
 		rc = -errno;
+	fd = -1;
 	e->rc = rc;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (rfd >= 0)
+		close(rfd);
+	free(buf);
 }
 
 static void on_erased_around(uv_work_t *w, int status)
