@@ -23,6 +23,15 @@ static void add_range(struct pcsi_badblocks *out, uint64_t sector, uint64_t coun
 	out->sectors += count;
 }
 
+/* The part [lo, hi) of sectors [s, s + c) inside [from, from + len): false
+ * when there is none. */
+static bool overlap(uint64_t s, uint64_t c, uint64_t from, uint64_t len, uint64_t *lo, uint64_t *hi)
+{
+	*lo = s > from ? s : from;
+	*hi = s + c < from + len ? s + c : from + len;
+	return *lo < *hi;
+}
+
 void pcsi_badblocks_add(struct pcsi_badblocks *out, const char *text, uint64_t from, uint64_t len,
 			uint64_t at)
 {
@@ -32,26 +41,23 @@ void pcsi_badblocks_add(struct pcsi_badblocks *out, const char *text, uint64_t f
 		unsigned long long s, c;
 		const char *eol = strchr(p, '\n');
 
-		if (sscanf(p, "%llu %llu", &s, &c) == 2 && c > 0 && s <= UINT64_MAX - c) {
-			uint64_t lo = s > from ? s : from;
-			uint64_t hi = s + c < from + len ? s + c : from + len;
-			if (lo < hi)
-				add_range(out, at + (lo - from), hi - lo);
-		}
+		uint64_t lo, hi;
+
+		if (sscanf(p, "%llu %llu", &s, &c) == 2 && c > 0 && s <= UINT64_MAX - c &&
+		    overlap(s, c, from, len, &lo, &hi))
+			add_range(out, at + (lo - from), hi - lo);
 		if (!eol)
 			break;
 		p = eol + 1;
 	}
 }
 
-/* Reads the small sysfs file /sys/dev/block/MAJ:MIN/|name| into |buf|. */
-static int read_sys(dev_t d, const char *name, char *buf, size_t len)
+/* Reads the small (sysfs) file |path| into |buf|. */
+static int read_small(const char *path, char *buf, size_t len)
 {
-	char path[96];
 	ssize_t n;
 	int fd, err;
 
-	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/%s", major(d), minor(d), name);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -62,6 +68,27 @@ static int read_sys(dev_t d, const char *name, char *buf, size_t len)
 		return -err;
 	buf[n] = '\0';
 	return 0;
+}
+
+/* The same for /sys/dev/block/MAJ:MIN/|name|. */
+static int read_sys(dev_t d, const char *name, char *buf, size_t len)
+{
+	char path[96];
+
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/%s", major(d), minor(d), name);
+	return read_small(path, buf, len);
+}
+
+int pcsi_badblocks_of_file(const char *path, struct pcsi_badblocks *out)
+{
+	char buf[8192];
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = read_small(path, buf, sizeof(buf));
+	if (rc == 0)
+		pcsi_badblocks_add(out, buf, 0, UINT64_MAX / 2, 0);
+	return rc;
 }
 
 static int add_device(dev_t d, uint64_t from, uint64_t len, uint64_t at, int depth,
@@ -113,10 +140,8 @@ static int add_dm(dev_t d, uint64_t from, uint64_t len, uint64_t at, int depth,
 
 			if (off + sizeof(*t) > dmi->data_size - dmi->data_start)
 				break;
-			lo = t->sector_start > from ? t->sector_start : from;
-			hi = t->sector_start + t->length < from + len ? t->sector_start + t->length
-								      : from + len;
-			if (lo < hi && !strncmp(t->target_type, "linear", DM_MAX_TYPE_NAME) &&
+			if (overlap(t->sector_start, t->length, from, len, &lo, &hi) &&
+			    !strncmp(t->target_type, "linear", DM_MAX_TYPE_NAME) &&
 			    sscanf((const char *)(t + 1), "%u:%u %llu", &ma, &mi, &toff) == 3)
 				rc = add_device(makedev(ma, mi), toff + (lo - t->sector_start),
 						hi - lo, at + (lo - from), depth + 1, out);
@@ -182,6 +207,14 @@ void pcsi_badblocks_check(uv_loop_t *loop, struct pcsi_badblocks_job *j, pcsi_ba
 	j->cb_data = data;
 	j->work.data = j;
 	uv_queue_work(loop, &j->work, on_work, on_work_done);
+}
+
+void pcsi_badblocks_job_describe(const struct pcsi_badblocks_job *j, char *buf, size_t len)
+{
+	if (j->error)
+		snprintf(buf, len, "media errors of %s unknown: %s", j->dev, strerror(-j->error));
+	else
+		pcsi_badblocks_describe(&j->bb, buf, len);
 }
 
 void pcsi_badblocks_describe(const struct pcsi_badblocks *bb, char *buf, size_t len)

@@ -40,6 +40,10 @@ struct pcsi_badblocks {
  * cannot be read. */
 int pcsi_badblocks_of(const char *dev, struct pcsi_badblocks *out);
 
+/* The bad sectors listed in the badblocks file |path| (a region's, a
+ * disk's), all of them. Returns 0 or -errno (|out| then empty). */
+int pcsi_badblocks_of_file(const char *path, struct pcsi_badblocks *out);
+
 /* The same on the thread pool: |cb| runs exactly once, on a later loop turn,
  * with |error| and |bb| filled. |dev| is borrowed until then. */
 struct pcsi_badblocks_job;
@@ -65,5 +69,9 @@ void pcsi_badblocks_add(struct pcsi_badblocks *out, const char *text, uint64_t f
 /* A message for people ("2 bad ranges, 24 sectors (12 KiB): at byte 1048576
  * (+8 sectors), ..."), or "" when there are none. */
 void pcsi_badblocks_describe(const struct pcsi_badblocks *bb, char *buf, size_t len);
+
+/* A job's result for people: pcsi_badblocks_describe()'s message, or, when
+ * the list could not be read, "media errors of DEV unknown: WHY". */
+void pcsi_badblocks_job_describe(const struct pcsi_badblocks_job *j, char *buf, size_t len);
 
 #endif

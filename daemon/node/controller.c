@@ -838,11 +838,7 @@ static void on_get_volume_checked(struct pcsi_badblocks_job *j, void *data)
 	struct pcsi_list_item v = { op->breq.id, (int64_t)op->breq.vol.size, &node_id, 1 };
 	char msg[600];
 
-	if (j->error)
-		snprintf(msg, sizeof(msg), "media errors of %s unknown: %s", op->breq.vol.path,
-			 strerror(-j->error));
-	else
-		pcsi_badblocks_describe(&j->bb, msg, sizeof(msg));
+	pcsi_badblocks_job_describe(j, msg, sizeof(msg));
 	pcsi_reply_volume(op->call, &v, n->topology_key, msg[0] ? msg : NULL);
 	free(op);
 }

@@ -114,11 +114,7 @@ static void on_source_checked(struct pcsi_badblocks_job *j, void *data)
 	int rc;
 
 	if (j->error || j->bb.n_ranges) {
-		if (j->error)
-			snprintf(what, sizeof(what), "its media errors cannot be read: %s",
-				 strerror(-j->error));
-		else
-			pcsi_badblocks_describe(&j->bb, what, sizeof(what));
+		pcsi_badblocks_job_describe(j, what, sizeof(what));
 		snprintf(c->msg, sizeof(c->msg), "volume %s is not copied: %s", c->src, what);
 		copy_end(c, j->error ? -EIO : -EHWPOISON);
 		return;

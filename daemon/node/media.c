@@ -20,32 +20,18 @@ struct pcsi_media_vol {
 	struct pcsi_badblocks bb;
 };
 
+struct pcsi_media_region {
+	char name[32];
+	uint64_t sectors;
+};
+
 static void free_scan(struct pcsi_media *m)
 {
 	free(m->vols);
 	free(m->regions);
-	free(m->region_names);
 	m->vols = NULL;
 	m->regions = NULL;
-	m->region_names = NULL;
 	m->n_vols = m->n_regions = 0;
-}
-
-/* The bad sectors in a badblocks file. */
-static uint64_t count_file(const char *path)
-{
-	struct pcsi_badblocks bb = { 0 };
-	char buf[8192];
-	FILE *f = fopen(path, "re");
-	size_t n;
-
-	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	pcsi_badblocks_add(&bb, buf, 0, UINT64_MAX / 2, 0);
-	return bb.sectors;
 }
 
 /* On the thread pool. */
@@ -59,17 +45,18 @@ static void scan_fn(uv_work_t *w)
 	for (i = 0; i < m->n_vols; i++)
 		m->vols[i].error = pcsi_badblocks_of(m->vols[i].path, &m->vols[i].bb);
 	m->regions = pcsi_xcalloc(MAX_REGIONS, sizeof(*m->regions));
-	m->region_names = pcsi_xcalloc(MAX_REGIONS, sizeof(*m->region_names));
 	d = opendir("/sys/bus/nd/devices");
 	while (d && (e = readdir(d)) && m->n_regions < MAX_REGIONS) {
+		struct pcsi_media_region *r = &m->regions[m->n_regions];
+		struct pcsi_badblocks bb;
 		char path[300];
 
-		if (strncmp(e->d_name, "region", 6) || strlen(e->d_name) >= 32)
+		if (strncmp(e->d_name, "region", 6) || strlen(e->d_name) >= sizeof(r->name))
 			continue;
 		snprintf(path, sizeof(path), "/sys/bus/nd/devices/%s/badblocks", e->d_name);
-		snprintf(m->region_names[m->n_regions], 32, "%s", e->d_name);
-		m->regions[m->n_regions].name = m->region_names[m->n_regions];
-		m->regions[m->n_regions].sectors = count_file(path);
+		snprintf(r->name, sizeof(r->name), "%s", e->d_name);
+		pcsi_badblocks_of_file(path, &bb); /* unreadable: none known */
+		r->sectors = bb.sectors;
 		m->n_regions++;
 	}
 	if (d)
@@ -89,11 +76,14 @@ static const struct pcsi_media_vol *find_prev(const struct pcsi_media *m, const 
 static void on_scanned(uv_work_t *w, int status)
 {
 	struct pcsi_media *m = w->data;
-	struct pcsi_media_count *counts = pcsi_xcalloc(m->n_vols + 1, sizeof(*counts));
+	struct pcsi_media_count *counts = pcsi_xcalloc(m->n_vols + 1, sizeof(*counts)),
+				*regions = pcsi_xcalloc(m->n_regions + 1, sizeof(*regions));
 	size_t i;
 
 	(void)status; /* never cancelled */
 	m->scanning = false;
+	for (i = 0; i < m->n_regions; i++)
+		regions[i] = (struct pcsi_media_count){ m->regions[i].name, m->regions[i].sectors };
 	for (i = 0; i < m->n_vols; i++) {
 		const struct pcsi_media_vol *v = &m->vols[i], *p = find_prev(m, v->id);
 		uint64_t before = p ? p->bb.sectors : 0;
@@ -115,7 +105,8 @@ static void on_scanned(uv_work_t *w, int status)
 				  (unsigned long long)v->bb.sectors, (unsigned long long)before);
 		}
 	}
-	pcsi_metrics_set_media(m->node_id, m->regions, m->n_regions, counts, m->n_vols);
+	pcsi_metrics_set_media(m->node_id, regions, m->n_regions, counts, m->n_vols);
+	free(regions);
 	free(counts);
 	free(m->prev);
 	m->prev = m->vols; /* kept for the next scan's comparison */

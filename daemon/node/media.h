@@ -20,6 +20,7 @@
 #include "daemon/metrics/metrics.h"
 
 struct pcsi_media_vol; /* private */
+struct pcsi_media_region;
 
 struct pcsi_media {
 	/* private */
@@ -33,8 +34,7 @@ struct pcsi_media {
 	bool scanning, stopping;
 	struct pcsi_media_vol *vols, *prev; /* this scan's, the last one's */
 	size_t n_vols, n_prev;
-	struct pcsi_media_count *regions;
-	char (*region_names)[32];
+	struct pcsi_media_region *regions;
 	size_t n_regions;
 };
 

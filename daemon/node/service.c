@@ -1013,11 +1013,8 @@ static void stats_reply(struct nop *op, const struct pcsi_backend_req *req,
 	bytes.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
 	inodes.unit = CSI__V1__VOLUME_USAGE__UNIT__INODES;
 	out.usage = usage;
-	if (bad && bad->error)
-		snprintf(media, sizeof(media), "media errors of %s unknown: %s", req->vol.path,
-			 strerror(-bad->error));
-	else if (bad)
-		pcsi_badblocks_describe(&bad->bb, media, sizeof(media));
+	if (bad)
+		pcsi_badblocks_job_describe(bad, media, sizeof(media));
 	if (req->error) {
 		snprintf(msg, sizeof(msg), "the device of volume %s is gone", op->id);
 	} else if (S_ISBLK(st.st_mode)) {
