@@ -187,6 +187,33 @@ void fuzz_client_read(void *data)
 	}
 }
 
+void fuzz_client_connect(struct fuzz_client *cl, const struct sockaddr *sa, unsigned len)
+{
+	uint64_t start = uv_hrtime();
+	struct pollfd p = { .fd = cl->fd, .events = POLLOUT };
+	char why[128];
+	int err = 0;
+	socklen_t elen = sizeof(err);
+
+	if (connect(cl->fd, sa, len) == 0)
+		return;
+	err = errno;
+	while (err == EINPROGRESS || err == EINTR || err == EAGAIN || err == EALREADY) {
+		uv_run(cl->loop, UV_RUN_NOWAIT);
+		if (poll(&p, 1, 1) == 1) {
+			if (getsockopt(cl->fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0)
+				err = errno;
+			break;
+		}
+		if (uv_hrtime() - start > (uint64_t)FUZZ_IDLE_LIMIT_MS * 1000000u)
+			fuzz_fail(__FILE__, __LINE__, "the connection was never accepted");
+	}
+	if (err != 0) {
+		snprintf(why, sizeof(why), "cannot connect to the endpoint: %s", strerror(err));
+		fuzz_fail(__FILE__, __LINE__, why);
+	}
+}
+
 void fuzz_client_send(struct fuzz_client *cl, const uint8_t *p, size_t n)
 {
 	uint64_t start = uv_hrtime();

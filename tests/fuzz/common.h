@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <uv.h>
 
 #define FUZZ_IDLE_LIMIT_MS 8000 /* below libFuzzer's -timeout=10 */
@@ -45,6 +46,12 @@ struct fuzz_client {
 	int fd;
 	bool eof; /* the server closed the connection */
 };
+
+/* Connects |cl|'s socket (made with SOCK_NONBLOCK) to |sa|, running the loop
+ * while the connection is under way (a full accept queue empties only when
+ * the server accepts), so that neither a signal (libFuzzer's timers) nor a
+ * slow accept fails it. Aborts with errno's text when the connect fails. */
+void fuzz_client_connect(struct fuzz_client *cl, const struct sockaddr *sa, unsigned len);
 
 /* Sends |n| bytes, running the loop while the socket is full. Stops early
  * when the server closed the connection. */

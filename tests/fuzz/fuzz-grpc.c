@@ -196,11 +196,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(pcsi_server_listen(srv, &ep, NULL, services, 4) == 0, "cannot listen");
 	fuzz_run_until_idle(&loop, NULL, NULL, NULL);
 
-	/* A unix socket connects at once: the server accepts on its next turn. */
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", ep.path);
 	cl.c.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	FUZZ_CHECK(cl.c.fd >= 0, "socket");
-	FUZZ_CHECK(connect(cl.c.fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect");
+	fuzz_client_connect(&cl.c, (struct sockaddr *)&sa, sizeof(sa));
 	if (size & 2)
 		fuzz_client_send(&cl.c, data, size);
 	else
