@@ -870,6 +870,7 @@ static void on_erased_around(uv_work_t *w, int status)
 	if (rc)
 		pcsi_backend_msg(req, "erasing %s: %s", req->vol.path,
 				 rc == -ECANCELED ? "cancelled" : e->why);
+	req->media_errors_left = rc == 0 && e->bad > 0;
 	free(e);
 	if (rc)
 		deliver(req, rc == -ECANCELED ? -ECANCELED : -EIO);

@@ -139,9 +139,13 @@ struct pcsi_backend_req {
 	void *data;
 	struct pcsi_backend *be;
 	int op, step;
-	bool pending, erasing;	       /* submitted, not delivered; in a delete's erase */
-	bool erase_in_pool;	       /* the erase is the thread pool's (around media errors) */
-	int erase_stop;		       /* set (atomically) to stop that erase */
+	bool pending, erasing; /* submitted, not delivered; in a delete's erase */
+	bool erase_in_pool;    /* the erase is the thread pool's (around media errors) */
+	int erase_stop;	       /* set (atomically) to stop that erase */
+	/* delete: the erase could not write some blocks (media errors the
+	 * platform could not clear); ->remove keeps that space out of use
+	 * where it can (backend_internal.h) */
+	bool media_errors_left;
 	bool laned;		       /* running in one of the backend's lanes */
 	uint64_t seq;		       /* submission order */
 	struct pcsi_backend_req *next; /* waiting to start, or for the job lane */

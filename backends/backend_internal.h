@@ -80,6 +80,9 @@ struct pcsi_backend_ops {
 	void (*capacity)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*create)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*get)(struct pcsi_backend *be, struct pcsi_backend_req *req);
+	/* With req->media_errors_left, a backend that can keeps the volume's
+	 * space from being handed out again (lvm: the LV is renamed out of the
+	 * volumes' name space, see lvm.c); one that cannot frees it. */
 	void (*remove)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*list)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*expand)(struct pcsi_backend *be, struct pcsi_backend_req *req);

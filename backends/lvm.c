@@ -41,6 +41,8 @@
  * the same 24 in 4.5-4.9, 3.2 and 3.3 s and removed them in 3.5-3.8,
  * 4.4-5.2 and 5.6 s. */
 #define LANES 4
+/* The name prefix of an LV kept out of use for its media errors (lvm_remove). */
+#define QUARANTINE ".media-errors."
 /* An idle shell exits after this long. */
 #define SHELL_IDLE_MS 30000
 
@@ -725,22 +727,45 @@ static void remove_done(struct pcsi_backend_req *req)
 	struct pcsi_volume *v = tool_done_on(req, &rc, &vg);
 
 	if (v) {
-		if (vg) /* credit the space back */
+		if (vg && !req->media_errors_left) /* credit the space back */
 			vg->free += v->size;
 		*v = l->vols[--l->nvols];
 	}
 	if (rc)
 		pcsi_backend_refresh(req->be);
+	else if (req->media_errors_left)
+		pcsi_warn("volume deleted; its space holds media errors the erase could not clear "
+			  "and stays out of use",
+			  "volume=%s lv=%s%s", req->id, QUARANTINE, req->id);
 	pcsi_backend_op_done(req, rc);
 }
 
+/* A deleted volume whose erase met blocks it could not write (media errors
+ * that writing did not clear: the platform cannot clear poison) is not
+ * removed but renamed to QUARANTINE + its id: a name that is no volume id
+ * (it starts with '.'), so the LV is never listed, counted or reused as a
+ * volume, and LVM hands its extents to no one, ours or another tool's. The
+ * VG's free space, and so the capacity, leaves them out. An operator who has
+ * repaired the media removes it (lvremove). The rename is one metadata
+ * update: a kill before it leaves the volume, whose delete is retried. */
 static void lvm_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
 	struct cmd c = { .n = 0 };
+	char vg[128], to[sizeof(QUARANTINE) + PCSI_VOLUME_ID_MAX];
 
-	cmd_add(&c, "lvremove");
-	cmd_add(&c, "-fy");
-	cmd_add(&c, req->vol.path);
+	(void)be;
+	if (req->media_errors_left && sscanf(req->vol.path, "/dev/%127[^/]/", vg) == 1) {
+		snprintf(to, sizeof(to), "%s%s", QUARANTINE, req->id);
+		cmd_add(&c, "lvrename");
+		cmd_add(&c, vg);
+		cmd_add(&c, req->id);
+		cmd_add(&c, to);
+	} else {
+		req->media_errors_left = false;
+		cmd_add(&c, "lvremove");
+		cmd_add(&c, "-fy");
+		cmd_add(&c, req->vol.path);
+	}
 	pcsi_backend_run(req, c.argv, remove_done);
 }
 

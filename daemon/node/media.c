@@ -73,6 +73,17 @@ static const struct pcsi_media_vol *find_prev(const struct pcsi_media *m, const 
 	return NULL;
 }
 
+static void report(struct pcsi_media *m, const struct pcsi_media_vol *v, bool abnormal,
+		   const char *what)
+{
+	char msg[700];
+
+	if (!m->events)
+		return;
+	snprintf(msg, sizeof(msg), "volume %s on node %s: %s", v->id, m->node_id, what);
+	pcsi_volume_events_report(m->events, v->id, abnormal, msg);
+}
+
 static void on_scanned(uv_work_t *w, int status)
 {
 	struct pcsi_media *m = w->data;
@@ -99,10 +110,14 @@ static void on_scanned(uv_work_t *w, int status)
 			pcsi_badblocks_describe(&v->bb, where, sizeof(where));
 			pcsi_warn("volume has new media errors", "volume=%s device=%s was=%llu %s",
 				  v->id, v->path, (unsigned long long)before, where);
+			report(m, v, true, where);
 		} else if (v->bb.sectors < before) {
 			pcsi_info(1, "volume has fewer media errors",
 				  "volume=%s sectors=%llu was=%llu", v->id,
 				  (unsigned long long)v->bb.sectors, (unsigned long long)before);
+			if (!v->bb.sectors)
+				report(m, v, false,
+				       "no media errors are known in the volume any more");
 		}
 	}
 	pcsi_metrics_set_media(m->node_id, regions, m->n_regions, counts, m->n_vols);
@@ -151,12 +166,13 @@ static void on_tick(uv_timer_t *t)
 }
 
 void pcsi_media_start(struct pcsi_media *m, uv_loop_t *loop, struct pcsi_backend *be,
-		      const char *node_id, uint32_t interval_s)
+		      const char *node_id, uint32_t interval_s, struct pcsi_volume_events *events)
 {
 	memset(m, 0, sizeof(*m));
 	m->loop = loop;
 	m->be = be;
 	m->node_id = node_id;
+	m->events = events;
 	m->interval_ms = (uint64_t)interval_s * 1000;
 	uv_timer_init(loop, &m->timer);
 	m->timer.data = m;
@@ -169,6 +185,7 @@ void pcsi_media_stop(struct pcsi_media *m)
 	if (!m->loop)
 		return;
 	m->stopping = true;
+	m->events = NULL; /* a scan that ends later reports nothing */
 	uv_timer_stop(&m->timer);
 	if (!uv_is_closing((uv_handle_t *)&m->timer))
 		uv_close((uv_handle_t *)&m->timer, NULL);

@@ -5,7 +5,10 @@
  * (backends/badblocks.h) and each nd region's (/sys/bus/nd/devices/regionN/
  * badblocks: the platform's list, free space included). The result replaces
  * the metrics pmem_region_bad_sectors and pmem_volume_bad_sectors, and a
- * volume whose count changed is logged (a warning when it grew, with where).
+ * volume whose count changed is logged (a warning when it grew, with where)
+ * and reported as an Event on its PVC (kube/events.h): abnormal when its
+ * count grew, normal again when it fell to none. The first scan compares
+ * with nothing: a volume with media errors at start-up is reported once.
  * A scan is skipped while the previous one runs. NodeGetVolumeStats and
  * ControllerGetVolume read a volume's list themselves at each call: they
  * never wait for, nor depend on, a scan. */
@@ -17,6 +20,7 @@
 #include <uv.h>
 
 #include "backends/backend.h"
+#include "daemon/kube/events.h"
 #include "daemon/metrics/metrics.h"
 
 struct pcsi_media_vol; /* private */
@@ -25,8 +29,9 @@ struct pcsi_media_region;
 struct pcsi_media {
 	/* private */
 	uv_loop_t *loop;
-	struct pcsi_backend *be; /* borrowed */
-	const char *node_id;	 /* borrowed */
+	struct pcsi_backend *be;	   /* borrowed */
+	const char *node_id;		   /* borrowed */
+	struct pcsi_volume_events *events; /* borrowed, may be NULL */
 	uint64_t interval_ms;
 	uv_timer_t timer;
 	uv_work_t work;
@@ -39,9 +44,9 @@ struct pcsi_media {
 };
 
 /* Starts scanning every |interval_s| seconds (0: never), the first scan at
- * once. */
+ * once; changes go to |events| (may be NULL), which must outlive |m|. */
 void pcsi_media_start(struct pcsi_media *m, uv_loop_t *loop, struct pcsi_backend *be,
-		      const char *node_id, uint32_t interval_s);
+		      const char *node_id, uint32_t interval_s, struct pcsi_volume_events *events);
 
 /* Stops the timer; a scan that runs ends on its own. Then, once the loop
  * has run its last callbacks, pcsi_media_done() frees what is left. */

@@ -86,8 +86,16 @@ static void on_recovered(void *data)
 	}
 	pcsi_identity_set_expansion(r->env->identity, pcsi_backend_can_expand(r->backend));
 	pcsi_identity_set_ready(r->env->identity, true);
+	if (cfg->media_scan_interval_s) {
+		struct pcsi_kube_opts o = { .sa_dir = cfg->service_account_dir,
+					    .qps = cfg->kube_api_qps,
+					    .burst = cfg->kube_api_burst };
+
+		r->events =
+			pcsi_volume_events_new(r->env->loop, &o, cfg->driver_name, cfg->node_id);
+	}
 	pcsi_media_start(&r->media, r->env->loop, r->backend, cfg->node_id,
-			 cfg->media_scan_interval_s);
+			 cfg->media_scan_interval_s, r->events);
 	if (!cfg->registry_endpoint)
 		return;
 	if (pcsi_registration_start(&r->registration, r->env->loop, cfg->registry_endpoint,
@@ -160,6 +168,8 @@ void pcsi_node_role_close(struct pcsi_node_role *r)
 	if (r->open_timer.loop)
 		uv_close((uv_handle_t *)&r->open_timer, NULL);
 	pcsi_media_stop(&r->media);
+	pcsi_volume_events_free(r->events); /* the media scan reports no more */
+	r->events = NULL;
 }
 
 void pcsi_node_role_done(struct pcsi_node_role *r)

@@ -37,8 +37,9 @@ struct pcsi_node_role {
 	struct pcsi_node_controller node_ctrl;
 	struct pcsi_registration registration;
 	struct pcsi_kubelet_reg kubelet;
-	struct pcsi_cxl cxl;	 /* -cxlRegions=auto */
-	struct pcsi_media media; /* -mediaScanInterval */
+	struct pcsi_cxl cxl;		   /* -cxlRegions=auto */
+	struct pcsi_media media;	   /* -mediaScanInterval */
+	struct pcsi_volume_events *events; /* the media scan's PVC events */
 	bool registering, stopping;
 	bool recovering;		/* pcsi_copy_recover() runs */
 	void (*stopped_cb)(void *data); /* a stop waiting for the recovery */

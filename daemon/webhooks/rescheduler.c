@@ -10,6 +10,7 @@
 
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
+#include "daemon/kube/events.h"
 
 #define RESYNC_MS 30000
 
@@ -145,38 +146,15 @@ static void on_check(const struct pcsi_kube_result *res, void *data);
 
 static void send_event(struct check *c, const char *msg)
 {
-	json_object *ev = json_object_new_object(), *meta = json_object_new_object(),
-		    *inv = json_object_new_object(), *src = json_object_new_object();
-	char ts[32], path[400], gen[300];
-	time_t now = time(NULL);
-	struct tm tm;
+	struct pcsi_kube_ref pvc = { .api_version = "v1",
+				     .kind = "PersistentVolumeClaim",
+				     .ns = c->ns,
+				     .name = c->name,
+				     .uid = c->uid };
 
-	gmtime_r(&now, &tm);
-	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	snprintf(gen, sizeof(gen), "%.240s.", c->name);
-	json_object_object_add(meta, "generateName", json_object_new_string(gen));
-	json_object_object_add(meta, "namespace", json_object_new_string(c->ns));
-	json_object_object_add(ev, "metadata", meta);
-	json_object_object_add(inv, "apiVersion", json_object_new_string("v1"));
-	json_object_object_add(inv, "kind", json_object_new_string("PersistentVolumeClaim"));
-	json_object_object_add(inv, "namespace", json_object_new_string(c->ns));
-	json_object_object_add(inv, "name", json_object_new_string(c->name));
-	json_object_object_add(inv, "uid", json_object_new_string(c->uid));
-	json_object_object_add(ev, "involvedObject", inv);
-	json_object_object_add(ev, "type", json_object_new_string("Warning"));
-	json_object_object_add(ev, "reason", json_object_new_string("ProvisioningFailed"));
-	json_object_object_add(ev, "message", json_object_new_string(msg));
-	json_object_object_add(src, "component", json_object_new_string(c->r->cfg->driver_name));
-	json_object_object_add(ev, "source", src);
-	json_object_object_add(ev, "firstTimestamp", json_object_new_string(ts));
-	json_object_object_add(ev, "lastTimestamp", json_object_new_string(ts));
-	json_object_object_add(ev, "count", json_object_new_int(1));
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", c->ns);
 	c->step = STEP_EVENT;
-	c->call = pcsi_kube_request(c->r->k, "POST", path, NULL, "application/json",
-				    json_object_to_json_string_ext(ev, JSON_C_TO_STRING_PLAIN),
-				    on_check, c);
-	json_object_put(ev);
+	c->call = pcsi_kube_post_event(c->r->k, &pvc, "Warning", "ProvisioningFailed", msg,
+				       c->r->cfg->driver_name, NULL, on_check, c);
 }
 
 static void send_patch(struct check *c)

@@ -202,7 +202,7 @@ def driver_rootfs(driver):
                  "/usr/bin/setpriv"):
         if os.path.exists(tool):
             r.add_binary(tool)
-    for t in ("lvcreate", "lvremove", "lvs", "vgs", "pvs", "vgcreate", "vgextend", "pvcreate",
+    for t in ("lvcreate", "lvremove", "lvrename", "lvs", "vgs", "pvs", "vgcreate", "vgextend", "pvcreate",
               "lvextend", "vgremove", "pvremove"):
         r.add_link("/usr/sbin/" + t, "lvm")
     # lvmdbusd.profile: the driver's lvm shells answer in JSON with it (backends/lvmshell.h).

@@ -116,6 +116,11 @@ maxPods: 30
 syncFrequency: 10s
 fileCheckFrequency: 10s
 nodeStatusUpdateFrequency: 10s
+# Volume health (alpha): kubelet asks NodeGetVolumeStats for each volume's
+# condition, reports it as kubelet_volume_stats_health_status_abnormal and as
+# pod events; every 10 s instead of every minute.
+featureGates: {CSIVolumeHealth: true}
+volumeStatsAggPeriod: 10s
 YAML
 step "kubelet"
 "$KUBE" kubelet --config=/var/lib/kubelet/config.yaml --kubeconfig="$work/$name.kubeconfig" \

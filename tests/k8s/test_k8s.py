@@ -126,9 +126,11 @@ def node_exec(node, *cmd):
 
 
 def logical_volumes(node):
-    """The LVs on |node|, read with lvs in the driver's container."""
+    """The LVs on |node|, read with lvs in the driver's container; not those
+    the driver keeps out of use for their media errors (.media-errors.ID, the
+    media test's)."""
     out = node_exec(node, "lvs", "--noheadings", "-o", "lv_name")
-    return sorted(out.split())
+    return sorted(n for n in out.split() if not n.startswith(".media-errors."))
 
 
 def pod_yaml(name, node, claim=None, cmd="sleep 100000", inline=None, block=False):
@@ -637,6 +639,67 @@ def snapshot_scenario(mode, node, snapshotter_logs):
 @timed("distributed snapshots")
 def _():
     snapshot_scenario("distributed", "node-y", lambda: [driver_pod("node-y")])
+
+
+def pvc_events(kind, name, reason):
+    return kj("get", "events", "--field-selector",
+              "involvedObject.kind=%s,involvedObject.name=%s,reason=%s" % (kind, name, reason))["items"]
+
+
+def kubelet_metric(node, line):
+    """True when kubelet's /metrics on |node| (through the API server's node
+    proxy) has |line|."""
+    out = k("get", "--raw", "/api/v1/nodes/%s/proxy/metrics" % node, check=False).stdout
+    return line in out.splitlines()
+
+
+@t.test("distributed: media errors in a volume in use (bad sectors added to its pmem disk's sysfs badblocks): "
+        "within the media scan's interval the PVC gets a Warning VolumeConditionAbnormal event from the driver "
+        "saying where, kubelet (CSIVolumeHealth) turns kubelet_volume_stats_health_status_abnormal to 1 and "
+        "reports it on the pod; deleted, the volume's space stays out of use")
+@timed("media errors")
+def _():
+    k("apply", "-f", "-", input=pvc_yaml("bad-pvc", "pmem-csi-sc", "16Mi"))
+    k("apply", "-f", "-", input=pod_yaml("app-bad", "node-x", claim="bad-pvc"))
+    wait_pod_running("app-bad")
+    vol = kj("get", "pv", kj("get", "pvc", "bad-pvc")["spec"]["volumeName"])["spec"]["csi"]["volumeHandle"]
+    line = 'kubelet_volume_stats_health_status_abnormal{namespace="default",persistentvolumeclaim="bad-pvc"} %d'
+    wait(lambda: kubelet_metric("node-x", line % 0), 120, "kubelet's health metric of bad-pvc at 0")
+    # Where the LV is on its PV (one segment: 16 MiB is 4 extents), and so
+    # which sectors of the pmem disk are its; 8 sectors 1 MiB into it go bad.
+    out = node_exec("node-x", "lvs", "--noheadings", "--units", "s", "--nosuffix", "-o",
+                    "seg_pe_ranges,vg_extent_size", "--select", "lv_name=" + vol).split()
+    m = re.fullmatch(r"(/dev/[^:]+):(\d+)-(\d+)", out[0]) if len(out) == 2 else None
+    pt.check(m, "lvs: %r" % out)
+    pv, first, extent = m.group(1), int(m.group(2)), int(float(out[1]))
+    pe_start = int(float(node_exec("node-x", "pvs", "--noheadings", "--units", "s", "--nosuffix", "-o",
+                                   "pe_start", pv).strip()))
+    offset = 2048  # sectors into the volume
+    node_exec("node-x", "sh", "-c", "echo %d 8 > /sys/block/%s/badblocks"
+              % (pe_start + first * extent + offset, os.path.basename(pv)))
+    t0 = time.monotonic()
+    where = "at byte %d (8 sectors)" % (offset * 512)
+    seen = {}
+
+    def event():
+        ev = pvc_events("PersistentVolumeClaim", "bad-pvc", "VolumeConditionAbnormal")
+        if ev and "pvc" not in seen:
+            seen["pvc"] = time.monotonic() - t0
+        return ev
+    wait(event, 120, "the PVC's VolumeConditionAbnormal event")
+    ev = event()[0]
+    pt.check(ev["type"] == "Warning" and where in ev["message"] and vol in ev["message"]
+             and ev["source"].get("component") == DRV and ev["source"].get("host") == "node-x",
+             "event %r" % ev)
+    wait(lambda: kubelet_metric("node-x", line % 1), 120, "kubelet's health metric of bad-pvc at 1")
+    seen["kubelet"] = time.monotonic() - t0
+    wait(lambda: pvc_events("Pod", "app-bad", "VolumeConditionAbnormal"), 120,
+         "kubelet's VolumeConditionAbnormal event on the pod")
+    t.diag("media errors -> PVC event %.1f s (scan interval 30 s), -> kubelet metric %.1f s "
+           "(volumeStatsAggPeriod 10 s)" % (seen["pvc"], seen["kubelet"]))
+    delete_claims([("app-bad", "bad-pvc")])
+    lvs = node_exec("node-x", "lvs", "--noheadings", "-o", "lv_name").split()
+    pt.check(".media-errors." + vol in lvs, "lvs on node-x: %r" % lvs)
 
 
 @t.test("metrics: Prometheus finds the driver pods through kubernetes_sd_configs (manifests/metrics/prometheus-scrape.yaml); "

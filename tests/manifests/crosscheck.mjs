@@ -880,7 +880,10 @@ t.test("Prometheus snippet: promtool accepts it; its port regex keeps exactly th
 // ---------------------------------------------------------------------------
 // RBAC
 
-t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provisioner roles; others get no token", () => {
+// The one role a pod without csi-provisioner may have: the node's volume
+// conditions as PVC events (list PVs, create events; nothing else).
+const HEALTH_ROLE = "ClusterRole/pmem-csi-node-health";
+t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provisioner roles; others get the health role or no token", () => {
   const p = [];
   for (const [mode, k] of Object.entries({ central: MODES.central, distributed: MODES.distributed })) {
     const sas = new Map(byKind(k.objs, "ServiceAccount").map((d) => [d.doc.metadata.name, d.doc]));
@@ -906,17 +909,26 @@ t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provision
       const hasProv = allContainers(spec).some((c) => sidecarKind(c) === "csi-provisioner");
       const mount = spec.automountServiceAccountToken ?? sas.get(sa).automountServiceAccountToken ?? true;
       if (hasProv) {
-        for (const r of roles) if (!(bound.get(sa) || new Set()).has(r)) p.push(`${mode}: ${sa} (runs csi-provisioner) is not bound to ${r}`);
+        for (const r of roles) if (r !== HEALTH_ROLE && !(bound.get(sa) || new Set()).has(r)) p.push(`${mode}: ${sa} (runs csi-provisioner) is not bound to ${r}`);
         if (!mount) p.push(`${mode}: ${d.doc.metadata.name} runs csi-provisioner without a ServiceAccount token`);
       } else {
-        if (mount) p.push(`${mode}: ${d.doc.metadata.name} needs no API access: automountServiceAccountToken: false`);
-        if (bound.has(sa)) p.push(`${mode}: ${sa} needs no roles`);
+        const has = [...(bound.get(sa) || [])];
+        const health = has.includes(HEALTH_ROLE);
+        if (has.some((r) => r !== HEALTH_ROLE)) p.push(`${mode}: ${sa} needs no roles but ${HEALTH_ROLE}: has ${has.join(", ")}`);
+        if (mount && !health) p.push(`${mode}: ${d.doc.metadata.name} needs no API access: automountServiceAccountToken: false`);
+        if (health && !mount) p.push(`${mode}: ${d.doc.metadata.name} is bound to ${HEALTH_ROLE} without a ServiceAccount token`);
       }
     }
   }
   const role = byKind(ALL, "Role")[0].doc;
   const res = new Set(role.rules.flatMap((r) => r.resources));
   for (const r of ["leases", "csistoragecapacities", "pods", "replicasets"]) if (!res.has(r)) p.push(`provisioner Role lacks ${r}`);
+  const health = byKind(ALL, "ClusterRole").find((d) => `ClusterRole/${d.doc.metadata.name}` === HEALTH_ROLE);
+  if (!health) p.push(`${HEALTH_ROLE} is missing`);
+  else {
+    const got = health.doc.rules.map((r) => `${r.resources.join("+")}:${r.verbs.join("+")}`).sort().join(" ");
+    if (got !== "events:create persistentvolumes:list") p.push(`${HEALTH_ROLE} grants more or less than it needs: ${got}`);
+  }
   return p;
 });
 
