@@ -32,8 +32,8 @@ static bool overlap(uint64_t s, uint64_t c, uint64_t from, uint64_t len, uint64_
 	return *lo < *hi;
 }
 
-void pcsi_badblocks_add(struct pcsi_badblocks *out, const char *text, uint64_t from, uint64_t len,
-			uint64_t at)
+/* Calls |fn| for each "sector count" line of |text| that parses. */
+static void each_line(const char *text, void (*fn)(uint64_t s, uint64_t c, void *data), void *data)
 {
 	const char *p = text;
 
@@ -41,15 +41,34 @@ void pcsi_badblocks_add(struct pcsi_badblocks *out, const char *text, uint64_t f
 		unsigned long long s, c;
 		const char *eol = strchr(p, '\n');
 
-		uint64_t lo, hi;
-
-		if (sscanf(p, "%llu %llu", &s, &c) == 2 && c > 0 && s <= UINT64_MAX - c &&
-		    overlap(s, c, from, len, &lo, &hi))
-			add_range(out, at + (lo - from), hi - lo);
+		if (sscanf(p, "%llu %llu", &s, &c) == 2 && c > 0 && s <= UINT64_MAX - c)
+			fn(s, c, data);
 		if (!eol)
 			break;
 		p = eol + 1;
 	}
+}
+
+struct window {
+	struct pcsi_badblocks *out;
+	uint64_t from, len, at;
+};
+
+static void add_in_window(uint64_t s, uint64_t c, void *data)
+{
+	struct window *w = data;
+	uint64_t lo, hi;
+
+	if (overlap(s, c, w->from, w->len, &lo, &hi))
+		add_range(w->out, w->at + (lo - w->from), hi - lo);
+}
+
+void pcsi_badblocks_add(struct pcsi_badblocks *out, const char *text, uint64_t from, uint64_t len,
+			uint64_t at)
+{
+	struct window w = { out, from, len, at };
+
+	each_line(text, add_in_window, &w);
 }
 
 /* Reads the small (sysfs) file |path| into |buf|. */
@@ -183,6 +202,40 @@ int pcsi_badblocks_of(const char *dev, struct pcsi_badblocks *out)
 	if (!S_ISBLK(st.st_mode))
 		return -ENOTBLK;
 	return add_device(st.st_rdev, 0, UINT64_MAX / 2, 0, 0, out);
+}
+
+struct collect {
+	struct pcsi_bad_range *r;
+	size_t max, n;
+};
+
+static void collect(uint64_t s, uint64_t c, void *data)
+{
+	struct collect *k = data;
+
+	if (k->n < k->max)
+		k->r[k->n] = (struct pcsi_bad_range){ s, c };
+	k->n++;
+}
+
+int pcsi_badblocks_list(const char *dev, struct pcsi_bad_range *r, size_t max)
+{
+	struct collect k = { r, max, 0 };
+	char buf[16384];
+	struct stat st;
+	int rc;
+
+	if (stat(dev, &st) < 0)
+		return -errno;
+	if (!S_ISBLK(st.st_mode))
+		return -ENOTBLK;
+	rc = read_sys(st.st_rdev, "badblocks", buf, sizeof(buf));
+	if (rc == -ENOENT)
+		return 0; /* a disk without a list: none known */
+	if (rc < 0)
+		return rc;
+	each_line(buf, collect, &k);
+	return k.n > (size_t)INT32_MAX ? INT32_MAX : (int)k.n;
 }
 
 static void on_work(uv_work_t *w)

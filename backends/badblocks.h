@@ -40,6 +40,12 @@ struct pcsi_badblocks {
  * cannot be read. */
 int pcsi_badblocks_of(const char *dev, struct pcsi_badblocks *out);
 
+/* The bad ranges of disk |dev| itself (its own sysfs list, e.g. a pmem
+ * namespace's; a disk without one has none), in the list's order (the
+ * kernel's: ascending). Fills up to |max| of |r| and returns how many there
+ * are (possibly more than |max|), or -errno. */
+int pcsi_badblocks_list(const char *dev, struct pcsi_bad_range *r, size_t max);
+
 /* The bad sectors listed in the badblocks file |path| (a region's, a
  * disk's), all of them. Returns 0 or -errno (|out| then empty). */
 int pcsi_badblocks_of_file(const char *path, struct pcsi_badblocks *out);

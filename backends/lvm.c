@@ -20,6 +20,7 @@
  * picture is off (someone else's LV took space): it is read afresh (vgs,
  * lvs) once the commands running then have ended. */
 #include "backends/backend_internal.h"
+#include "backends/badblocks.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -52,6 +53,10 @@ struct vg {
 	uint64_t extent;	 /* physical extent size: LV sizes are multiples of it */
 	enum pcsi_medium medium; /* its region's */
 	bool exists;
+	/* its PV (one per VG: the region's namespace) and where its extents
+	 * are, for placing volumes away from media errors; pv "" if unknown */
+	char pv[64];
+	uint64_t pe_start, pe_count;
 };
 
 struct pv_setup {
@@ -83,9 +88,17 @@ struct op {
 	uint64_t want;	   /* requested size, 4 MiB aligned */
 	uint64_t want_vg;  /* the same, aligned to the extent size of VG ivg */
 	uint64_t reserved; /* taken from vgs[ivg].free while the tool runs */
+	/* create: VG ivg's PV and layout (copied for the thread pool), and
+	 * the extents of it that hold no known media error ("" when all do
+	 * not, or the PV's list is empty or unknown) */
+	char pv[64];
+	uint64_t pe_start, pe_count, extent;
+	char good[2048];
+	bool all_bad;  /* no extent of the PV is free of media errors */
+	bool avoiding; /* some VG had extents to avoid */
 };
 
-enum open_step { O_WIPE, O_PVS, O_VGS_ALL, O_ADD_PVS, O_VGS, O_LVS, O_DONE };
+enum open_step { O_WIPE, O_PVS, O_VGS_ALL, O_ADD_PVS, O_VGS, O_LAYOUT, O_LVS, O_DONE };
 
 static struct lvm *impl(struct pcsi_backend *be)
 {
@@ -220,6 +233,35 @@ static int apply_vgs(struct pcsi_backend_req *req, struct lvm *l, bool all)
 			vg->free = rows[i].free;
 			vg->extent = rows[i].extent_size;
 		}
+	}
+	return 0;
+}
+
+/* Applies a pvs report (pe_start, pv_pe_count) to our VGs' PVs. */
+static int apply_layout(struct pcsi_backend_req *req, struct lvm *l)
+{
+	struct pcsi_lvm_pv rows[64];
+	int n, i;
+
+	n = pcsi_lvm_parse_pvs(req->proc->out.data, rows, PCSI_ARRAY_SIZE(rows));
+	if (n < 0 || n > (int)PCSI_ARRAY_SIZE(rows)) {
+		pcsi_backend_msg(req, "pvs: unexpected report");
+		return -EIO;
+	}
+	for (i = 0; i < l->nvgs; i++)
+		l->vgs[i].pv[0] = '\0';
+	for (i = 0; i < n; i++) {
+		struct vg *vg = rows[i].vg[0] ? find_vg(l, rows[i].vg) : NULL;
+
+		if (!vg || strlen(rows[i].name) >= sizeof(vg->pv))
+			continue;
+		if (vg->pv[0]) { /* more than one PV (grown by hand): do not guess */
+			vg->pe_count = 0;
+			continue;
+		}
+		snprintf(vg->pv, sizeof(vg->pv), "%s", rows[i].name);
+		vg->pe_start = rows[i].pe_start;
+		vg->pe_count = rows[i].pe_count;
 	}
 	return 0;
 }
@@ -405,6 +447,12 @@ static void open_tool_done(struct pcsi_backend_req *req)
 		rc = tool_result(req);
 		if (rc == 0)
 			rc = apply_vgs(req, l, true);
+		req->step = O_LAYOUT;
+		break;
+	case O_LAYOUT:
+		rc = tool_result(req);
+		if (rc == 0)
+			rc = apply_layout(req, l);
 		req->step = O_LVS;
 		break;
 	case O_LVS:
@@ -488,6 +536,10 @@ static void open_next(struct pcsi_backend_req *req)
 		}
 		cmd_report(&c, "vgs", "vg_name,vg_size,vg_free,vg_extent_size");
 		cmd_our_vgs(&c, l);
+		pcsi_backend_run(req, c.argv, open_tool_done);
+		return;
+	case O_LAYOUT:
+		cmd_report(&c, "pvs", "pv_name,vg_name,pe_start,pv_pe_count");
 		pcsi_backend_run(req, c.argv, open_tool_done);
 		return;
 	case O_LVS:
@@ -616,12 +668,70 @@ static void create_done(struct pcsi_backend_req *req)
 	op_end(req, 0);
 }
 
+/* Appends ":first-last" to o->good; false when it does not fit. */
+static bool add_good(struct op *o, uint64_t first, uint64_t last)
+{
+	size_t used = strlen(o->good);
+	int w = snprintf(o->good + used, sizeof(o->good) - used, ":%llu-%llu",
+			 (unsigned long long)first, (unsigned long long)last);
+
+	return w > 0 && (size_t)w < sizeof(o->good) - used;
+}
+
+/* On the thread pool: the PV's extents that hold no known media error, as
+ * lvcreate's PV argument (PV:first-last:...), in o->good. The kernel's list
+ * of the namespace's bad sectors is ascending; each extent that overlaps
+ * one is left out. If the list cannot be
+ * read, nothing is avoided (o->good ""); when the argument cannot hold
+ * every good run, it holds the first ones. */
+static void find_good_extents(struct pcsi_backend_req *req)
+{
+	struct op *o = req->priv;
+	struct pcsi_bad_range r[256];
+	uint64_t next = 0; /* the first extent not yet placed */
+	int n = pcsi_badblocks_list(o->pv, r, PCSI_ARRAY_SIZE(r)), i;
+	bool avoid = false;
+
+	snprintf(o->good, sizeof(o->good), "%s", o->pv);
+	if (n <= 0 || n > (int)PCSI_ARRAY_SIZE(r))
+		goto none;
+	for (i = 0; i < n && next < o->pe_count; i++) {
+		uint64_t lo, hi, first, last;
+
+		if (r[i].sector > UINT64_MAX / 1024 || r[i].count > UINT64_MAX / 1024)
+			continue;
+		lo = r[i].sector * 512;
+		hi = lo + r[i].count * 512;
+		if (hi <= o->pe_start)
+			continue; /* in the PV's metadata area */
+		first = lo > o->pe_start ? (lo - o->pe_start) / o->extent : 0;
+		last = (hi - 1 - o->pe_start) / o->extent;
+		if (first >= o->pe_count)
+			break; /* past the last extent */
+		avoid = true;
+		if (first > next && !add_good(o, next, first - 1))
+			return; /* what fits: good extents only, perhaps too few */
+		if (last + 1 > next)
+			next = last + 1;
+	}
+	if (!avoid)
+		goto none;
+	if (next < o->pe_count)
+		add_good(o, next, o->pe_count - 1);
+	o->all_bad = !strchr(o->good, ':');
+	if (o->all_bad)
+		goto none;
+	return;
+none:
+	o->good[0] = '\0';
+}
+
+static void create_run(struct pcsi_backend_req *req);
+
 static void create_try(struct pcsi_backend_req *req)
 {
 	struct lvm *l = impl(req->be);
 	struct op *o = req->priv;
-	struct cmd c = { .n = 0 };
-	char size[32];
 
 	for (; o->ivg < l->nvgs; o->ivg++) {
 		struct vg *vg = &l->vgs[o->ivg];
@@ -631,15 +741,50 @@ static void create_try(struct pcsi_backend_req *req)
 			break;
 	}
 	if (o->ivg >= l->nvgs) {
-		if (!req->msg[0])
-			pcsi_backend_msg(req, "no volume group%s%s has %llu bytes free",
+		if (!req->msg[0] || o->avoiding)
+			pcsi_backend_msg(req, "no volume group%s%s has %llu bytes free%s",
 					 req->medium ? " on " : "", pcsi_medium_name(req->medium),
-					 (unsigned long long)o->want);
+					 (unsigned long long)o->want,
+					 o->avoiding ? " outside known media errors" : "");
 		op_end(req, -ENOSPC);
 		return;
 	}
 	o->reserved = o->want_vg;
 	l->vgs[o->ivg].free -= o->reserved;
+	o->all_bad = false;
+	o->good[0] = '\0';
+	if (l->vgs[o->ivg].pv[0] && l->vgs[o->ivg].pe_count && l->vgs[o->ivg].extent) {
+		snprintf(o->pv, sizeof(o->pv), "%s", l->vgs[o->ivg].pv);
+		o->pe_start = l->vgs[o->ivg].pe_start;
+		o->pe_count = l->vgs[o->ivg].pe_count;
+		o->extent = l->vgs[o->ivg].extent;
+		pcsi_backend_work(req, find_good_extents, create_run);
+		return;
+	}
+	create_run(req);
+}
+
+/* Runs lvcreate in VG o->ivg, on its extents without media errors if some
+ * have them. */
+static void create_run(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct op *o = req->priv;
+	struct cmd c = { .n = 0 };
+	char size[32];
+
+	if (o->all_bad) {
+		o->avoiding = true;
+		unreserve(l, o);
+		o->ivg++;
+		create_try(req);
+		return;
+	}
+	if (o->good[0]) {
+		o->avoiding = true;
+		pcsi_info(2, "placing the volume away from media errors",
+			  "volume=%s vg=%s extents=%s", req->id, l->vgs[o->ivg].name, o->good);
+	}
 	snprintf(size, sizeof(size), "%lluB", (unsigned long long)o->want_vg);
 	/* -Zn: we zero the first 4 KiB ourselves; -Wy --yes: wipe old
 	 * signatures without asking (stdin is /dev/null). */
@@ -652,6 +797,8 @@ static void create_try(struct pcsi_backend_req *req)
 	cmd_add(&c, "-n");
 	cmd_add(&c, req->id);
 	cmd_add(&c, l->vgs[o->ivg].name);
+	if (o->good[0])
+		cmd_add(&c, o->good);
 	pcsi_backend_run(req, c.argv, create_done);
 }
 

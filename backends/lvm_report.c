@@ -53,6 +53,15 @@ static bool get_size(json_object *row, const char *key, uint64_t *out)
 	return true;
 }
 
+/* |key| when the row has it (|out| 0 when not); false when it is no size. */
+static bool get_opt_size(json_object *row, const char *key, uint64_t *out)
+{
+	json_object *v;
+
+	*out = 0;
+	return !json_object_object_get_ex(row, key, &v) || get_size(row, key, out);
+}
+
 typedef bool (*row_fn)(json_object *row, void *out, size_t i);
 
 static int parse(const char *json, const char *kind, row_fn fn, void *out, size_t n)
@@ -86,13 +95,8 @@ static bool vg_row(json_object *row, void *out, size_t i)
 {
 	struct pcsi_lvm_vg tmp, *vg = out ? (struct pcsi_lvm_vg *)out + i : &tmp;
 
-	json_object *v;
-
-	vg->extent_size = 0;
-	if (json_object_object_get_ex(row, "vg_extent_size", &v) &&
-	    !get_size(row, "vg_extent_size", &vg->extent_size))
-		return false;
-	return get_str(row, "vg_name", vg->name, sizeof(vg->name)) &&
+	return get_opt_size(row, "vg_extent_size", &vg->extent_size) &&
+	       get_str(row, "vg_name", vg->name, sizeof(vg->name)) &&
 	       get_size(row, "vg_size", &vg->size) && get_size(row, "vg_free", &vg->free);
 }
 
@@ -110,7 +114,9 @@ static bool pv_row(json_object *row, void *out, size_t i)
 {
 	struct pcsi_lvm_pv tmp, *pv = out ? (struct pcsi_lvm_pv *)out + i : &tmp;
 
-	return get_str(row, "pv_name", pv->name, sizeof(pv->name)) &&
+	return get_opt_size(row, "pe_start", &pv->pe_start) &&
+	       get_opt_size(row, "pv_pe_count", &pv->pe_count) &&
+	       get_str(row, "pv_name", pv->name, sizeof(pv->name)) &&
 	       get_str(row, "vg_name", pv->vg, sizeof(pv->vg));
 }
 

@@ -28,6 +28,9 @@ struct pcsi_lvm_lv {
 struct pcsi_lvm_pv {
 	char name[256]; /* device path */
 	char vg[128];	/* "" when the PV is in no VG */
+	/* where its first extent starts (bytes) and how many it has; 0 when
+	 * the report has no pe_start / pv_pe_count */
+	uint64_t pe_start, pe_count;
 };
 
 /* vgs -o vg_name,vg_size,vg_free[,vg_extent_size] */

@@ -100,6 +100,8 @@ START_TEST(not_a_device)
 	ck_assert_uint_eq(bb.n_ranges, 0);
 	ck_assert_int_eq(pcsi_badblocks_of("/nonexistent/dev", &bb), -ENOENT);
 	ck_assert_int_eq(pcsi_badblocks_of("/etc/passwd", &bb), -ENOTBLK);
+	ck_assert_int_eq(pcsi_badblocks_list("/nonexistent/dev", bb.r, PCSI_BAD_RANGES), -ENOENT);
+	ck_assert_int_eq(pcsi_badblocks_list("/etc/passwd", bb.r, PCSI_BAD_RANGES), -ENOTBLK);
 }
 END_TEST
 

@@ -27,7 +27,10 @@ static const char lvs_json[] =
 
 static const char pvs_json[] =
 	"{\"report\":[{\"pv\":[{\"pv_name\":\"/dev/pmem0\",\"vg_name\":"
-	"\"ndbus0region0fsdax\"},{\"pv_name\":\"/dev/pmem1\",\"vg_name\":\"\"}]}]}";
+	"\"ndbus0region0fsdax\",\"pe_start\":\"2097152\",\"pv_pe_count\":\"507\"},"
+	"{\"pv_name\":\"/dev/pmem1\",\"vg_name\":\"\"}]}]}";
+static const char pvs_bad_json[] = "{\"report\":[{\"pv\":[{\"pv_name\":\"/dev/pmem0\","
+				   "\"vg_name\":\"\",\"pe_start\":\"2MiB\"}]}]}";
 
 START_TEST(vgs_report)
 {
@@ -88,6 +91,12 @@ START_TEST(pvs_report)
 	ck_assert_str_eq(pv[0].name, "/dev/pmem0");
 	ck_assert_str_eq(pv[0].vg, "ndbus0region0fsdax");
 	ck_assert_str_eq(pv[1].vg, "");
+	/* the layout, when the report has it */
+	ck_assert_uint_eq(pv[0].pe_start, 2097152);
+	ck_assert_uint_eq(pv[0].pe_count, 507);
+	ck_assert_uint_eq(pv[1].pe_start, 0);
+	ck_assert_uint_eq(pv[1].pe_count, 0);
+	ck_assert_int_eq(pcsi_lvm_parse_pvs(pvs_bad_json, pv, 2), -EINVAL);
 }
 END_TEST
 

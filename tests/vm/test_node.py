@@ -642,7 +642,8 @@ def sigbus_reading(path, offset):
         "them when it meets poison) show in the media scan's gauge within its interval and make the volume "
         "abnormal in NodeGetVolumeStats and ControllerGetVolume with their byte offset; the application gets EIO from read() and SIGBUS through DAX; a snapshot of it is "
         "FAILED_PRECONDITION; DeleteVolume erases around them; lvm keeps the damaged space out of use "
-        "(the LV renamed .media-errors.ID, not listed, not in the capacity)")
+        "(the LV renamed .media-errors.ID, not listed, not in the capacity) and places new volumes away from "
+        "bad sectors in free space")
 def _():
     cap0 = ok_call("Controller", "GetCapacity", csi.GetCapacityRequest()).available_capacity
     v = ok_call("Controller", "CreateVolume", create("pvc-media-1", 64 * MiB)).volume
@@ -761,6 +762,29 @@ def _():
         ndisk, nstart = disk_of(path, 0)
         pt.check(ndisk != disk or not nstart <= dsector < nstart + 64 * MiB // 512,
                  "the new volume %s covers the bad sector %d of %s" % (n.volume_id, dsector, disk))
+        ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=n.volume_id), timeout=300)
+        # Bad sectors in free space: in the first free extent, where LVM
+        # would put the next volume. The next volume goes elsewhere.
+        segs = subprocess.run(["pvs", "--segments", "--noheadings", "--separator", ",", "--units", "b",
+                               "--nosuffix", "-o", "pv_name,vg_name,pe_start,pvseg_start,pvseg_size,lv_name"],
+                              capture_output=True, text=True, check=True).stdout
+        free = [l.strip().split(",") for l in segs.splitlines()
+                if l.strip() and l.strip().split(",")[5] == "" and l.strip().split(",")[1].endswith("fsdax")]
+        pt.check(free, "no free segment: %r" % segs)
+        pv, vgname, pe_start, first = free[0][0], free[0][1], int(free[0][2]), int(free[0][3])
+        extent = int(subprocess.run(["vgs", "--noheadings", "--units", "b", "--nosuffix", "-o", "vg_extent_size",
+                                     vgname], capture_output=True, text=True, check=True).stdout.strip())
+        with open("/sys/block/%s/badblocks" % os.path.basename(pv), "w") as bb:
+            bb.write("%d 8\n" % ((pe_start + first * extent) // 512 + 16))
+        n = ok_call("Controller", "CreateVolume", create("pvc-media-4", 64 * MiB)).volume
+        ranges = subprocess.run(["lvs", "--noheadings", "-o", "seg_pe_ranges", "--select", "lv_name=" + n.volume_id],
+                                capture_output=True, text=True, check=True).stdout.split()
+        taken = [tuple(int(x) for x in r.split(":")[1].split("-")) for r in ranges]
+        pt.check(taken and not [1 for a, b in taken if a <= first <= b],
+                 "volume %s on extents %r of %s, extent %d is bad" % (n.volume_id, ranges, pv, first))
+        r = ok_call("Controller", "ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=n.volume_id))
+        pt.check(not r.status.volume_condition.abnormal, str(r.status.volume_condition))
+        pt.check("placing the volume away from media errors" in daemon.stderr_text(), "no placement in the log")
         ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=n.volume_id), timeout=300)
     else:
         pt.check(cap1 == cap0, "capacity %d before, %d after" % (cap0, cap1))
