@@ -109,7 +109,10 @@ resolvConf: /etc/resolv.conf
 evictionHard: {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-localStorageCapacityIsolation: false
+# true: cAdvisor collects the filesystems' usage, which kubelet's stats
+# summary needs (its rootfs); without it /stats/summary fails, and with it
+# kubelet's volume metrics and volume health (CSIVolumeHealth below).
+localStorageCapacityIsolation: true
 serializeImagePulls: false
 registerNode: true
 maxPods: 30
