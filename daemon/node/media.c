@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,16 @@ struct pcsi_media_region {
 	char name[32];
 	uint64_t sectors;
 };
+
+struct pcsi_media_watch {
+	uv_poll_t poll;
+	struct pcsi_media *m;
+	char name[32]; /* the region; "" for a free slot */
+	int fd;
+	bool closing;
+};
+
+static void on_tick(uv_timer_t *t);
 
 static void free_scan(struct pcsi_media *m)
 {
@@ -84,6 +96,87 @@ static void report(struct pcsi_media *m, const struct pcsi_media_vol *v, bool ab
 	pcsi_volume_events_report(m->events, v->id, abnormal, msg);
 }
 
+/* Reads |fd| (a sysfs attribute) from the start: re-arms its POLLPRI. */
+static int rearm(int fd)
+{
+	char buf[512];
+
+	return pread(fd, buf, sizeof(buf), 0) < 0 ? -errno : 0;
+}
+
+static void on_watch_closed(uv_handle_t *h)
+{
+	struct pcsi_media_watch *w = h->data;
+
+	close(w->fd);
+	w->fd = -1;
+	w->name[0] = '\0';
+	w->closing = false;
+}
+
+static void unwatch(struct pcsi_media_watch *w)
+{
+	if (!w->name[0] || w->closing)
+		return;
+	w->closing = true;
+	uv_close((uv_handle_t *)&w->poll, on_watch_closed);
+}
+
+static void on_change(uv_poll_t *p, int status, int events)
+{
+	struct pcsi_media_watch *w = p->data;
+	struct pcsi_media *m = w->m;
+
+	(void)events;
+	if (status < 0 || rearm(w->fd) < 0) {
+		/* The region went away (its file answers ENODEV): stop. */
+		pcsi_info(2, "media errors: no longer watching a region", "region=%s", w->name);
+		unwatch(w);
+		return;
+	}
+	pcsi_info(2, "media errors: a region's list changed, scanning", "region=%s", w->name);
+	if (m->scanning)
+		m->again = true;
+	else
+		on_tick(&m->timer);
+}
+
+/* Watches the regions the scan found that are not watched yet. */
+static void watch_regions(struct pcsi_media *m)
+{
+	size_t i, j;
+
+	for (i = 0; i < m->n_regions; i++) {
+		struct pcsi_media_watch *w = NULL;
+		char path[96];
+
+		for (j = 0; j < m->n_watches; j++)
+			if (!strcmp(m->watches[j].name, m->regions[i].name))
+				break;
+		if (j < m->n_watches)
+			continue;
+		for (j = 0; j < m->n_watches && !w; j++)
+			if (!m->watches[j].name[0] && !m->watches[j].closing)
+				w = &m->watches[j];
+		if (!w)
+			return;
+		snprintf(path, sizeof(path), "/sys/bus/nd/devices/%s/badblocks",
+			 m->regions[i].name);
+		w->fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (w->fd < 0)
+			continue;
+		if (rearm(w->fd) < 0 || uv_poll_init(m->loop, &w->poll, w->fd) < 0) {
+			close(w->fd);
+			w->fd = -1;
+			continue;
+		}
+		w->m = m;
+		w->poll.data = w;
+		snprintf(w->name, sizeof(w->name), "%s", m->regions[i].name);
+		uv_poll_start(&w->poll, UV_PRIORITIZED, on_change);
+	}
+}
+
 static void on_scanned(uv_work_t *w, int status)
 {
 	struct pcsi_media *m = w->data;
@@ -127,7 +220,13 @@ static void on_scanned(uv_work_t *w, int status)
 	m->prev = m->vols; /* kept for the next scan's comparison */
 	m->n_prev = m->n_vols;
 	m->vols = NULL;
+	if (!m->stopping)
+		watch_regions(m);
 	free_scan(m);
+	if (m->again && !m->stopping) {
+		m->again = false;
+		on_tick(&m->timer);
+	}
 }
 
 static void on_listed(struct pcsi_backend_req *req, void *data)
@@ -173,6 +272,8 @@ void pcsi_media_start(struct pcsi_media *m, uv_loop_t *loop, struct pcsi_backend
 	m->be = be;
 	m->node_id = node_id;
 	m->events = events;
+	m->watches = pcsi_xcalloc(MAX_REGIONS, sizeof(*m->watches));
+	m->n_watches = MAX_REGIONS;
 	m->interval_ms = (uint64_t)interval_s * 1000;
 	uv_timer_init(loop, &m->timer);
 	m->timer.data = m;
@@ -186,6 +287,8 @@ void pcsi_media_stop(struct pcsi_media *m)
 		return;
 	m->stopping = true;
 	m->events = NULL; /* a scan that ends later reports nothing */
+	for (size_t i = 0; i < m->n_watches; i++)
+		unwatch(&m->watches[i]);
 	uv_timer_stop(&m->timer);
 	if (!uv_is_closing((uv_handle_t *)&m->timer))
 		uv_close((uv_handle_t *)&m->timer, NULL);
@@ -193,6 +296,9 @@ void pcsi_media_stop(struct pcsi_media *m)
 
 void pcsi_media_done(struct pcsi_media *m)
 {
+	free(m->watches); /* every watch closed: pcsi_media_stop() */
+	m->watches = NULL;
+	m->n_watches = 0;
 	free_scan(m);
 	free(m->prev);
 	m->prev = NULL;

@@ -9,7 +9,16 @@
  * and reported as an Event on its PVC (kube/events.h): abnormal when its
  * count grew, normal again when it fell to none. The first scan compares
  * with nothing: a volume with media errors at start-up is reported once.
- * A scan is skipped while the previous one runs. NodeGetVolumeStats and
+ * A scan is skipped while the previous one runs (and run again after it
+ * when a change was announced meanwhile).
+ *
+ * Between scans the node also waits for a change: each region's badblocks
+ * file is polled for POLLPRI (the kernel's sysfs_notify when it adds to the
+ * list: a machine check at a poisoned address, an address range scan), and
+ * a wakeup starts a scan at once. Re-reading the file re-arms it (a read of
+ * a short in-memory list, done on the loop). Bad sectors a disk meets on
+ * its own (an I/O error, sysfs writes) announce nothing: the timer finds
+ * those. NodeGetVolumeStats and
  * ControllerGetVolume read a volume's list themselves at each call: they
  * never wait for, nor depend on, a scan. */
 #ifndef PCSI_NODE_MEDIA_H
@@ -25,6 +34,7 @@
 
 struct pcsi_media_vol; /* private */
 struct pcsi_media_region;
+struct pcsi_media_watch;
 
 struct pcsi_media {
 	/* private */
@@ -37,6 +47,9 @@ struct pcsi_media {
 	uv_work_t work;
 	struct pcsi_backend_req list;
 	bool scanning, stopping;
+	bool again;			  /* a change was announced during the scan */
+	struct pcsi_media_watch *watches; /* one per region file */
+	size_t n_watches;
 	struct pcsi_media_vol *vols, *prev; /* this scan's, the last one's */
 	size_t n_vols, n_prev;
 	struct pcsi_media_region *regions;

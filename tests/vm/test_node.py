@@ -623,6 +623,32 @@ def disk_of(dev, sector):
     raise pt.TestFailure("sector %d of %s: no linear segment in %r" % (sector, dev, table))
 
 
+def media_node(interval):
+    """A second node process on the same PMEM (as in the metrics test) that
+    scans for media errors every |interval| seconds and serves the gauges;
+    and a function that scrapes them."""
+    import http.client
+    wd = pt.mkdtemp("pcsi-media-")
+    port = pt.free_port()
+    md = pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + os.path.join(wd, "csi.sock"), "-nodeid=" + NODE,
+                            "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(wd, "state"),
+                            "-metricsListen=127.0.0.1:%d" % port, "-mediaScanInterval=%d" % interval, "-v=3"],
+                   name="media-node-" + BACKEND).start(timeout=120)
+
+    def scrape():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            c.request("GET", "/metrics")
+            return c.getresponse().read().decode()
+        finally:
+            c.close()
+    return md, scrape
+
+
+def region_bad_sectors(text):
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("pmem_region_bad_sectors{"))
+
+
 def sigbus_reading(path, offset):
     """Reads one byte at |offset| of |path| through a shared mapping (DAX) in
     a child: the signal that ended it, or None."""
@@ -668,21 +694,7 @@ def _():
     disk, dsector = disk_of(dev, vsector)
     # A second node process on the same PMEM (as in the metrics test) scans
     # for media errors every second and serves the gauges.
-    import http.client
-    wd = pt.mkdtemp("pcsi-media-")
-    port = pt.free_port()
-    md = pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + os.path.join(wd, "csi.sock"), "-nodeid=" + NODE,
-                            "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(wd, "state"),
-                            "-metricsListen=127.0.0.1:%d" % port, "-mediaScanInterval=1", "-v=3"],
-                   name="media-node-" + BACKEND).start(timeout=120)
-
-    def scrape():
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        try:
-            c.request("GET", "/metrics")
-            return c.getresponse().read().decode()
-        finally:
-            c.close()
+    md, scrape = media_node(1)
     series = 'pmem_volume_bad_sectors{node="%s",driver_name="pmem-csi.intel.com",volume="%s"}' % (NODE, v.volume_id)
     try:
         deadline = time.monotonic() + 60
@@ -788,6 +800,64 @@ def _():
         ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=n.volume_id), timeout=300)
     else:
         pt.check(cap1 == cap0, "capacity %d before, %d after" % (cap0, cap1))
+
+
+# Once per guest, with the backend that runs last (lvm): a machine check
+# puts the poison into the region's list for the guest's lifetime, where a
+# namespace made later would meet it.
+if BACKEND == "lvm":
+    @t.test("media errors announced: a machine check at a volume's address (mce-inject, as the platform reports "
+            "poison it meets) adds to the region's list and wakes the media scan at once: with "
+            "-mediaScanInterval=3600 the volume's gauge shows it within seconds")
+    def _():
+        v = ok_call("Controller", "CreateVolume", create("pvc-mce", 64 * MiB)).volume
+        path = subprocess.run(["lvs", "--noheadings", "-o", "lv_path", "--select", "lv_name=" + v.volume_id],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        disk, dsector = disk_of(path, 16 * MiB // 512)
+        with open("/sys/block/%s/device/resource" % disk) as f:  # where the disk's data starts
+            addr = int(f.read().strip(), 16) + dsector * 512
+        subprocess.run(["modprobe", "mce-inject"], check=True, capture_output=True)
+        d = "/sys/kernel/debug/mce-inject"
+        if not os.path.isdir(d):
+            subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], capture_output=True)
+        pt.check(os.path.isdir(d), "no %s after modprobe mce-inject" % d)
+        md, scrape = media_node(3600)
+        series = 'pmem_volume_bad_sectors{node="%s",driver_name="pmem-csi.intel.com",volume="%s"}' % (
+            NODE, v.volume_id)
+        try:
+            deadline = time.monotonic() + 60
+            while "pmem_region_bad_sectors{" not in scrape() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1)  # the first scan's end: the regions are watched after it
+            before = region_bad_sectors(scrape())
+            # A software-injected, logged (not raised) machine check: an
+            # uncorrected memory read error with a physical address (status
+            # VAL|UC|EN|MISCV|ADDRV, MCACOD 0x9f; misc: address mode
+            # physical, LSB 12), which the nfit driver adds to the region's
+            # list as a whole 4 KiB page.
+            for name, value in (("flags", "sw"), ("status", "0xbc0000000000009f"), ("addr", hex(addr)),
+                                ("misc", "0x8c"), ("cpu", "0"), ("bank", "1")):
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(value + "\n")
+            t0 = time.monotonic()
+            while not [l for l in scrape().splitlines() if l.startswith(series)] and time.monotonic() < t0 + 60:
+                time.sleep(0.1)
+            seen = time.monotonic() - t0
+            text = scrape()
+            pt.check([l for l in text.splitlines() if l.startswith(series)],
+                     "no %s 60 s after the machine check (region gauges %r)"
+                     % (series, [l for l in text.splitlines() if "bad_sectors" in l]))
+            pt.check(region_bad_sectors(text) > before, "region gauges: %r" % [
+                l for l in text.splitlines() if l.startswith("pmem_region_bad_sectors")])
+            t.diag("machine check -> the volume's gauge %.2f s later (scan interval 3600 s)" % seen)
+        finally:
+            rc = md.stop()
+        log = md.stderr_text()
+        pt.check(rc == 0 and "a region's list changed, scanning" in log, "media node exit %r, log:\n%s"
+                 % (rc, log[-2000:]))
+        r = ok_call("Controller", "ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=v.volume_id))
+        pt.check(r.status.volume_condition.abnormal, str(r.status.volume_condition))
+        ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), timeout=300)
 
 
 def teardown():
