@@ -281,7 +281,8 @@ class Run:
                 if (p["spec"].get("csi") or {}).get("driver") == DRV]
 
     def lvs(self):
-        """node -> its logical volumes, read with lvs in the driver's container."""
+        """node -> its logical volumes, read with lvs in the driver's container
+        (volume_lvs(): not those kept out of use for their media errors)."""
         lvs = {}
         for n in kc.NODES:
             pods = self.kj("-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=pmem-csi-node",
@@ -289,8 +290,15 @@ class Run:
             if pods:
                 r = self.k("-n", NS, "exec", pods[0]["metadata"]["name"], "-c", "pmem-driver", "--",
                            "lvs", "--noheadings", "-o", "lv_name", check=False)
-                lvs[n] = r.stdout.split() if r.returncode == 0 else ["(lvs failed: %s)" % r.stderr.strip()]
+                lvs[n] = volume_lvs(r.stdout) if r.returncode == 0 else ["(lvs failed: %s)" % r.stderr.strip()]
         return lvs
+
+
+def volume_lvs(lvs_output):
+    """The LV names in |lvs_output| that are volumes: not those the driver
+    keeps out of use for their media errors (.media-errors.ID, the media
+    test's)."""
+    return sorted(n for n in lvs_output.split() if not n.startswith(".media-errors."))
 
 
 def summarize(mode, report, rc, tap=tap):

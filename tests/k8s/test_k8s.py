@@ -126,11 +126,9 @@ def node_exec(node, *cmd):
 
 
 def logical_volumes(node):
-    """The LVs on |node|, read with lvs in the driver's container; not those
-    the driver keeps out of use for their media errors (.media-errors.ID, the
-    media test's)."""
-    out = node_exec(node, "lvs", "--noheadings", "-o", "lv_name")
-    return sorted(n for n in out.split() if not n.startswith(".media-errors."))
+    """The volumes' LVs on |node|, read with lvs in the driver's container
+    (e2e_storage.volume_lvs())."""
+    return e2e_storage.volume_lvs(node_exec(node, "lvs", "--noheadings", "-o", "lv_name"))
 
 
 def pod_yaml(name, node, claim=None, cmd="sleep 100000", inline=None, block=False):
