@@ -30,4 +30,4 @@ boot foreign first-direct mixed-direct
 boot second-direct half first-lvm
 boot second-lvm mixed-lvm
 echo "1..$tap_n"
-[ "$tap_failed" = 0 ] && [ "$tap_n" -ge 14 ]
+[ "$tap_failed" = 0 ] && [ "$tap_n" -ge 16 ]

@@ -15,7 +15,8 @@ usage: test_cxl.py PATH-TO-pmem-csi-driver PHASE WORK
   mixed-B       with the NVDIMM beside the CXL region: the StorageClass
                 parameter medium (nvdimm, cxl) picks the region, GetCapacity
                 and the pmem_medium_amount_* metrics count by medium, a volume
-                asked again on the other medium is refused
+                asked again on the other medium is refused; a raw block
+                volume and an inline ephemeral volume on CXL memory
   half          what a kill of `cxl create-region` leaves after each of its
                 sysfs steps, made by hand: each restart finishes the region
                 (a real kill -9 of the driver and its child, tried at 0 to
@@ -25,6 +26,7 @@ usage: test_cxl.py PATH-TO-pmem-csi-driver PHASE WORK
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -127,8 +129,10 @@ def mount_opts(path):
 
 
 def on_cxl(path):
-    """Whether the block device mounted at |path| is on the CXL nvdimm bus."""
-    dev = os.stat(path).st_dev
+    """Whether the block device mounted at |path| (or the device node |path|
+    itself) is on the CXL nvdimm bus."""
+    st = os.stat(path)
+    dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
     sysdev = os.path.realpath("/sys/dev/block/%d:%d" % (os.major(dev), os.minor(dev)))
     if not os.path.exists(os.path.join(sysdev, "device")):  # a partition or dm: its slave
         slaves = os.listdir(os.path.join(sysdev, "slaves")) if os.path.isdir(os.path.join(sysdev, "slaves")) else []
@@ -280,6 +284,51 @@ elif PHASE.startswith("mixed-"):
                 volume_capabilities=[mount_cap()], parameters={"medium": other}), resp, timeout=120)
             pt.check(code == SC.ALREADY_EXISTS and other in details, "asked on %s: %s %s" % (other, code, details))
             call(ch, "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+        ch.close()
+
+    @t.test("%s: on CXL memory a raw block volume (published as a device node, raw I/O) and an inline "
+            "ephemeral volume (mounted with dax, gone at unpublish)" % BACKEND)
+    def _():
+        ch = pt.unix_channel(SOCK)
+        block = csi.VolumeCapability(block=csi.VolumeCapability.BlockVolume(),
+                                     access_mode=csi.VolumeCapability.AccessMode(
+                                         mode=csi.VolumeCapability.AccessMode.SINGLE_NODE_WRITER))
+        before = capacity(ch, "cxl")
+        v = call(ch, "CreateVolume", csi.CreateVolumeRequest(
+            name="cxl-block", capacity_range=csi.CapacityRange(required_bytes=16 * MiB),
+            volume_capabilities=[block], parameters={"medium": "cxl"})).volume
+        st, tg = os.path.join(WORK, "st-block"), os.path.join(WORK, "pod-block", "dev")
+        os.makedirs(os.path.dirname(tg), exist_ok=True)
+        call(ch, "NodeStageVolume", csi.NodeStageVolumeRequest(volume_id=v.volume_id, staging_target_path=st,
+                                                              volume_capability=block), "Node")
+        call(ch, "NodePublishVolume", csi.NodePublishVolumeRequest(volume_id=v.volume_id, staging_target_path=st,
+                                                                  target_path=tg, volume_capability=block), "Node")
+        pt.check(stat.S_ISBLK(os.stat(tg).st_mode), "target is not a block device")
+        pt.check(on_cxl(tg), "the block volume is not on CXL memory")
+        data = os.urandom(4096)
+        fd = os.open(tg, os.O_RDWR)
+        os.pwrite(fd, data, 1 << 20)
+        os.fsync(fd)
+        pt.check(os.pread(fd, 4096, 1 << 20) == data, "raw read back")
+        os.close(fd)
+        unpublish_unstage(ch, v.volume_id, st, tg)
+        call(ch, "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+
+        tg = os.path.join(WORK, "pod-eph", "vol")
+        os.makedirs(os.path.dirname(tg), exist_ok=True)
+        ctx = {"csi.storage.k8s.io/ephemeral": "true", "size": "16Mi", "medium": "cxl"}
+        call(ch, "NodePublishVolume", csi.NodePublishVolumeRequest(
+            volume_id="csi-cxl-ephemeral", target_path=tg, volume_capability=mount_cap(), volume_context=ctx),
+            "Node")
+        pt.check("dax" in mount_opts(tg), "ephemeral mount options: %s" % mount_opts(tg))
+        pt.check(on_cxl(tg), "the ephemeral volume is not on CXL memory")
+        pt.check(capacity(ch, "cxl") < before, "the ephemeral volume took no CXL capacity")
+        with open(os.path.join(tg, "f"), "w") as f:
+            f.write("ephemeral on cxl")
+        call(ch, "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id="csi-cxl-ephemeral",
+                                                                      target_path=tg), "Node")
+        pt.check(capacity(ch, "cxl") == before, "CXL capacity %d after the volumes, %d before"
+                 % (capacity(ch, "cxl"), before))
         ch.close()
         daemon.stop()
 
