@@ -1,6 +1,7 @@
 /* badblocks.c: see badblocks.h. */
 #include "backends/badblocks.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -260,6 +261,28 @@ void pcsi_badblocks_check(uv_loop_t *loop, struct pcsi_badblocks_job *j, pcsi_ba
 	j->cb_data = data;
 	j->work.data = j;
 	uv_queue_work(loop, &j->work, on_work, on_work_done);
+}
+
+size_t pcsi_badblocks_regions(struct pcsi_region_bad *out, size_t max)
+{
+	DIR *d = opendir("/sys/bus/nd/devices");
+	struct dirent *e;
+	size_t n = 0;
+
+	while (d && (e = readdir(d)) && n < max) {
+		struct pcsi_badblocks bb;
+		char path[300];
+
+		if (strncmp(e->d_name, "region", 6) || strlen(e->d_name) >= sizeof(out[n].name))
+			continue;
+		snprintf(path, sizeof(path), "/sys/bus/nd/devices/%s/badblocks", e->d_name);
+		snprintf(out[n].name, sizeof(out[n].name), "%s", e->d_name);
+		pcsi_badblocks_of_file(path, &bb); /* unreadable: none known */
+		out[n++].sectors = bb.sectors;
+	}
+	if (d)
+		closedir(d);
+	return n;
 }
 
 void pcsi_badblocks_job_describe(const struct pcsi_badblocks_job *j, char *buf, size_t len)

@@ -50,6 +50,16 @@ int pcsi_badblocks_list(const char *dev, struct pcsi_bad_range *r, size_t max);
  * disk's), all of them. Returns 0 or -errno (|out| then empty). */
 int pcsi_badblocks_of_file(const char *path, struct pcsi_badblocks *out);
 
+/* The nd regions of this machine (/sys/bus/nd/devices/regionN) with the bad
+ * sectors each one's list holds (the platform's, free space included; an
+ * unreadable list counts as none). Fills up to |max| of |out| and returns
+ * how many it filled. */
+struct pcsi_region_bad {
+	char name[32];
+	uint64_t sectors;
+};
+size_t pcsi_badblocks_regions(struct pcsi_region_bad *out, size_t max);
+
 /* The same on the thread pool: |cb| runs exactly once, on a later loop turn,
  * with |error| and |bb| filled. |dev| is borrowed until then. */
 struct pcsi_badblocks_job;

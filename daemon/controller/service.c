@@ -412,13 +412,16 @@ static struct pcsi_cvol *known(struct pcsi_controller *c, const char *id, bool s
 }
 
 /* The first holder of |v| that is registered and ready, or NULL. */
-static const char *ready_holder(struct pcsi_controller *c, const struct pcsi_cvol *v)
+/* The first registered holder of |v| that requirements |tr| (may be NULL)
+ * allow, or NULL. */
+static const char *ready_holder(struct pcsi_controller *c, const struct pcsi_cvol *v,
+				const Csi__V1__TopologyRequirement *tr)
 {
 	size_t i;
 
 	for (i = 0; i < v->n_nodes; i++) {
 		const struct pcsi_cnode *n = pcsi_cluster_node(c->cluster, v->nodes[i]);
-		if (n && n->ready)
+		if (n && n->ready && pcsi_requisite_allows(tr, c->topology_key, v->nodes[i]))
 			return v->nodes[i];
 	}
 	return NULL;
@@ -453,7 +456,7 @@ static bool source_target(struct create_op *op)
 			       "made on the one node that holds the source");
 		return false;
 	}
-	node = ready_holder(op->c, v);
+	node = ready_holder(op->c, v, NULL);
 	if (!node) {
 		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
 			       "node %s, which holds %s, is not registered", v->nodes[0], src);
@@ -920,7 +923,8 @@ static void snap_reply(struct fanout *f)
 	pcsi_info(2, "snapshot ready", "snapshot=%s source=%s node=%s", v->id, v->source,
 		  v->nodes[0]);
 	pcsi_reply_snapshot(f->call, &(struct pcsi_snapshot_item){ v->id, v->source, v->size,
-								   v->created_s, v->created_ns });
+								   v->created_s, v->created_ns,
+								   v->nodes[0], f->c->topology_key });
 }
 
 static void ctl_create_snapshot(Csi__V1__Controller_Service *svc,
@@ -954,7 +958,14 @@ static void ctl_create_snapshot(Csi__V1__Controller_Service *svc,
 				       in->source_volume_id);
 		return;
 	}
-	node = ready_holder(c, snap ? snap : src);
+	node = ready_holder(c, snap ? snap : src, in->accessibility_requirements);
+	if (!node && ready_holder(c, snap ? snap : src, NULL)) {
+		pcsi_call_fail(call, PCSI_RESOURCE_EXHAUSTED,
+			       "snapshot \"%s\" is usable only on a node that holds volume %s, and the "
+			       "requisite topology includes none of them",
+			       in->name, in->source_volume_id);
+		return;
+	}
 	if (!node) {
 		pcsi_call_fail(call, PCSI_UNAVAILABLE,
 			       "node %s, which holds volume %s, is not "
@@ -1025,6 +1036,7 @@ static void ctl_delete_snapshot(Csi__V1__Controller_Service *svc,
 struct snap_items {
 	struct pcsi_snapshot_item *v;
 	size_t n;
+	const char *topology_key;
 };
 
 static void collect_snapshot(const struct pcsi_cvol *v, void *data)
@@ -1032,8 +1044,10 @@ static void collect_snapshot(const struct pcsi_cvol *v, void *data)
 	struct snap_items *l = data;
 
 	if (pcsi_snapshot_id_is(v->id))
-		l->v[l->n++] = (struct pcsi_snapshot_item){ v->id, v->source, v->size, v->created_s,
-							    v->created_ns };
+		l->v[l->n++] = (struct pcsi_snapshot_item){
+			v->id,	       v->source, v->size, v->created_s, v->created_ns,
+			v->n_nodes ? v->nodes[0] : NULL, l->topology_key
+		};
 }
 
 static void ctl_list_snapshots(Csi__V1__Controller_Service *svc,
@@ -1041,7 +1055,8 @@ static void ctl_list_snapshots(Csi__V1__Controller_Service *svc,
 			       Csi__V1__ListSnapshotsResponse_Closure closure, void *call)
 {
 	struct pcsi_cluster *cl = from_svc(svc)->cluster;
-	struct snap_items l = { pcsi_xcalloc(pcsi_cluster_n_volumes(cl) + 1, sizeof(*l.v)), 0 };
+	struct snap_items l = { pcsi_xcalloc(pcsi_cluster_n_volumes(cl) + 1, sizeof(*l.v)), 0,
+				from_svc(svc)->topology_key };
 
 	pcsi_cluster_foreach_volume(cl, collect_snapshot, &l);
 	pcsi_reply_list_snapshots(call, in, l.v, l.n);
@@ -1153,6 +1168,8 @@ struct ask {
 	struct cluster_capacity sum; /* GetCapacity */
 	bool abnormal;		     /* ControllerGetVolume */
 	char cond[600];
+	struct pcsi_health health; /* ControllerGetVolumeHealth */
+	size_t unreachable;
 	char vol_id[PCSI_VOLUME_ID_MAX + 1];
 	struct ask_leg {
 		struct ask *a;
@@ -1383,14 +1400,103 @@ static void ctl_controller_get_volume(Csi__V1__Controller_Service *svc,
 	free(a);
 }
 
+/* ControllerGetVolumeHealth asks every holder the same (CSI 1.13): what a
+ * holder reports comes with its node's name; a holder that is not
+ * registered or does not answer makes the volume INACCESSIBLE
+ * "NodeUnreachable" when it was the only one, DEGRADED when other holders
+ * of a cache volume remain. */
+static void unreachable_holder(struct ask *a, const char *node, const char *why)
+{
+	size_t l = strlen(a->cond);
+
+	a->unreachable++;
+	snprintf(a->cond + l, sizeof(a->cond) - l, "%snode %s: %s", l ? "; " : "", node, why);
+}
+
+static void health_answer(struct ask *a, const char *node, const struct pcsi_client_call *call)
+{
+	const Csi__V1__ControllerGetVolumeHealthResponse *r = (const void *)call->reply;
+	size_t i;
+
+	if (call->status != PCSI_OK) {
+		unreachable_holder(a, node, a->msg);
+		return;
+	}
+	for (i = 0; r->volume_health && i < r->volume_health->n_health_statuses; i++) {
+		const Csi__V1__VolumeHealth__VolumeHealthEntry *e =
+			r->volume_health->health_statuses[i];
+		char msg[700];
+
+		snprintf(msg, sizeof(msg), "node %s: %s", node, e->message);
+		pcsi_health_add(&a->health, e->status, e->reason, msg);
+	}
+}
+
+static void health_finish(struct ask *a)
+{
+	Csi__V1__ControllerGetVolumeHealthResponse out =
+		CSI__V1__CONTROLLER_GET_VOLUME_HEALTH_RESPONSE__INIT;
+	const struct pcsi_cvol *v = pcsi_cluster_volume(a->c->cluster, a->vol_id);
+	struct pcsi_health_parts parts;
+
+	if (!v) { /* deleted meanwhile */
+		pcsi_call_fail(a->call, PCSI_NOT_FOUND, "volume %.80s does not exist", a->vol_id);
+		return;
+	}
+	if (a->unreachable)
+		pcsi_health_add(&a->health,
+				a->unreachable >= v->n_nodes
+					? CSI__V1__VOLUME_HEALTH_ERROR_TYPE__INACCESSIBLE
+					: CSI__V1__VOLUME_HEALTH_ERROR_TYPE__DEGRADED,
+				"NodeUnreachable", a->cond);
+	out.volume_health = pcsi_health_msg(&parts, &a->health, v->id);
+	pcsi_call_reply(a->call, &out.base);
+}
+
+static void ctl_controller_get_volume_health(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetVolumeHealthRequest *in,
+	Csi__V1__ControllerGetVolumeHealthResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	const struct pcsi_cvol *v;
+	struct ask *a;
+	size_t i;
+
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	v = known(c, in->volume_id, false);
+	if (!v) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return;
+	}
+	a = ask_new(c, call, "ControllerGetVolumeHealth", &in->base, v->n_nodes);
+	a->on_answer = health_answer;
+	a->finish = health_finish;
+	snprintf(a->vol_id, sizeof(a->vol_id), "%s", v->id);
+	for (i = 0; i < v->n_nodes; i++)
+		if (!ask_one(a, pcsi_cluster_node(c->cluster, v->nodes[i])))
+			unreachable_holder(a, v->nodes[i], "not registered");
+	if (a->asked)
+		return;
+	health_finish(a); /* no holder to ask */
+	free(a->legs);
+	free(a);
+}
+
 static void ctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, from_svc(svc)->expand);
+	pcsi_reply_controller_capabilities(call, from_svc(svc)->expand, false);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)
+/* Not announced (LIST_VOLUME_HEALTH): ControllerGetVolumeHealth per volume. */
+PCSI_CONTROLLER_UNIMPLEMENTED_ONE(ctl_controller_list_volume_health,
+				  Csi__V1__ControllerListVolumeHealthRequest,
+				  Csi__V1__ControllerListVolumeHealthResponse_Closure)
 
 void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluster,
 			  const char *driver_name, uint64_t grace_ms)

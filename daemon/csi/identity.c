@@ -30,6 +30,8 @@ static void identity_get_plugin_capabilities(Csi__V1__Identity_Service *svc,
 	static const Csi__V1__PluginCapability__Service__Type types[] = {
 		CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__CONTROLLER_SERVICE,
 		CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__VOLUME_ACCESSIBILITY_CONSTRAINTS,
+		/* a snapshot lives on its source's node */
+		CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__SNAPSHOT_ACCESSIBILITY_CONSTRAINTS,
 	};
 	Csi__V1__GetPluginCapabilitiesResponse out =
 		CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;

@@ -261,7 +261,7 @@ const char *pcsi_content_source(const Csi__V1__CreateVolumeRequest *in, bool *sn
 	return id && *id ? id : NULL;
 }
 
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand)
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, bool list_health)
 {
 	typedef Csi__V1__ControllerServiceCapability__RPC__Type type_t;
 	static const type_t always[] = {
@@ -270,12 +270,13 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand)
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_CAPACITY,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_HEALTH,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_SNAPSHOTS,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
 	};
-	enum { MAX = PCSI_ARRAY_SIZE(always) + 1 };
+	enum { MAX = PCSI_ARRAY_SIZE(always) + 2 };
 	Csi__V1__ControllerGetCapabilitiesResponse out =
 		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
 	Csi__V1__ControllerServiceCapability caps[MAX], *capp[MAX];
@@ -287,6 +288,8 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand)
 		types[n++] = always[i];
 	if (expand)
 		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME;
+	if (list_health)
+		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUME_HEALTH;
 	for (i = 0; i < n; i++) {
 		csi__v1__controller_service_capability__rpc__init(&rpcs[i]);
 		rpcs[i].type = types[i];
@@ -624,18 +627,50 @@ int pcsi_request_limits(const ProtobufCMessage *in, char *err, size_t errlen)
 
 /* ---- snapshots ---------------------------------------------------------------------- */
 
-static void snapshot_msg(const struct pcsi_snapshot_item *it, Csi__V1__Snapshot *snap,
-			 Google__Protobuf__Timestamp *ts)
+/* What one Snapshot message points to. */
+struct snapshot_parts {
+	Csi__V1__Snapshot snap;
+	Google__Protobuf__Timestamp ts;
+	Csi__V1__Topology topo, *topop;
+	Csi__V1__Topology__SegmentsEntry seg, *segp;
+};
+
+static void snapshot_msg(const struct pcsi_snapshot_item *it, struct snapshot_parts *p)
 {
-	google__protobuf__timestamp__init(ts);
-	ts->seconds = it->created_s;
-	ts->nanos = it->created_ns;
-	csi__v1__snapshot__init(snap);
-	snap->size_bytes = it->size;
-	snap->snapshot_id = (char *)it->id;
-	snap->source_volume_id = (char *)it->source;
-	snap->creation_time = ts;
-	snap->ready_to_use = true;
+	google__protobuf__timestamp__init(&p->ts);
+	p->ts.seconds = it->created_s;
+	p->ts.nanos = it->created_ns;
+	csi__v1__snapshot__init(&p->snap);
+	p->snap.size_bytes = it->size;
+	p->snap.snapshot_id = (char *)it->id;
+	p->snap.source_volume_id = (char *)it->source;
+	p->snap.creation_time = &p->ts;
+	p->snap.ready_to_use = true;
+	if (it->node && it->topology_key) {
+		csi__v1__topology__segments_entry__init(&p->seg);
+		p->seg.key = (char *)it->topology_key;
+		p->seg.value = (char *)it->node;
+		p->segp = &p->seg;
+		csi__v1__topology__init(&p->topo);
+		p->topo.n_segments = 1;
+		p->topo.segments = &p->segp;
+		p->topop = &p->topo;
+		p->snap.n_accessible_topology = 1;
+		p->snap.accessible_topology = &p->topop;
+	}
+}
+
+bool pcsi_requisite_allows(const Csi__V1__TopologyRequirement *tr, const char *key,
+			   const char *node_id)
+{
+	size_t i;
+
+	if (!tr || !tr->n_requisite)
+		return true;
+	for (i = 0; i < tr->n_requisite; i++)
+		if (pcsi_topology_is_node(tr->requisite[i], key, node_id))
+			return true;
+	return false;
 }
 
 bool pcsi_snapshot_begin(struct pcsi_call *call, const Csi__V1__CreateSnapshotRequest *in,
@@ -656,11 +691,10 @@ bool pcsi_snapshot_begin(struct pcsi_call *call, const Csi__V1__CreateSnapshotRe
 void pcsi_reply_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it)
 {
 	Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
-	Csi__V1__Snapshot snap;
-	Google__Protobuf__Timestamp ts;
+	struct snapshot_parts p;
 
-	snapshot_msg(it, &snap, &ts);
-	out.snapshot = &snap;
+	snapshot_msg(it, &p);
+	out.snapshot = &p.snap;
 	pcsi_call_reply(call, &out.base);
 }
 
@@ -675,8 +709,7 @@ void pcsi_reply_list_snapshots(struct pcsi_call *call, const Csi__V1__ListSnapsh
 {
 	Csi__V1__ListSnapshotsResponse out = CSI__V1__LIST_SNAPSHOTS_RESPONSE__INIT;
 	Csi__V1__ListSnapshotsResponse__Entry *ents, **entp;
-	Csi__V1__Snapshot *snaps;
-	Google__Protobuf__Timestamp *ts;
+	struct snapshot_parts *parts;
 	const char *want_id = in->snapshot_id && *in->snapshot_id ? in->snapshot_id : NULL;
 	const char *want_src =
 		in->source_volume_id && *in->source_volume_id ? in->source_volume_id : NULL;
@@ -692,12 +725,11 @@ void pcsi_reply_list_snapshots(struct pcsi_call *call, const Csi__V1__ListSnapsh
 		return;
 	ents = pcsi_xcalloc(count + 1, sizeof(*ents));
 	entp = pcsi_xcalloc(count + 1, sizeof(*entp));
-	snaps = pcsi_xcalloc(count + 1, sizeof(*snaps));
-	ts = pcsi_xcalloc(count + 1, sizeof(*ts));
+	parts = pcsi_xcalloc(count + 1, sizeof(*parts));
 	for (i = 0; i < count; i++) {
-		snapshot_msg(&items[start + i], &snaps[i], &ts[i]);
+		snapshot_msg(&items[start + i], &parts[i]);
 		csi__v1__list_snapshots_response__entry__init(&ents[i]);
-		ents[i].snapshot = &snaps[i];
+		ents[i].snapshot = &parts[i].snap;
 		entp[i] = &ents[i];
 	}
 	out.n_entries = count;
@@ -706,6 +738,48 @@ void pcsi_reply_list_snapshots(struct pcsi_call *call, const Csi__V1__ListSnapsh
 	pcsi_call_reply(call, &out.base);
 	free(ents);
 	free(entp);
-	free(snaps);
-	free(ts);
+	free(parts);
+}
+
+/* ---- health (CSI 1.13) ---------------------------------------------------------------- */
+
+void pcsi_health_add(struct pcsi_health *h, int status, const char *reason, const char *msg)
+{
+	struct pcsi_health_entry *e = NULL;
+	size_t i, l;
+
+	for (i = 0; i < h->n; i++)
+		if (h->e[i].status == status && !strcmp(h->e[i].reason, reason))
+			e = &h->e[i];
+	if (!e) {
+		if (h->n == PCSI_HEALTH_MAX)
+			e = &h->e[PCSI_HEALTH_MAX - 1]; /* folded into the last */
+		else {
+			e = &h->e[h->n++];
+			e->status = status;
+			snprintf(e->reason, sizeof(e->reason), "%s", reason);
+			e->msg[0] = '\0';
+		}
+	}
+	l = strlen(e->msg);
+	snprintf(e->msg + l, sizeof(e->msg) - l, "%s%s", l ? "; " : "", msg);
+}
+
+Csi__V1__VolumeHealth *pcsi_health_msg(struct pcsi_health_parts *p, const struct pcsi_health *h,
+				       const char *volume_id)
+{
+	size_t i;
+
+	csi__v1__volume_health__init(&p->vh);
+	p->vh.volume_id = (char *)volume_id;
+	for (i = 0; i < h->n; i++) {
+		csi__v1__volume_health__volume_health_entry__init(&p->e[i]);
+		p->e[i].status = (Csi__V1__VolumeHealthErrorType)h->e[i].status;
+		p->e[i].reason = (char *)h->e[i].reason;
+		p->e[i].message = (char *)h->e[i].msg;
+		p->ep[i] = &p->e[i];
+	}
+	p->vh.n_health_statuses = h->n;
+	p->vh.health_statuses = p->ep;
+	return &p->vh;
 }

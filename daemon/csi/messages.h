@@ -85,10 +85,11 @@ size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_m
 struct pcsi_call;
 
 /* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
- * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER,
- * CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and CLONE_VOLUME (both roles offer
- * the same), and EXPAND_VOLUME if |expand|. */
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand);
+ * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, GET_VOLUME_HEALTH,
+ * SINGLE_NODE_MULTI_WRITER, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and
+ * CLONE_VOLUME (both roles offer the same), EXPAND_VOLUME if |expand| and
+ * LIST_VOLUME_HEALTH if |list_health|. */
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, bool list_health);
 
 /* The id a CreateVolumeRequest's volume_content_source names (a snapshot's
  * when |snapshot| is set true, else a volume's), or NULL when there is none
@@ -174,12 +175,15 @@ char *pcsi_page_next(size_t start, size_t count, size_t n, char buf[32]);
 void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesRequest *in,
 			     struct pcsi_list_item *items, size_t n, const char *topology_key);
 
-/* A complete snapshot, as both roles report it (strings borrowed). */
+/* A complete snapshot, as both roles report it (strings borrowed): usable
+ * on the node that holds it (its accessible_topology: |topology_key| =
+ * |node|; none when |node| is NULL). */
 struct pcsi_snapshot_item {
 	const char *id, *source;
 	int64_t size;
 	int64_t created_s;
 	int32_t created_ns;
+	const char *node, *topology_key;
 };
 
 /* The start of every CreateSnapshot: a name and a source_volume_id (else
@@ -206,5 +210,36 @@ int pcsi_request_limits(const ProtobufCMessage *in, char *err, size_t errlen);
 
 /* True when topology |t| names this node (segment "<driver>/node" = node_id). */
 bool pcsi_topology_is_node(const Csi__V1__Topology *t, const char *key, const char *node_id);
+
+/* True when accessibility requirements |tr| (CreateVolume's,
+ * CreateSnapshot's) let a volume or snapshot live on node |node_id|: no
+ * requisite topology, or one that names the node. */
+bool pcsi_requisite_allows(const Csi__V1__TopologyRequirement *tr, const char *key,
+			   const char *node_id);
+
+/* A volume's adverse conditions, as CSI 1.13's VolumeHealth reports them
+ * (statuses: Csi__V1__VolumeHealthErrorType): at most one entry per
+ * (status, reason), as the spec asks; a second message for the same pair
+ * is appended to the first's. No entry: no adverse condition known. */
+#define PCSI_HEALTH_MAX 4
+struct pcsi_health {
+	size_t n;
+	struct pcsi_health_entry {
+		int status;
+		char reason[64];
+		char msg[700];
+	} e[PCSI_HEALTH_MAX];
+};
+
+void pcsi_health_add(struct pcsi_health *h, int status, const char *reason, const char *msg);
+
+/* The VolumeHealth message of |h| for |volume_id|, built in |p| (it borrows
+ * from |h| and |volume_id|). */
+struct pcsi_health_parts {
+	Csi__V1__VolumeHealth vh;
+	Csi__V1__VolumeHealth__VolumeHealthEntry e[PCSI_HEALTH_MAX], *ep[PCSI_HEALTH_MAX];
+};
+Csi__V1__VolumeHealth *pcsi_health_msg(struct pcsi_health_parts *p, const struct pcsi_health *h,
+				       const char *volume_id);
 
 #endif

@@ -406,27 +406,19 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 	struct pcsi_node *n = nc->node;
 	struct create_op *op;
 	uint64_t limit = 0, size = 0;
-	size_t i;
 
 	op = pcsi_xcalloc(1, sizeof(*op));
 	if (!pcsi_create_begin(call, in, &n->busy, &op->params, &size, &limit, op->id)) {
 		free(op);
 		return;
 	}
-	if (in->accessibility_requirements && in->accessibility_requirements->n_requisite) {
-		bool here = false;
-		for (i = 0; i < in->accessibility_requirements->n_requisite; i++)
-			if (pcsi_topology_is_node(in->accessibility_requirements->requisite[i],
-						  n->topology_key, n->cfg->node_id))
-				here = true;
-		if (!here) {
-			pcsi_call_fail(call, PCSI_RESOURCE_EXHAUSTED,
-				       "the requisite topology does not include node %s",
-				       n->cfg->node_id);
-			pcsi_inflight_drop(&n->busy, op->id);
-			free(op);
-			return;
-		}
+	if (!pcsi_requisite_allows(in->accessibility_requirements, n->topology_key,
+				   n->cfg->node_id)) {
+		pcsi_call_fail(call, PCSI_RESOURCE_EXHAUSTED,
+			       "the requisite topology does not include node %s", n->cfg->node_id);
+		pcsi_inflight_drop(&n->busy, op->id);
+		free(op);
+		return;
 	}
 	op->nc = nc;
 	op->call = call;
@@ -871,6 +863,173 @@ static void nctl_controller_get_volume(Csi__V1__Controller_Service *svc,
 	look_up(svc, call, in, in->volume_id, on_get_volume);
 }
 
+/* ---- ControllerGetVolumeHealth, ControllerListVolumeHealth (CSI 1.13) -------------- */
+
+void pcsi_health_add_media(struct pcsi_health *h, int error, const struct pcsi_badblocks *bb,
+			   const char *dev)
+{
+	char msg[600];
+
+	if (error) {
+		snprintf(msg, sizeof(msg), "media errors of %s unknown: %s", dev, strerror(-error));
+		pcsi_health_add(h, CSI__V1__VOLUME_HEALTH_ERROR_TYPE__DEGRADED, "MediaErrorsUnknown",
+				msg);
+	} else if (bb->sectors) {
+		pcsi_badblocks_describe(bb, msg, sizeof(msg));
+		pcsi_health_add(h, CSI__V1__VOLUME_HEALTH_ERROR_TYPE__DATA_LOSS, "MediaErrors",
+				msg);
+	}
+}
+
+static void on_health_checked(struct pcsi_badblocks_job *j, void *data)
+{
+	struct simple_op *op = data;
+	Csi__V1__ControllerGetVolumeHealthResponse out =
+		CSI__V1__CONTROLLER_GET_VOLUME_HEALTH_RESPONSE__INIT;
+	struct pcsi_health h = { 0 };
+	struct pcsi_health_parts parts;
+
+	pcsi_health_add_media(&h, j->error, &j->bb, j->dev);
+	out.volume_health = pcsi_health_msg(&parts, &h, op->breq.id);
+	pcsi_call_reply(op->call, &out.base);
+	free(op);
+}
+
+static void on_health_found(struct pcsi_backend_req *req, void *data)
+{
+	struct simple_op *op = data;
+
+	if (req->error == -ENOENT)
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", req->id);
+	else if (req->error)
+		fail_errno(op->call, req->error, "ControllerGetVolumeHealth", req->msg);
+	else {
+		op->bad.dev = req->vol.path;
+		pcsi_badblocks_check(op->nc->node->loop, &op->bad, on_health_checked, op);
+		return;
+	}
+	free(op);
+}
+
+static void nctl_controller_get_volume_health(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetVolumeHealthRequest *in,
+	Csi__V1__ControllerGetVolumeHealthResponse_Closure closure, void *call)
+{
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	look_up(svc, call, in, in->volume_id, on_health_found);
+}
+
+/* Every volume's list is read in one job on the thread pool; the reply pages
+ * through the volumes with an adverse condition, sorted by id. */
+struct health_list_op {
+	struct pcsi_node_controller *nc;
+	struct pcsi_call *call;
+	const Csi__V1__ControllerListVolumeHealthRequest *in;
+	struct pcsi_backend_req breq;
+	uv_work_t work;
+	struct pcsi_badblocks *bb; /* one per listed volume */
+	int *err;
+};
+
+static void health_list_fn(uv_work_t *w)
+{
+	struct health_list_op *op = w->data;
+	size_t i;
+
+	for (i = 0; i < op->breq.n_vols; i++)
+		op->err[i] = pcsi_badblocks_of(op->breq.vols[i].path, &op->bb[i]);
+}
+
+static int cmp_health(const void *a, const void *b)
+{
+	return strcmp(((const struct pcsi_health_parts *)a)->vh.volume_id,
+		      ((const struct pcsi_health_parts *)b)->vh.volume_id);
+}
+
+static void health_list_after(uv_work_t *w, int status)
+{
+	struct health_list_op *op = w->data;
+	Csi__V1__ControllerListVolumeHealthResponse out =
+		CSI__V1__CONTROLLER_LIST_VOLUME_HEALTH_RESPONSE__INIT;
+	size_t n = op->breq.n_vols, i, k = 0, start, count;
+	struct pcsi_health *h = pcsi_xcalloc(n + 1, sizeof(*h));
+	struct pcsi_health_parts *parts = pcsi_xcalloc(n + 1, sizeof(*parts));
+	Csi__V1__VolumeHealth **vhp = pcsi_xcalloc(n + 1, sizeof(*vhp));
+	char next[32];
+
+	(void)status;
+	for (i = 0; i < n; i++) {
+		const struct pcsi_volume *v = &op->breq.vols[i];
+		if (pcsi_snapshot_id_is(v->id))
+			continue;
+		pcsi_health_add_media(&h[k], op->err[i], &op->bb[i], v->path);
+		if (h[k].n) {
+			pcsi_health_msg(&parts[k], &h[k], v->id);
+			k++;
+		}
+	}
+	/* The messages point into |h| by index: sort the parts, whose own
+	 * pointers are fixed up after. */
+	qsort(parts, k, sizeof(*parts), cmp_health);
+	if (pcsi_page(op->call, op->in->max_entries, op->in->starting_token, k, &start, &count)) {
+		for (i = 0; i < count; i++) {
+			struct pcsi_health_parts *p = &parts[start + i];
+			size_t j;
+			for (j = 0; j < p->vh.n_health_statuses; j++)
+				p->ep[j] = &p->e[j];
+			p->vh.health_statuses = p->ep;
+			vhp[i] = &p->vh;
+		}
+		out.n_entries = count;
+		out.entries = vhp;
+		out.next_token = pcsi_page_next(start, count, k, next);
+		pcsi_call_reply(op->call, &out.base);
+	}
+	free(vhp);
+	free(parts);
+	free(h);
+	free(op->bb);
+	free(op->err);
+	pcsi_backend_req_done(&op->breq);
+	free(op);
+}
+
+static void on_health_listed(struct pcsi_backend_req *req, void *data)
+{
+	struct health_list_op *op = data;
+
+	if (req->error) {
+		fail_errno(op->call, req->error, "ControllerListVolumeHealth", req->msg);
+		pcsi_backend_req_done(req);
+		free(op);
+		return;
+	}
+	op->bb = pcsi_xcalloc(req->n_vols + 1, sizeof(*op->bb));
+	op->err = pcsi_xcalloc(req->n_vols + 1, sizeof(*op->err));
+	op->work.data = op;
+	uv_queue_work(op->nc->node->loop, &op->work, health_list_fn, health_list_after);
+}
+
+static void nctl_controller_list_volume_health(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerListVolumeHealthRequest *in,
+	Csi__V1__ControllerListVolumeHealthResponse_Closure closure, void *call)
+{
+	struct health_list_op *op;
+
+	if (in->max_entries < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->nc = from_svc(svc);
+	op->call = call;
+	op->in = in;
+	pcsi_backend_list(op->nc->node->be, &op->breq, on_health_listed, op);
+}
+
 /* ---- ControllerExpandVolume ------------------------------------------------------- */
 
 struct expand_op {
@@ -956,8 +1115,10 @@ static void snap_end(struct snap_op *op)
 
 static void snap_reply(struct snap_op *op)
 {
-	struct pcsi_snapshot_item it = { op->id, op->src, (int64_t)op->size, op->rec.created_s,
-					 op->rec.created_ns };
+	struct pcsi_node *n = op->nc->node;
+	struct pcsi_snapshot_item it = { op->id,	    op->src,	     (int64_t)op->size,
+					 op->rec.created_s, op->rec.created_ns, n->cfg->node_id,
+					 n->topology_key };
 
 	pcsi_reply_snapshot(op->call, &it);
 	snap_end(op);
@@ -1111,6 +1272,14 @@ static void nctl_create_snapshot(Csi__V1__Controller_Service *svc,
 			       in->source_volume_id);
 		return;
 	}
+	if (!pcsi_requisite_allows(in->accessibility_requirements, nc->node->topology_key,
+				   nc->node->cfg->node_id)) {
+		pcsi_call_fail(call, PCSI_RESOURCE_EXHAUSTED,
+			       "a snapshot is usable only on the node of its source, %s, which the "
+			       "requisite topology does not include",
+			       nc->node->cfg->node_id);
+		return;
+	}
 	if (pcsi_inflight_take(busy, id) < 0) {
 		pcsi_call_fail(call, PCSI_ABORTED, "an operation on snapshot \"%s\" is in progress",
 			       in->name);
@@ -1168,8 +1337,13 @@ static void on_snap_recs(int error, struct pcsi_volrec_entry *recs, size_t n, vo
 			    !(v = find_listed(&op->breq, e->id)))
 				continue;
 			items[k++] =
-				(struct pcsi_snapshot_item){ e->id, e->rec.source, (int64_t)v->size,
-							     e->rec.created_s, e->rec.created_ns };
+				(struct pcsi_snapshot_item){ e->id,
+							     e->rec.source,
+							     (int64_t)v->size,
+							     e->rec.created_s,
+							     e->rec.created_ns,
+							     op->nc->node->cfg->node_id,
+							     op->nc->node->topology_key };
 		}
 		pcsi_reply_list_snapshots(op->call, op->in, items, k);
 		free(items);
@@ -1211,7 +1385,8 @@ static void nctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, pcsi_backend_can_expand(from_svc(svc)->node->be));
+	pcsi_reply_controller_capabilities(call, pcsi_backend_can_expand(from_svc(svc)->node->be),
+					   true);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(nctl_)

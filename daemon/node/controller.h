@@ -26,6 +26,15 @@ struct pcsi_node_controller {
 
 void pcsi_node_controller_init(struct pcsi_node_controller *nc, struct pcsi_node *node);
 
+struct pcsi_health;
+struct pcsi_badblocks;
+
+/* Adds what a volume's media-error list says to |h| (CSI 1.13 health):
+ * bad sectors are DATA_LOSS "MediaErrors" with where they are; a list that
+ * could not be read (|error|: -errno) is DEGRADED "MediaErrorsUnknown". */
+void pcsi_health_add_media(struct pcsi_health *h, int error, const struct pcsi_badblocks *bb,
+			   const char *dev);
+
 static inline ProtobufCService *pcsi_node_controller_service(struct pcsi_node_controller *nc)
 {
 	return &nc->svc.base;

@@ -1,7 +1,6 @@
 /* media.c: the node's watch on media errors. See media.h. */
 #include "daemon/node/media.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -20,11 +19,6 @@ struct pcsi_media_vol {
 	char path[128];
 	int error; /* reading its list */
 	struct pcsi_badblocks bb;
-};
-
-struct pcsi_media_region {
-	char name[32];
-	uint64_t sectors;
 };
 
 struct pcsi_media_watch {
@@ -50,29 +44,12 @@ static void free_scan(struct pcsi_media *m)
 static void scan_fn(uv_work_t *w)
 {
 	struct pcsi_media *m = w->data;
-	struct dirent *e;
-	DIR *d;
 	size_t i;
 
 	for (i = 0; i < m->n_vols; i++)
 		m->vols[i].error = pcsi_badblocks_of(m->vols[i].path, &m->vols[i].bb);
 	m->regions = pcsi_xcalloc(MAX_REGIONS, sizeof(*m->regions));
-	d = opendir("/sys/bus/nd/devices");
-	while (d && (e = readdir(d)) && m->n_regions < MAX_REGIONS) {
-		struct pcsi_media_region *r = &m->regions[m->n_regions];
-		struct pcsi_badblocks bb;
-		char path[300];
-
-		if (strncmp(e->d_name, "region", 6) || strlen(e->d_name) >= sizeof(r->name))
-			continue;
-		snprintf(path, sizeof(path), "/sys/bus/nd/devices/%s/badblocks", e->d_name);
-		snprintf(r->name, sizeof(r->name), "%s", e->d_name);
-		pcsi_badblocks_of_file(path, &bb); /* unreadable: none known */
-		r->sectors = bb.sectors;
-		m->n_regions++;
-	}
-	if (d)
-		closedir(d);
+	m->n_regions = pcsi_badblocks_regions(m->regions, MAX_REGIONS);
 }
 
 static const struct pcsi_media_vol *find_prev(const struct pcsi_media *m, const char *id)

@@ -29,11 +29,11 @@
 #include <uv.h>
 
 #include "backends/backend.h"
+#include "backends/badblocks.h"
 #include "daemon/kube/events.h"
 #include "daemon/metrics/metrics.h"
 
 struct pcsi_media_vol; /* private */
-struct pcsi_media_region;
 struct pcsi_media_watch;
 
 struct pcsi_media {
@@ -52,7 +52,7 @@ struct pcsi_media {
 	size_t n_watches;
 	struct pcsi_media_vol *vols, *prev; /* this scan's, the last one's */
 	size_t n_vols, n_prev;
-	struct pcsi_media_region *regions;
+	struct pcsi_region_bad *regions;
 	size_t n_regions;
 };
 

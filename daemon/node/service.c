@@ -1080,6 +1080,131 @@ static void node_node_get_volume_stats(Csi__V1__Node_Service *svc,
 	pcsi_backend_get(op->ns->node->be, &op->breq, stats_found, op);
 }
 
+/* ---- NodeGetVolumeHealth, NodeGetStorageHealth (CSI 1.13) -------------------------------- */
+
+/* The volume need not be staged or published (the spec lets a CO ask after
+ * a failed attempt): its health is what its media-error list says. */
+static void health_checked(struct pcsi_badblocks_job *j, void *data)
+{
+	struct nop *op = data;
+	Csi__V1__NodeGetVolumeHealthResponse out = CSI__V1__NODE_GET_VOLUME_HEALTH_RESPONSE__INIT;
+	struct pcsi_health h = { 0 };
+	struct pcsi_health_parts parts;
+
+	pcsi_health_add_media(&h, j->error, &j->bb, j->dev);
+	out.volume_health = pcsi_health_msg(&parts, &h, op->id);
+	nop_ok(op, &out.base);
+}
+
+static void health_found(struct pcsi_backend_req *req, void *data)
+{
+	struct nop *op = data;
+
+	if (req->error == -ENOENT) {
+		nop_fail(op, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
+		return;
+	}
+	if (req->error) {
+		nop_fail(op, pcsi_status_from_errno(req->error), "%s",
+			 req->msg[0] ? req->msg : strerror(-req->error));
+		return;
+	}
+	op->bad.dev = req->vol.path;
+	pcsi_badblocks_check(op->ns->node->loop, &op->bad, health_checked, op);
+}
+
+static void node_node_get_volume_health(Csi__V1__Node_Service *svc,
+					const Csi__V1__NodeGetVolumeHealthRequest *in,
+					Csi__V1__NodeGetVolumeHealthResponse_Closure closure,
+					void *call)
+{
+	const char *paths[2] = { in->volume_publish_path, in->staging_target_path };
+	struct nop *op;
+	size_t i;
+
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	for (i = 0; i < 2; i++)
+		if (paths[i] && *paths[i] && !pcsi_path_valid(paths[i])) {
+			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+				       "%s must be an absolute, normalised path",
+				       i ? "staging_target_path" : "volume_publish_path");
+			return;
+		}
+	if (!pcsi_volume_id_ok(in->volume_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return;
+	}
+	op = nop_new(from_svc(svc), call, "NodeGetVolumeHealth");
+	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	op->breq.id = op->id;
+	pcsi_backend_get(op->ns->node->be, &op->breq, health_found, op);
+}
+
+/* The regions' lists are read on the thread pool: regions with bad sectors
+ * make the storage STORAGE_DEGRADED "MediaErrors" (one entry, as the spec
+ * allows one per status and reason), each region named with its count. */
+#define HEALTH_REGIONS 64
+
+struct storage_health_op {
+	struct pcsi_call *call;
+	uv_work_t work;
+	size_t n;
+	struct pcsi_region_bad r[HEALTH_REGIONS];
+};
+
+static void storage_health_fn(uv_work_t *w)
+{
+	struct storage_health_op *op = w->data;
+
+	op->n = pcsi_badblocks_regions(op->r, HEALTH_REGIONS);
+}
+
+static void storage_health_after(uv_work_t *w, int status)
+{
+	struct storage_health_op *op = w->data;
+	Csi__V1__NodeGetStorageHealthResponse out = CSI__V1__NODE_GET_STORAGE_HEALTH_RESPONSE__INIT;
+	Csi__V1__NodeGetStorageHealthResponse__StorageBackendHealth bh =
+		CSI__V1__NODE_GET_STORAGE_HEALTH_RESPONSE__STORAGE_BACKEND_HEALTH__INIT;
+	Csi__V1__NodeGetStorageHealthResponse__StorageBackendHealth *bhp = &bh;
+	char msg[1000] = "";
+	size_t i, l = 0;
+
+	(void)status;
+	for (i = 0; i < op->n && l < sizeof(msg); i++)
+		if (op->r[i].sectors)
+			l += (size_t)snprintf(msg + l, sizeof(msg) - l,
+					      "%s%s: %llu bad sectors (%llu bytes) the kernel "
+					      "will not read",
+					      l ? "; " : "", op->r[i].name,
+					      (unsigned long long)op->r[i].sectors,
+					      (unsigned long long)op->r[i].sectors * 512);
+	if (msg[0]) {
+		bh.status = CSI__V1__STORAGE_HEALTH_ERROR_TYPE__STORAGE_DEGRADED;
+		bh.reason = "MediaErrors";
+		bh.message = msg;
+		out.n_backend_health = 1;
+		out.backend_health = &bhp;
+	}
+	pcsi_call_reply(op->call, &out.base);
+	free(op);
+}
+
+static void node_node_get_storage_health(Csi__V1__Node_Service *svc,
+					 const Csi__V1__NodeGetStorageHealthRequest *in,
+					 Csi__V1__NodeGetStorageHealthResponse_Closure closure,
+					 void *call)
+{
+	struct storage_health_op *op = pcsi_xcalloc(1, sizeof(*op));
+
+	op->call = call;
+	op->work.data = op;
+	uv_queue_work(from_svc(svc)->node->loop, &op->work, storage_health_fn,
+		      storage_health_after);
+}
+
 /* ---- info and capabilities ---------------------------------------------------------------- */
 
 static void node_node_get_info(Csi__V1__Node_Service *svc, const Csi__V1__NodeGetInfoRequest *in,
@@ -1109,6 +1234,8 @@ static void node_node_get_capabilities(Csi__V1__Node_Service *svc,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__STAGE_UNSTAGE_VOLUME,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
+		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_HEALTH,
+		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_STORAGE_HEALTH,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME, /* last */
 	};

@@ -407,8 +407,13 @@ def _():
     v = ok_call("CreateVolume", create("pvc-snap-src", 16 * MiB)).volume
     (home,) = holders(v)
     s = ok_call("CreateSnapshot", csi.CreateSnapshotRequest(name="snap-c1", source_volume_id=v.volume_id)).snapshot
-    pt.check(s.ready_to_use and s.source_volume_id == v.volume_id and s.size_bytes == v.capacity_bytes,
-             "snapshot %r" % s)
+    pt.check(s.ready_to_use and s.source_volume_id == v.volume_id and s.size_bytes == v.capacity_bytes
+             and [dict(x.segments) for x in s.accessible_topology] == [{KEY: home}], "snapshot %r" % s)
+    elsewhere = [n for n in CAPS if n != home][0]
+    code, details, _ = rpc("CreateSnapshot", csi.CreateSnapshotRequest(
+        name="snap-c0", source_volume_id=v.volume_id, accessibility_requirements=csi.TopologyRequirement(
+            requisite=[csi.Topology(segments={KEY: elsewhere})])))
+    pt.check(code == SC.RESOURCE_EXHAUSTED, "a snapshot asked on %s: %s %s" % (elsewhere, code, details))
     for n in CAPS:
         pt.check((s.snapshot_id in node_snapshots(n)) == (n == home), "%s: %r" % (n, node_snapshots(n)))
     again = ok_call("CreateSnapshot", csi.CreateSnapshotRequest(name="snap-c1", source_volume_id=v.volume_id))
@@ -506,8 +511,9 @@ def _():
         server.stop(0)
 
 
-@t.test("ControllerGetVolume asks the volume's nodes: a node's abnormal condition (media errors) comes back "
-        "with its name; a healthy volume stays normal; an unregistered holder is abnormal")
+@t.test("ControllerGetVolume and ControllerGetVolumeHealth ask the volume's nodes: a node's abnormal condition "
+        "and DATA_LOSS (media errors) come back with its name; a healthy volume stays normal; an unregistered "
+        "holder is abnormal, INACCESSIBLE")
 def _():
     vol = "bad-vo-" + "2" * 56
     why = "media errors: 1 bad range, 8 sectors (4096 bytes) the kernel will not read: at byte 4096 (8 sectors)"
@@ -522,10 +528,15 @@ def _():
         r.status.volume_condition.message = why
         return r
 
+    def get_health(req, ctx):
+        E = csi.VolumeHealth.VolumeHealthEntry
+        return csi.ControllerGetVolumeHealthResponse(volume_health=csi.VolumeHealth(
+            volume_id=req.volume_id, health_statuses=[E(status=csi.DATA_LOSS, reason="MediaErrors", message=why)]))
+
     def get_capacity(req, ctx):
         return csi.GetCapacityResponse(available_capacity=64 * MiB)
     server, ep, reg = stand_in_node(ListVolumes=list_volumes, ControllerGetVolume=get_volume,
-                                    GetCapacity=get_capacity)
+                                    ControllerGetVolumeHealth=get_health, GetCapacity=get_capacity)
     path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
     try:
         code, details, _ = pt.call_code(reg, path, P.registry.RegisterNodeControllerRequest(
@@ -534,10 +545,16 @@ def _():
         r = ok_call("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=vol))
         cond = r.status.volume_condition
         pt.check(cond.abnormal and cond.message == "node sick-node: " + why, str(cond))
+        h = ok_call("ControllerGetVolumeHealth", csi.ControllerGetVolumeHealthRequest(volume_id=vol)).volume_health
+        pt.check(h.volume_id == vol and [(e.status, e.reason, e.message) for e in h.health_statuses]
+                 == [(csi.DATA_LOSS, "MediaErrors", "node sick-node: " + why)], str(h))
         healthy = ok_call("CreateVolume", create("pvc-healthy", 8 * MiB)).volume
         r = ok_call("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=healthy.volume_id))
         pt.check(not r.status.volume_condition.abnormal and holders(r.volume) == holders(healthy),
                  "healthy: %s" % r)
+        h = ok_call("ControllerGetVolumeHealth", csi.ControllerGetVolumeHealthRequest(
+            volume_id=healthy.volume_id)).volume_health
+        pt.check(h.volume_id == healthy.volume_id and not h.health_statuses, "healthy: %s" % h)
         ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=healthy.volume_id))
         upath, _, uresp = pt.rpc(P.registry, "Registry", "UnregisterNodeController")
         pt.call_code(reg, upath, P.registry.UnregisterNodeControllerRequest(node_id="sick-node"), uresp)
@@ -545,6 +562,12 @@ def _():
         pt.check(code == SC.NOT_FOUND or (code == SC.OK and r.status.volume_condition.abnormal
                                           and "sick-node" in r.status.volume_condition.message),
                  "after unregistering: %s %s %s" % (code, details, r))
+        code, details, r = rpc("ControllerGetVolumeHealth", csi.ControllerGetVolumeHealthRequest(volume_id=vol))
+        pt.check(code == SC.NOT_FOUND or (code == SC.OK and [(e.status, e.reason) for e in
+                                                             r.volume_health.health_statuses]
+                                          == [(csi.INACCESSIBLE, "NodeUnreachable")]
+                                          and "sick-node" in r.volume_health.health_statuses[0].message),
+                 "health after unregistering: %s %s %s" % (code, details, r))
     finally:
         reg.close()
         server.stop(0)

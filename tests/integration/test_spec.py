@@ -171,19 +171,94 @@ def _():
            SC.INVALID_ARGUMENT, "no id")
 
 
-@t.test("ControllerGetCapabilities claims GET_VOLUME, VOLUME_CONDITION, SINGLE_NODE_MULTI_WRITER, "
-        "snapshots, clones, EXPAND_VOLUME (both roles; the test-only backend grows volumes)")
+@t.test("ControllerGetCapabilities claims GET_VOLUME, VOLUME_CONDITION, GET_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER, "
+        "snapshots, clones, EXPAND_VOLUME (both roles; the test-only backend grows volumes), LIST_VOLUME_HEALTH "
+        "(node); the plugin SNAPSHOT_ACCESSIBILITY_CONSTRAINTS")
 def _():
     T = csi.ControllerServiceCapability.RPC
     want = {T.CREATE_DELETE_VOLUME, T.LIST_VOLUMES, T.GET_CAPACITY, T.GET_VOLUME, T.VOLUME_CONDITION,
-            T.SINGLE_NODE_MULTI_WRITER, T.EXPAND_VOLUME, T.CREATE_DELETE_SNAPSHOT, T.LIST_SNAPSHOTS,
-            T.CLONE_VOLUME}
-    for name, got in (("node", on_node("Controller", "ControllerGetCapabilities",
-                                       csi.ControllerGetCapabilitiesRequest())),
-                      ("controller", on_ctl("ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest()))):
+            T.GET_VOLUME_HEALTH, T.SINGLE_NODE_MULTI_WRITER, T.EXPAND_VOLUME, T.CREATE_DELETE_SNAPSHOT,
+            T.LIST_SNAPSHOTS, T.CLONE_VOLUME}
+    for name, got, more in (("node", on_node("Controller", "ControllerGetCapabilities",
+                                             csi.ControllerGetCapabilitiesRequest()), {T.LIST_VOLUME_HEALTH}),
+                            ("controller", on_ctl("ControllerGetCapabilities",
+                                                  csi.ControllerGetCapabilitiesRequest()), set())):
         r = expect(got, SC.OK, name)
         have = {c.rpc.type for c in r.capabilities}
-        pt.check(have == want, "%s: %r" % (name, sorted(have)))
+        pt.check(have == want | more, "%s: %r" % (name, sorted(have)))
+    S = csi.PluginCapability.Service
+    for name, got in (("node", on_node("Identity", "GetPluginCapabilities", csi.GetPluginCapabilitiesRequest())),
+                      ("controller", call(CTL_SOCK, "Identity", "GetPluginCapabilities",
+                                          csi.GetPluginCapabilitiesRequest()))):
+        r = expect(got, SC.OK, name)
+        have = {c.service.type for c in r.capabilities if c.HasField("service")}
+        pt.check(S.SNAPSHOT_ACCESSIBILITY_CONSTRAINTS in have, "%s: %r" % (name, sorted(have)))
+
+
+@t.test("CSI 1.13 health on a healthy node: NodeGetVolumeHealth, ControllerGetVolumeHealth (node and central), "
+        "ControllerListVolumeHealth, NodeGetStorageHealth; their errors")
+def _():
+    T = csi.NodeServiceCapability.RPC
+    r = expect(on_node("Node", "NodeGetCapabilities", csi.NodeGetCapabilitiesRequest()), SC.OK, "node caps")
+    have = {c.rpc.type for c in r.capabilities}
+    pt.check({T.GET_VOLUME_HEALTH, T.GET_STORAGE_HEALTH} <= have, "node capabilities %r" % sorted(have))
+    v = expect(on_node("Controller", "CreateVolume", create("health-vol")), SC.OK, "CreateVolume").volume
+    unknown = "pvc-99-" + "0" * 56
+    r = expect(on_node("Node", "NodeGetVolumeHealth", csi.NodeGetVolumeHealthRequest(volume_id=v.volume_id)),
+               SC.OK, "NodeGetVolumeHealth")
+    pt.check(r.volume_health.volume_id == v.volume_id and not r.volume_health.health_statuses,
+             "node health %r" % r)
+    expect(on_node("Node", "NodeGetVolumeHealth", csi.NodeGetVolumeHealthRequest()), SC.INVALID_ARGUMENT, "no id")
+    expect(on_node("Node", "NodeGetVolumeHealth", csi.NodeGetVolumeHealthRequest(volume_id=unknown)),
+           SC.NOT_FOUND, "unknown id")
+    expect(on_node("Node", "NodeGetVolumeHealth", csi.NodeGetVolumeHealthRequest(
+        volume_id=v.volume_id, volume_publish_path="rel/path")), SC.INVALID_ARGUMENT, "relative path")
+    r = expect(on_node("Controller", "ControllerGetVolumeHealth",
+                       csi.ControllerGetVolumeHealthRequest(volume_id=v.volume_id)), SC.OK, "ControllerGetVolumeHealth")
+    pt.check(r.volume_health.volume_id == v.volume_id and not r.volume_health.health_statuses,
+             "controller health %r" % r)
+    expect(on_node("Controller", "ControllerGetVolumeHealth", csi.ControllerGetVolumeHealthRequest()),
+           SC.INVALID_ARGUMENT, "no id")
+    expect(on_node("Controller", "ControllerGetVolumeHealth", csi.ControllerGetVolumeHealthRequest(volume_id=unknown)),
+           SC.NOT_FOUND, "unknown")
+    r = expect(on_node("Controller", "ControllerListVolumeHealth", csi.ControllerListVolumeHealthRequest()),
+               SC.OK, "ControllerListVolumeHealth")
+    pt.check(not r.entries and not r.next_token, "list of a healthy node %r" % r)
+    expect(on_node("Controller", "ControllerListVolumeHealth", csi.ControllerListVolumeHealthRequest(max_entries=-1)),
+           SC.INVALID_ARGUMENT, "negative max_entries")
+    expect(on_node("Controller", "ControllerListVolumeHealth",
+                   csi.ControllerListVolumeHealthRequest(starting_token="7")), SC.ABORTED, "bad token")
+    r = expect(on_node("Node", "NodeGetStorageHealth", csi.NodeGetStorageHealthRequest()), SC.OK, "storage health")
+    pt.check(not r.backend_health, "storage of a machine without media errors: %r" % r)
+    expect(on_ctl("ControllerGetVolumeHealth", csi.ControllerGetVolumeHealthRequest(volume_id=unknown)),
+           SC.NOT_FOUND, "unknown, central")
+    expect(on_ctl("ControllerGetVolumeHealth", csi.ControllerGetVolumeHealthRequest()), SC.INVALID_ARGUMENT,
+           "no id, central")
+    expect(on_node("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id)), SC.OK, "delete")
+
+
+@t.test("snapshots carry their node as accessible_topology; a requisite topology without that node is "
+        "RESOURCE_EXHAUSTED (a node's Controller)")
+def _():
+    v = expect(on_node("Controller", "CreateVolume", create("topo-src")), SC.OK, "source").volume
+    here = csi.TopologyRequirement(requisite=[csi.Topology(segments={KEY: "n1"})],
+                                   preferred=[csi.Topology(segments={KEY: "n1"})])
+    s = expect(on_node("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
+        name="topo-snap", source_volume_id=v.volume_id, accessibility_requirements=here)), SC.OK, "create").snapshot
+    pt.check([dict(x.segments) for x in s.accessible_topology] == [{KEY: "n1"}], "topology %r" % s)
+    r = expect(on_node("Controller", "ListSnapshots", csi.ListSnapshotsRequest(snapshot_id=s.snapshot_id)),
+               SC.OK, "list")
+    pt.check([[dict(x.segments) for x in e.snapshot.accessible_topology] for e in r.entries] == [[{KEY: "n1"}]],
+             "listed %r" % r)
+    elsewhere = csi.TopologyRequirement(requisite=[csi.Topology(segments={KEY: "n2"})])
+    code, details, _ = on_node("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
+        name="topo-snap-2", source_volume_id=v.volume_id, accessibility_requirements=elsewhere))
+    pt.check(code == SC.RESOURCE_EXHAUSTED and "n1" in details, "elsewhere: %s %s" % (code, details))
+    r = expect(on_node("Controller", "ListSnapshots", csi.ListSnapshotsRequest(source_volume_id=v.volume_id)),
+               SC.OK, "list after")
+    pt.check(len(r.entries) == 1, "the refused snapshot exists: %r" % r)
+    expect(on_node("Controller", "DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=s.snapshot_id)), SC.OK, "del")
+    expect(on_node("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id)), SC.OK, "del vol")
 
 
 def snapshots_spec(where, ctl):

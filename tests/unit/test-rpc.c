@@ -263,6 +263,10 @@ UNIMPLEMENTED_SLOT(controller_get_volume, Csi__V1__ControllerGetVolumeRequest,
 		   Csi__V1__ControllerGetVolumeResponse_Closure)
 UNIMPLEMENTED_SLOT(controller_modify_volume, Csi__V1__ControllerModifyVolumeRequest,
 		   Csi__V1__ControllerModifyVolumeResponse_Closure)
+UNIMPLEMENTED_SLOT(controller_list_volume_health, Csi__V1__ControllerListVolumeHealthRequest,
+		   Csi__V1__ControllerListVolumeHealthResponse_Closure)
+UNIMPLEMENTED_SLOT(controller_get_volume_health, Csi__V1__ControllerGetVolumeHealthRequest,
+		   Csi__V1__ControllerGetVolumeHealthResponse_Closure)
 
 /* ---- client helpers --------------------------------------------------------------------- */
 

@@ -121,13 +121,15 @@ def _():
     caps = ok_call("Node", "NodeGetCapabilities", csi.NodeGetCapabilitiesRequest())
     types = {c.rpc.type for c in caps.capabilities}
     R = csi.NodeServiceCapability.RPC
-    pt.check({R.STAGE_UNSTAGE_VOLUME, R.GET_VOLUME_STATS, R.VOLUME_CONDITION} <= types, str(caps))
+    pt.check({R.STAGE_UNSTAGE_VOLUME, R.GET_VOLUME_STATS, R.VOLUME_CONDITION, R.GET_VOLUME_HEALTH,
+              R.GET_STORAGE_HEALTH} <= types, str(caps))
     cc = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest())
     C = csi.ControllerServiceCapability.RPC
     # Volumes grow on lvm only (an fsdax namespace cannot, see test_expand.py).
     grow = {C.EXPAND_VOLUME} if BACKEND == "lvm" else set()
     pt.check({c.rpc.type for c in cc.capabilities} == {C.CREATE_DELETE_VOLUME, C.LIST_VOLUMES, C.GET_CAPACITY,
-                                                       C.GET_VOLUME, C.VOLUME_CONDITION,
+                                                       C.GET_VOLUME, C.VOLUME_CONDITION, C.GET_VOLUME_HEALTH,
+                                                       C.LIST_VOLUME_HEALTH,
                                                        C.SINGLE_NODE_MULTI_WRITER, C.CREATE_DELETE_SNAPSHOT,
                                                        C.LIST_SNAPSHOTS, C.CLONE_VOLUME} | grow, str(cc))
     pt.check((R.EXPAND_VOLUME in types) == (BACKEND == "lvm"), str(caps))
@@ -729,6 +731,19 @@ def _():
              str(r.status.volume_condition))
     r = ok_call("Controller", "ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=good.volume_id))
     pt.check(not r.status.volume_condition.abnormal, "the other volume: %s" % r.status.volume_condition)
+    # CSI 1.13's health calls say the same: DATA_LOSS "MediaErrors" with where.
+    for svc, method, req in (("Node", "NodeGetVolumeHealth", csi.NodeGetVolumeHealthRequest(volume_id=v.volume_id)),
+                             ("Controller", "ControllerGetVolumeHealth",
+                              csi.ControllerGetVolumeHealthRequest(volume_id=v.volume_id))):
+        h = ok_call(svc, method, req).volume_health
+        pt.check(h.volume_id == v.volume_id and [(e.status, e.reason) for e in h.health_statuses]
+                 == [(csi.DATA_LOSS, "MediaErrors")] and where in h.health_statuses[0].message,
+                 "%s: %s" % (method, h))
+    h = ok_call("Controller", "ControllerGetVolumeHealth",
+                csi.ControllerGetVolumeHealthRequest(volume_id=good.volume_id)).volume_health
+    pt.check(not h.health_statuses, "the other volume's health: %s" % h)
+    listed = ok_call("Controller", "ControllerListVolumeHealth", csi.ControllerListVolumeHealthRequest()).entries
+    pt.check([e.volume_id for e in listed] == [v.volume_id], "ControllerListVolumeHealth: %s" % listed)
     fd = os.open(f, os.O_RDONLY)
     try:
         os.pread(fd, 4096, 8192)
@@ -857,6 +872,11 @@ if BACKEND == "lvm":
                  % (rc, log[-2000:]))
         r = ok_call("Controller", "ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=v.volume_id))
         pt.check(r.status.volume_condition.abnormal, str(r.status.volume_condition))
+        # The region's own list now has the poisoned line: NodeGetStorageHealth says so.
+        r = ok_call("Node", "NodeGetStorageHealth", csi.NodeGetStorageHealthRequest())
+        pt.check([(b.status, b.reason) for b in r.backend_health] == [(csi.STORAGE_DEGRADED, "MediaErrors")]
+                 and "region" in r.backend_health[0].message, "NodeGetStorageHealth: %s" % r)
+        t.diag("NodeGetStorageHealth: %s" % r.backend_health[0].message)
         ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), timeout=300)
 
 
