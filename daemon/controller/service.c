@@ -922,9 +922,9 @@ static void snap_reply(struct fanout *f)
 	}
 	pcsi_info(2, "snapshot ready", "snapshot=%s source=%s node=%s", v->id, v->source,
 		  v->nodes[0]);
-	pcsi_reply_snapshot(f->call, &(struct pcsi_snapshot_item){ v->id, v->source, v->size,
-								   v->created_s, v->created_ns,
-								   v->nodes[0], f->c->topology_key });
+	pcsi_reply_snapshot(f->call, &(struct pcsi_snapshot_item){
+					     v->id, v->source, v->size, v->created_s, v->created_ns,
+					     v->nodes[0], f->c->topology_key });
 }
 
 static void ctl_create_snapshot(Csi__V1__Controller_Service *svc,
@@ -960,10 +960,11 @@ static void ctl_create_snapshot(Csi__V1__Controller_Service *svc,
 	}
 	node = ready_holder(c, snap ? snap : src, in->accessibility_requirements);
 	if (!node && ready_holder(c, snap ? snap : src, NULL)) {
-		pcsi_call_fail(call, PCSI_RESOURCE_EXHAUSTED,
-			       "snapshot \"%s\" is usable only on a node that holds volume %s, and the "
-			       "requisite topology includes none of them",
-			       in->name, in->source_volume_id);
+		pcsi_call_fail(
+			call, PCSI_RESOURCE_EXHAUSTED,
+			"snapshot \"%s\" is usable only on a node that holds volume %s, and the "
+			"requisite topology includes none of them",
+			in->name, in->source_volume_id);
 		return;
 	}
 	if (!node) {
@@ -1045,8 +1046,9 @@ static void collect_snapshot(const struct pcsi_cvol *v, void *data)
 
 	if (pcsi_snapshot_id_is(v->id))
 		l->v[l->n++] = (struct pcsi_snapshot_item){
-			v->id,	       v->source, v->size, v->created_s, v->created_ns,
-			v->n_nodes ? v->nodes[0] : NULL, l->topology_key
+			v->id,		v->source,     v->size,
+			v->created_s,	v->created_ns, v->n_nodes ? v->nodes[0] : NULL,
+			l->topology_key
 		};
 }
 

@@ -872,8 +872,8 @@ void pcsi_health_add_media(struct pcsi_health *h, int error, const struct pcsi_b
 
 	if (error) {
 		snprintf(msg, sizeof(msg), "media errors of %s unknown: %s", dev, strerror(-error));
-		pcsi_health_add(h, CSI__V1__VOLUME_HEALTH_ERROR_TYPE__DEGRADED, "MediaErrorsUnknown",
-				msg);
+		pcsi_health_add(h, CSI__V1__VOLUME_HEALTH_ERROR_TYPE__DEGRADED,
+				"MediaErrorsUnknown", msg);
 	} else if (bb->sectors) {
 		pcsi_badblocks_describe(bb, msg, sizeof(msg));
 		pcsi_health_add(h, CSI__V1__VOLUME_HEALTH_ERROR_TYPE__DATA_LOSS, "MediaErrors",
@@ -1116,8 +1116,12 @@ static void snap_end(struct snap_op *op)
 static void snap_reply(struct snap_op *op)
 {
 	struct pcsi_node *n = op->nc->node;
-	struct pcsi_snapshot_item it = { op->id,	    op->src,	     (int64_t)op->size,
-					 op->rec.created_s, op->rec.created_ns, n->cfg->node_id,
+	struct pcsi_snapshot_item it = { op->id,
+					 op->src,
+					 (int64_t)op->size,
+					 op->rec.created_s,
+					 op->rec.created_ns,
+					 n->cfg->node_id,
 					 n->topology_key };
 
 	pcsi_reply_snapshot(op->call, &it);
@@ -1336,14 +1340,13 @@ static void on_snap_recs(int error, struct pcsi_volrec_entry *recs, size_t n, vo
 			if (!e->rec.snapshot || e->rec.pending || !pcsi_snapshot_id_is(e->id) ||
 			    !(v = find_listed(&op->breq, e->id)))
 				continue;
-			items[k++] =
-				(struct pcsi_snapshot_item){ e->id,
-							     e->rec.source,
-							     (int64_t)v->size,
-							     e->rec.created_s,
-							     e->rec.created_ns,
-							     op->nc->node->cfg->node_id,
-							     op->nc->node->topology_key };
+			items[k++] = (struct pcsi_snapshot_item){ e->id,
+								  e->rec.source,
+								  (int64_t)v->size,
+								  e->rec.created_s,
+								  e->rec.created_ns,
+								  op->nc->node->cfg->node_id,
+								  op->nc->node->topology_key };
 		}
 		pcsi_reply_list_snapshots(op->call, op->in, items, k);
 		free(items);

@@ -92,10 +92,13 @@ class Runner:
         if why:
             self.diag(why)
 
-    def run(self, name, csi_sanity, args, workdir, timeout=3600, filtered_reason=None, unlisted=None):
+    def run(self, name, csi_sanity, args, workdir, timeout=3600, filtered_reason=None, unlisted=None,
+            reasons=()):
         """Runs csi-sanity ARGS once; returns (passed, failed, skipped).
         filtered_reason: the skip reason shown for specs that --ginkgo.skip or
-        --ginkgo.focus filtered out (default "filtered out"). unlisted: the
+        --ginkgo.focus filtered out (default "filtered out"); reasons: (regex,
+        reason) pairs that name the reason of the filtered specs they match,
+        first. unlisted: the
         --ginkgo.focus of a run that repeats part of an earlier one; the specs
         it filtered out get no TAP line, only a count."""
         junit = os.path.join(workdir, re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".junit.xml")
@@ -148,6 +151,8 @@ class Runner:
                     outside += 1
                     continue
                 skipped += 1
+                if not reason:
+                    reason = next((why for rx, why in reasons if re.search(rx, full)), None)
                 reason = reason or filtered_reason or "filtered out"
                 skips.setdefault(reason, []).append(_short(full))
                 self.line(True, title, directive="SKIP " + reason.replace("\n", " "))

@@ -98,6 +98,17 @@ NEEDS_DEVICE = [
     r"NodeGetVolumeStats should fail when volume does not exist on the specified path",
     r"single node single writer access mode is already mounted",
     r"NodeExpandVolume should work if node-expand is called after node-publish",
+    r"NodeGetVolumeHealth should return health for a valid volume",
+]
+
+# Specs that cannot pass against any driver that does what they check, each
+# with why; tests/integration checks the same behaviour.
+UPSTREAM = [
+    (r"should succeed when creating a snapshot with accessibility requirements",
+     "csi-sanity v5.6.0 compares the snapshot's accessible_topology with reflect.DeepEqual, which also "
+     "compares protobuf's internal size cache (set on its own copy when it sent that topology in the "
+     "request), so any driver that reports the topology fails; integration-spec and "
+     "integration-controller check it"),
 ]
 
 if len(sys.argv) < 5 or sys.argv[1] not in ("node", "central") or \
@@ -233,7 +244,8 @@ for run in RUNS:
                     sanity.write_params(os.path.join(d, "params.yaml"), v["params"]))
         r.diag("run %s: parameters %s" % (name, v["params"]))
     log_start = len(daemons["node"].stderr_text())
-    r.run(name, CSI_SANITY, args + extra, d, filtered_reason=filtered, unlisted=focus)
+    r.run(name, CSI_SANITY, args + extra + ["--ginkgo.skip=" + "|".join(rx for rx, _ in UPSTREAM)], d,
+          filtered_reason=filtered, unlisted=focus, reasons=UPSTREAM)
     lines = daemons["node"].stderr_text()[log_start:].splitlines()
     for what, select, require in v["checks"]:
         if not FAKE:
