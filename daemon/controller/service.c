@@ -898,6 +898,57 @@ static void ctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 	fanout_start(f);
 }
 
+/* ---- ControllerModifyVolume ---------------------------------------------------- */
+
+/* Every copy takes the change; a retry applies it again where it is
+ * already (the nodes' modify is idempotent). */
+static void modify_on_ok(struct fanout *f, const char *node, const ProtobufCMessage *reply)
+{
+	(void)f, (void)node, (void)reply;
+}
+
+static void modify_reply(struct fanout *f)
+{
+	Csi__V1__ControllerModifyVolumeResponse out =
+		CSI__V1__CONTROLLER_MODIFY_VOLUME_RESPONSE__INIT;
+
+	pcsi_info(2, "volume modified", "volume=%s nodes=%zu", f->id, f->n_nodes);
+	pcsi_call_reply(f->call, &out.base);
+}
+
+static void ctl_controller_modify_volume(Csi__V1__Controller_Service *svc,
+					 const Csi__V1__ControllerModifyVolumeRequest *in,
+					 Csi__V1__ControllerModifyVolumeResponse_Closure closure,
+					 void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	struct fanout *f;
+	bool has, erase;
+
+	if (!pcsi_modify_begin(call, in, &has, &erase))
+		return;
+	if (pcsi_inflight_take(&c->busy, in->volume_id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on volume %.80s is in progress",
+			       in->volume_id);
+		return;
+	}
+	f = fanout_new(c, call, in->volume_id, "ControllerModifyVolume", "modified");
+	f->on_ok = modify_on_ok;
+	f->reply = modify_reply;
+	f->any_time = true; /* only known copies change; none is created */
+	f->req = &in->base;
+	if (!known(c, in->volume_id, false) || !fanout_known(f)) {
+		if (grace_left_s(c) && pcsi_volume_id_ok(in->volume_id)) {
+			fail_unknown_in_grace(f);
+			return;
+		}
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		fanout_free(f);
+		return;
+	}
+	fanout_start(f);
+}
+
 /* ---- snapshots ------------------------------------------------------------------ */
 
 /* A snapshot is made by the node that holds its source volume (the first
@@ -1032,6 +1083,34 @@ static void ctl_delete_snapshot(Csi__V1__Controller_Service *svc,
 		pcsi_cluster_foreach_node(c->cluster, add_delete_node, f);
 	}
 	fanout_start(f);
+}
+
+static void ctl_get_snapshot(Csi__V1__Controller_Service *svc,
+			     const Csi__V1__GetSnapshotRequest *in,
+			     Csi__V1__GetSnapshotResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	const struct pcsi_cvol *v;
+
+	if (!pcsi_get_snapshot_begin(call, in))
+		return;
+	v = known(c, in->snapshot_id, true);
+	if (!v) {
+		if (grace_left_s(c))
+			pcsi_call_fail(
+				call, PCSI_UNAVAILABLE,
+				"snapshot %.80s is unknown and the controller started recently; "
+				"nodes may not have re-registered yet (%llu s left)",
+				in->snapshot_id, (unsigned long long)grace_left_s(c));
+		else
+			pcsi_call_fail(call, PCSI_NOT_FOUND, "snapshot %.80s does not exist",
+				       in->snapshot_id);
+		return;
+	}
+	pcsi_reply_get_snapshot(call, &(struct pcsi_snapshot_item){ v->id, v->source, v->size,
+								    v->created_s, v->created_ns,
+								    v->n_nodes ? v->nodes[0] : NULL,
+								    c->topology_key });
 }
 
 struct snap_items {

@@ -155,6 +155,16 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 			      pcsi_map_kv(in->parameters, in->n_parameters, kv, PCSI_MAX_PARAMS),
 			      params, err, errlen) < 0)
 		return PCSI_INVALID_ARGUMENT;
+	/* mutable_parameters (a VolumeAttributesClass) win over parameters. */
+	if (in->n_mutable_parameters > PCSI_MAX_PARAMS) {
+		snprintf(err, errlen, "too many mutable parameters");
+		return PCSI_INVALID_ARGUMENT;
+	}
+	if (pcsi_params_mutable(kv,
+				pcsi_map_kv(in->mutable_parameters, in->n_mutable_parameters, kv,
+					    PCSI_MAX_PARAMS),
+				params, err, errlen) < 0)
+		return PCSI_INVALID_ARGUMENT;
 	for (i = 0; i < in->n_volume_capabilities; i++) {
 		const Csi__V1__VolumeCapability *cap = in->volume_capabilities[i];
 		if (pcsi_cap_check(cap, params->persistency == PCSI_PERSIST_CACHE, err, errlen) < 0)
@@ -261,6 +271,32 @@ const char *pcsi_content_source(const Csi__V1__CreateVolumeRequest *in, bool *sn
 	return id && *id ? id : NULL;
 }
 
+bool pcsi_modify_begin(struct pcsi_call *call, const Csi__V1__ControllerModifyVolumeRequest *in,
+		       bool *has_erase_after, bool *erase_after)
+{
+	struct pcsi_kv kv[PCSI_MAX_PARAMS];
+	struct pcsi_params p = { .erase_after = true };
+	char err[300];
+	size_t n;
+
+	if (!in->volume_id || !*in->volume_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return false;
+	}
+	if (in->n_mutable_parameters > PCSI_MAX_PARAMS) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "too many mutable parameters");
+		return false;
+	}
+	n = pcsi_map_kv(in->mutable_parameters, in->n_mutable_parameters, kv, PCSI_MAX_PARAMS);
+	if (pcsi_params_mutable(kv, n, &p, err, sizeof(err)) < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		return false;
+	}
+	*has_erase_after = n > 0; /* eraseafter is the only key it takes */
+	*erase_after = p.erase_after;
+	return true;
+}
+
 void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, bool list_health)
 {
 	typedef Csi__V1__ControllerServiceCapability__RPC__Type type_t;
@@ -275,6 +311,8 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, boo
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_SNAPSHOTS,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CLONE_VOLUME,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__MODIFY_VOLUME,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_SNAPSHOT,
 	};
 	enum { MAX = PCSI_ARRAY_SIZE(always) + 2 };
 	Csi__V1__ControllerGetCapabilitiesResponse out =
@@ -696,6 +734,30 @@ void pcsi_reply_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item
 	snapshot_msg(it, &p);
 	out.snapshot = &p.snap;
 	pcsi_call_reply(call, &out.base);
+}
+
+void pcsi_reply_get_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it)
+{
+	Csi__V1__GetSnapshotResponse out = CSI__V1__GET_SNAPSHOT_RESPONSE__INIT;
+	struct snapshot_parts p;
+
+	snapshot_msg(it, &p);
+	out.snapshot = &p.snap;
+	pcsi_call_reply(call, &out.base);
+}
+
+bool pcsi_get_snapshot_begin(struct pcsi_call *call, const Csi__V1__GetSnapshotRequest *in)
+{
+	if (!in->snapshot_id || !*in->snapshot_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "snapshot_id is required");
+		return false;
+	}
+	if (!pcsi_snapshot_id_is(in->snapshot_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "snapshot %.80s does not exist",
+			       in->snapshot_id);
+		return false;
+	}
+	return true;
 }
 
 static int cmp_snapshot(const void *a, const void *b)

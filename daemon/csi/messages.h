@@ -87,7 +87,7 @@ struct pcsi_call;
 /* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
  * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, GET_VOLUME_HEALTH,
  * SINGLE_NODE_MULTI_WRITER, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and
- * CLONE_VOLUME (both roles offer the same), EXPAND_VOLUME if |expand| and
+ * CLONE_VOLUME, MODIFY_VOLUME and GET_SNAPSHOT (both roles offer the same), EXPAND_VOLUME if |expand| and
  * LIST_VOLUME_HEALTH if |list_health|. */
 void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, bool list_health);
 
@@ -104,6 +104,13 @@ const char *pcsi_content_source(const Csi__V1__CreateVolumeRequest *in, bool *sn
  * (0 = none), or false after ending the call. */
 bool pcsi_expand_begin(struct pcsi_call *call, const Csi__V1__ControllerExpandVolumeRequest *in,
 		       struct pcsi_inflight *busy, uint64_t *size, uint64_t *limit);
+
+/* The start of every ControllerModifyVolume: a volume_id (else
+ * INVALID_ARGUMENT) and mutable_parameters that pcsi_params_mutable() takes
+ * (else INVALID_ARGUMENT); |erase_after| is set when the request changes it.
+ * Ends the call and returns false when a check fails. */
+bool pcsi_modify_begin(struct pcsi_call *call, const Csi__V1__ControllerModifyVolumeRequest *in,
+		       bool *has_erase_after, bool *erase_after);
 
 /* Replies to ControllerExpandVolume: the volume has |size| bytes now; the
  * node grows its filesystem unless the capability says raw block. */
@@ -128,19 +135,14 @@ void pcsi_reply_validated(struct pcsi_call *call,
 	{                                                                                    \
 		pcsi_call_fail(call, PCSI_UNIMPLEMENTED, "not supported by this driver");    \
 	}
-/* What neither role implements: publish, GetSnapshot, modify. */
-#define PCSI_CONTROLLER_UNIMPLEMENTED(p)                                                      \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_publish_volume,                       \
-					  Csi__V1__ControllerPublishVolumeRequest,            \
-					  Csi__V1__ControllerPublishVolumeResponse_Closure)   \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_unpublish_volume,                     \
-					  Csi__V1__ControllerUnpublishVolumeRequest,          \
-					  Csi__V1__ControllerUnpublishVolumeResponse_Closure) \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##get_snapshot, Csi__V1__GetSnapshotRequest,       \
-					  Csi__V1__GetSnapshotResponse_Closure)               \
-	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_modify_volume,                        \
-					  Csi__V1__ControllerModifyVolumeRequest,             \
-					  Csi__V1__ControllerModifyVolumeResponse_Closure)
+/* What neither role implements: publish (a local driver attaches nothing). */
+#define PCSI_CONTROLLER_UNIMPLEMENTED(p)                                                    \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_publish_volume,                     \
+					  Csi__V1__ControllerPublishVolumeRequest,          \
+					  Csi__V1__ControllerPublishVolumeResponse_Closure) \
+	PCSI_CONTROLLER_UNIMPLEMENTED_ONE(p##controller_unpublish_volume,                   \
+					  Csi__V1__ControllerUnpublishVolumeRequest,        \
+					  Csi__V1__ControllerUnpublishVolumeResponse_Closure)
 
 /* One volume of a ListVolumes reply: its id, size and the nodes holding it
  * (all borrowed). */
@@ -193,6 +195,14 @@ bool pcsi_snapshot_begin(struct pcsi_call *call, const Csi__V1__CreateSnapshotRe
 
 /* Replies to CreateSnapshot with |it|, ready to use. */
 void pcsi_reply_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it);
+
+/* Replies to GetSnapshot with |it|. */
+void pcsi_reply_get_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it);
+
+/* The start of every GetSnapshot: a snapshot_id (else INVALID_ARGUMENT) of
+ * this driver's scheme (else NOT_FOUND). Ends the call and returns false
+ * when a check fails. */
+bool pcsi_get_snapshot_begin(struct pcsi_call *call, const Csi__V1__GetSnapshotRequest *in);
 
 /* Replies to ListSnapshots with the |items| that pass the request's filters
  * (snapshot_id, source_volume_id), sorted by id (|items| is reordered), one

@@ -11,6 +11,31 @@ static bool starts_with(const char *s, const char *p)
 	return !strncmp(s, p, strlen(p));
 }
 
+int pcsi_params_mutable(const struct pcsi_kv *kv, size_t n, struct pcsi_params *p, char *err,
+			size_t errlen)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		const char *v = kv[i].value ? kv[i].value : "";
+
+		if (strcmp(kv[i].key, "eraseafter")) {
+			snprintf(
+				err, errlen,
+				"mutable parameter \"%.64s\" is not supported: only eraseafter can "
+				"change on a volume",
+				kv[i].key);
+			return -EINVAL;
+		}
+		if (pcsi_parse_bool(v, &p->erase_after) < 0) {
+			snprintf(err, errlen,
+				 "mutable parameter \"eraseafter\": \"%.64s\" is not a boolean", v);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, size_t n,
 		      struct pcsi_params *out, char *err, size_t errlen)
 {

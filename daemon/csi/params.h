@@ -63,6 +63,13 @@ struct pcsi_kv {
 int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, size_t n,
 		      struct pcsi_params *out, char *err, size_t errlen);
 
+/* Applies mutable parameters (CreateVolume's and ControllerModifyVolume's
+ * mutable_parameters, a VolumeAttributesClass' parameters) to |p|: only
+ * eraseafter can change on a live volume; any other key, or a bad value, is
+ * -EINVAL with a message in |err|. */
+int pcsi_params_mutable(const struct pcsi_kv *kv, size_t n, struct pcsi_params *p, char *err,
+			size_t errlen);
+
 /* A Kubernetes resource quantity as bytes: plain numbers, decimal and binary
  * suffixes (k M G T P E, Ki Mi Gi Ti Pi Ei), exponents (1e9) and decimal
  * fractions ("1.5Gi"), rounded up to whole bytes. -EINVAL for malformed or

@@ -1030,6 +1030,96 @@ static void nctl_controller_list_volume_health(
 	pcsi_backend_list(op->nc->node->be, &op->breq, on_health_listed, op);
 }
 
+/* ---- ControllerModifyVolume ------------------------------------------------------- */
+
+/* eraseafter lives in the volume's record (state.h), which DeleteVolume
+ * reads: the record is rewritten (atomically) under the volume's lock. */
+struct modify_op {
+	struct pcsi_node_controller *nc;
+	struct pcsi_call *call;
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	bool has_erase_after, erase_after;
+	struct pcsi_backend_req breq;
+	struct pcsi_volrec rec;
+};
+
+static void modify_end(struct modify_op *op, int error, const char *msg)
+{
+	Csi__V1__ControllerModifyVolumeResponse out =
+		CSI__V1__CONTROLLER_MODIFY_VOLUME_RESPONSE__INIT;
+
+	pcsi_inflight_drop(&op->nc->node->busy, op->id);
+	if (error == -ENOENT)
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
+	else if (error)
+		fail_errno(op->call, error, "ControllerModifyVolume", msg);
+	else {
+		if (op->has_erase_after)
+			pcsi_info(2, "volume modified", "volume=%s eraseafter=%s", op->id,
+				  op->erase_after ? "true" : "false");
+		pcsi_call_reply(op->call, &out.base);
+	}
+	free(op);
+}
+
+static void on_modify_stored(int error, void *data)
+{
+	modify_end(data, error, "storing the volume record");
+}
+
+static void on_modify_rec(int error, void *data)
+{
+	struct modify_op *op = data;
+
+	if (error && error != -ENOENT) { /* -ENOENT: no record, the defaults */
+		modify_end(op, error, "reading the volume record");
+		return;
+	}
+	op->rec.erase_after = op->erase_after;
+	pcsi_volrec_store(op->nc->node, op->id, &op->rec, on_modify_stored, op);
+}
+
+static void on_modify_found(struct pcsi_backend_req *req, void *data)
+{
+	struct modify_op *op = data;
+
+	if (req->error || !op->has_erase_after) {
+		modify_end(op, req->error, req->msg);
+		return;
+	}
+	pcsi_volrec_load(op->nc->node, op->id, &op->rec, on_modify_rec, op);
+}
+
+static void nctl_controller_modify_volume(Csi__V1__Controller_Service *svc,
+					  const Csi__V1__ControllerModifyVolumeRequest *in,
+					  Csi__V1__ControllerModifyVolumeResponse_Closure closure,
+					  void *call)
+{
+	struct pcsi_node_controller *nc = from_svc(svc);
+	struct modify_op *op;
+	bool has, erase;
+
+	if (!pcsi_modify_begin(call, in, &has, &erase))
+		return;
+	if (!pcsi_volume_id_ok(in->volume_id) || pcsi_snapshot_id_is(in->volume_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return;
+	}
+	if (pcsi_inflight_take(&nc->node->busy, in->volume_id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on volume %s is in progress",
+			       in->volume_id);
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->nc = nc;
+	op->call = call;
+	op->has_erase_after = has;
+	op->erase_after = erase;
+	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	op->breq.id = op->id;
+	pcsi_backend_get(nc->node->be, &op->breq, on_modify_found, op);
+}
+
 /* ---- ControllerExpandVolume ------------------------------------------------------- */
 
 struct expand_op {
@@ -1302,6 +1392,67 @@ static void nctl_create_snapshot(Csi__V1__Controller_Service *svc,
 	snprintf(op->id, sizeof(op->id), "%s", id);
 	snprintf(op->src, sizeof(op->src), "%s", in->source_volume_id);
 	pcsi_volrec_load(nc->node, op->id, &op->rec, on_snap_rec, op);
+}
+
+/* ---- GetSnapshot --------------------------------------------------------------------- */
+
+/* A complete snapshot is on the medium and has a finished record (as
+ * ListSnapshots counts them). */
+struct get_snap_op {
+	struct pcsi_node_controller *nc;
+	struct pcsi_call *call;
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	struct pcsi_backend_req breq;
+	struct pcsi_volrec rec;
+};
+
+static void on_get_snap_rec(int error, void *data)
+{
+	struct get_snap_op *op = data;
+	struct pcsi_node *n = op->nc->node;
+
+	if (error && error != -ENOENT)
+		fail_errno(op->call, error, "GetSnapshot: reading the record", NULL);
+	else if (error || !op->rec.snapshot || op->rec.pending)
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "snapshot %s does not exist", op->id);
+	else
+		pcsi_reply_get_snapshot(op->call,
+					&(struct pcsi_snapshot_item){
+						op->id, op->rec.source, (int64_t)op->breq.vol.size,
+						op->rec.created_s, op->rec.created_ns,
+						n->cfg->node_id, n->topology_key });
+	free(op);
+}
+
+static void on_get_snap_found(struct pcsi_backend_req *req, void *data)
+{
+	struct get_snap_op *op = data;
+
+	if (req->error == -ENOENT)
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "snapshot %s does not exist", op->id);
+	else if (req->error)
+		fail_errno(op->call, req->error, "GetSnapshot", req->msg);
+	else {
+		pcsi_volrec_load(op->nc->node, op->id, &op->rec, on_get_snap_rec, op);
+		return;
+	}
+	free(op);
+}
+
+static void nctl_get_snapshot(Csi__V1__Controller_Service *svc,
+			      const Csi__V1__GetSnapshotRequest *in,
+			      Csi__V1__GetSnapshotResponse_Closure closure, void *call)
+{
+	struct get_snap_op *op;
+
+	if (!pcsi_get_snapshot_begin(call, in))
+		return;
+	op = pcsi_xcalloc(1, sizeof(*op));
+	op->nc = from_svc(svc);
+	op->call = call;
+	snprintf(op->id, sizeof(op->id), "%s", in->snapshot_id);
+	op->breq.id = op->id;
+	pcsi_backend_get(op->nc->node->be, &op->breq, on_get_snap_found, op);
 }
 
 /* ---- ListSnapshots ------------------------------------------------------------------- */

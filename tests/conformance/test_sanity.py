@@ -243,6 +243,11 @@ for run in RUNS:
         args.append("--csi.testvolumeparameters=" +
                     sanity.write_params(os.path.join(d, "params.yaml"), v["params"]))
         r.diag("run %s: parameters %s" % (name, v["params"]))
+    # ControllerModifyVolume and CreateVolume's mutable_parameters (the
+    # modify specs): eraseafter as the variant has it, so that the log checks
+    # of what a delete erased still hold (integration-spec changes it).
+    args.append("--csi.testvolumemutableparameters=" + sanity.write_params(
+        os.path.join(d, "mutable.yaml"), {"eraseafter": v["params"].get("eraseafter", "true")}))
     log_start = len(daemons["node"].stderr_text())
     r.run(name, CSI_SANITY, args + extra + ["--ginkgo.skip=" + "|".join(rx for rx, _ in UPSTREAM)], d,
           filtered_reason=filtered, unlisted=focus, reasons=UPSTREAM)

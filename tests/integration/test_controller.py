@@ -409,6 +409,11 @@ def _():
     s = ok_call("CreateSnapshot", csi.CreateSnapshotRequest(name="snap-c1", source_volume_id=v.volume_id)).snapshot
     pt.check(s.ready_to_use and s.source_volume_id == v.volume_id and s.size_bytes == v.capacity_bytes
              and [dict(x.segments) for x in s.accessible_topology] == [{KEY: home}], "snapshot %r" % s)
+    g = ok_call("GetSnapshot", csi.GetSnapshotRequest(snapshot_id=s.snapshot_id)).snapshot
+    pt.check(g.snapshot_id == s.snapshot_id and g.size_bytes == s.size_bytes and
+             list(g.accessible_topology) == list(s.accessible_topology), "GetSnapshot %r" % g)
+    code, details, _ = rpc("GetSnapshot", csi.GetSnapshotRequest(snapshot_id="none-exist-id"))
+    pt.check(code == SC.NOT_FOUND, "GetSnapshot of an unknown id: %s %s" % (code, details))
     elsewhere = [n for n in CAPS if n != home][0]
     code, details, _ = rpc("CreateSnapshot", csi.CreateSnapshotRequest(
         name="snap-c0", source_volume_id=v.volume_id, accessibility_requirements=csi.TopologyRequirement(
@@ -458,6 +463,32 @@ def _():
     for n in CAPS:
         pt.check(not node_snapshots(n), "%s keeps snapshots %r" % (n, node_snapshots(n)))
     pt.check(not ok_call("ListSnapshots", csi.ListSnapshotsRequest()).entries, "still listed")
+
+
+@t.test("ControllerModifyVolume through the controller: every copy of a cache volume takes eraseafter; "
+        "CreateVolume's mutable_parameters reach the nodes; unknown ids NOT_FOUND, other keys INVALID_ARGUMENT")
+def _():
+    def erase_after(node, vid):
+        with open(os.path.join(WORK, node, "volumes", vid + ".json")) as f:
+            return json.load(f)["eraseafter"]
+    v = ok_call("CreateVolume", create("pvc-modify", 16 * MiB, {"persistencyModel": "cache", "cacheSize": "2"})).volume
+    where = holders(v)
+    pt.check(len(where) == 2 and all(erase_after(n, v.volume_id) is True for n in where), "copies %r" % where)
+    ok_call("ControllerModifyVolume", csi.ControllerModifyVolumeRequest(
+        volume_id=v.volume_id, mutable_parameters={"eraseafter": "false"}))
+    pt.check([erase_after(n, v.volume_id) for n in where] == [False, False], "after the modify")
+    code, details, _ = rpc("ControllerModifyVolume", csi.ControllerModifyVolumeRequest(
+        volume_id=v.volume_id, mutable_parameters={"cacheSize": "3"}))
+    pt.check(code == SC.INVALID_ARGUMENT and "cacheSize" in details, "cacheSize: %s %s" % (code, details))
+    code, details, _ = rpc("ControllerModifyVolume", csi.ControllerModifyVolumeRequest(
+        volume_id="pvc-zz-" + "0" * 56, mutable_parameters={"eraseafter": "false"}))
+    pt.check(code == SC.NOT_FOUND, "unknown: %s %s" % (code, details))
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    req = create("pvc-modify-2", 16 * MiB)
+    req.mutable_parameters["eraseafter"] = "false"
+    w = ok_call("CreateVolume", req).volume
+    pt.check([erase_after(n, w.volume_id) for n in holders(w)] == [False], "created with mutable_parameters")
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=w.volume_id))
 
 
 def stand_in_node(**methods):

@@ -7,6 +7,7 @@ maximum and minimum volume size, the single-node access modes. TAP output.
 
 usage: test_spec.py PATH-TO-pmem-csi-driver
 """
+import json
 import os
 import sys
 
@@ -178,7 +179,7 @@ def _():
     T = csi.ControllerServiceCapability.RPC
     want = {T.CREATE_DELETE_VOLUME, T.LIST_VOLUMES, T.GET_CAPACITY, T.GET_VOLUME, T.VOLUME_CONDITION,
             T.GET_VOLUME_HEALTH, T.SINGLE_NODE_MULTI_WRITER, T.EXPAND_VOLUME, T.CREATE_DELETE_SNAPSHOT,
-            T.LIST_SNAPSHOTS, T.CLONE_VOLUME}
+            T.LIST_SNAPSHOTS, T.CLONE_VOLUME, T.MODIFY_VOLUME, T.GET_SNAPSHOT}
     for name, got, more in (("node", on_node("Controller", "ControllerGetCapabilities",
                                              csi.ControllerGetCapabilitiesRequest()), {T.LIST_VOLUME_HEALTH}),
                             ("controller", on_ctl("ControllerGetCapabilities",
@@ -193,6 +194,48 @@ def _():
         r = expect(got, SC.OK, name)
         have = {c.service.type for c in r.capabilities if c.HasField("service")}
         pt.check(S.SNAPSHOT_ACCESSIBILITY_CONSTRAINTS in have, "%s: %r" % (name, sorted(have)))
+
+
+def erase_after(vid):
+    with open(os.path.join(WORK, "state", "volumes", vid + ".json")) as f:
+        return json.load(f)["eraseafter"]
+
+
+@t.test("ControllerModifyVolume (a node's Controller): eraseafter changes in the volume's record; other keys, "
+        "bad values, no id INVALID_ARGUMENT; unknown volumes NOT_FOUND; CreateVolume's mutable_parameters win")
+def _():
+    v = expect(on_node("Controller", "CreateVolume", create("modify-vol")), SC.OK, "create").volume
+    pt.check(erase_after(v.volume_id) is True, "eraseafter by default")
+    M = csi.ControllerModifyVolumeRequest
+    expect(on_node("Controller", "ControllerModifyVolume", M(volume_id=v.volume_id,
+                                                              mutable_parameters={"eraseafter": "false"})),
+           SC.OK, "modify")
+    pt.check(erase_after(v.volume_id) is False, "eraseafter after the modify")
+    expect(on_node("Controller", "ControllerModifyVolume", M(volume_id=v.volume_id,
+                                                              mutable_parameters={"eraseafter": "false"})),
+           SC.OK, "modify again")
+    expect(on_node("Controller", "ControllerModifyVolume", M(volume_id=v.volume_id)), SC.OK, "nothing to change")
+    pt.check(erase_after(v.volume_id) is False, "absent keys change nothing")
+    for params, what in (({"XXX_FakeKey": "x"}, "XXX_FakeKey"), ({"persistencyModel": "cache"}, "persistencyModel"),
+                         ({"eraseafter": "perhaps"}, "boolean")):
+        code, details, _ = on_node("Controller", "ControllerModifyVolume",
+                                   M(volume_id=v.volume_id, mutable_parameters=params))
+        pt.check(code == SC.INVALID_ARGUMENT and what in details, "%r: %s %s" % (params, code, details))
+    pt.check(erase_after(v.volume_id) is False, "a refused modify changed the record")
+    expect(on_node("Controller", "ControllerModifyVolume", M(mutable_parameters={"eraseafter": "true"})),
+           SC.INVALID_ARGUMENT, "no id")
+    expect(on_node("Controller", "ControllerModifyVolume", M(volume_id="pvc-99-" + "0" * 56,
+                                                              mutable_parameters={"eraseafter": "true"})),
+           SC.NOT_FOUND, "unknown")
+    expect(on_node("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id)), SC.OK, "delete")
+    req = create("modify-vol-2", params={"eraseafter": "true"})
+    req.mutable_parameters["eraseafter"] = "false"
+    w = expect(on_node("Controller", "CreateVolume", req), SC.OK, "create with mutable_parameters").volume
+    pt.check(erase_after(w.volume_id) is False, "mutable_parameters win over parameters")
+    bad = create("modify-vol-3")
+    bad.mutable_parameters["XXX_FakeKey"] = "XXX_FakeValue"
+    expect(on_node("Controller", "CreateVolume", bad), SC.INVALID_ARGUMENT, "create with a fake mutable key")
+    expect(on_node("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=w.volume_id)), SC.OK, "delete")
 
 
 @t.test("CSI 1.13 health on a healthy node: NodeGetVolumeHealth, ControllerGetVolumeHealth (node and central), "
@@ -250,6 +293,13 @@ def _():
                SC.OK, "list")
     pt.check([[dict(x.segments) for x in e.snapshot.accessible_topology] for e in r.entries] == [[{KEY: "n1"}]],
              "listed %r" % r)
+    g = expect(on_node("Controller", "GetSnapshot", csi.GetSnapshotRequest(snapshot_id=s.snapshot_id)),
+               SC.OK, "GetSnapshot").snapshot
+    pt.check(g == s, "GetSnapshot %r, created %r" % (g, s))
+    expect(on_node("Controller", "GetSnapshot", csi.GetSnapshotRequest()), SC.INVALID_ARGUMENT, "GetSnapshot, no id")
+    for bad in ("none-exist-id", "snap.0-" + "0" * 56, v.volume_id):
+        expect(on_node("Controller", "GetSnapshot", csi.GetSnapshotRequest(snapshot_id=bad)), SC.NOT_FOUND,
+               "GetSnapshot " + bad)
     elsewhere = csi.TopologyRequirement(requisite=[csi.Topology(segments={KEY: "n2"})])
     code, details, _ = on_node("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
         name="topo-snap-2", source_volume_id=v.volume_id, accessibility_requirements=elsewhere))

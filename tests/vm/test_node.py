@@ -129,7 +129,7 @@ def _():
     grow = {C.EXPAND_VOLUME} if BACKEND == "lvm" else set()
     pt.check({c.rpc.type for c in cc.capabilities} == {C.CREATE_DELETE_VOLUME, C.LIST_VOLUMES, C.GET_CAPACITY,
                                                        C.GET_VOLUME, C.VOLUME_CONDITION, C.GET_VOLUME_HEALTH,
-                                                       C.LIST_VOLUME_HEALTH,
+                                                       C.LIST_VOLUME_HEALTH, C.MODIFY_VOLUME, C.GET_SNAPSHOT,
                                                        C.SINGLE_NODE_MULTI_WRITER, C.CREATE_DELETE_SNAPSHOT,
                                                        C.LIST_SNAPSHOTS, C.CLONE_VOLUME} | grow, str(cc))
     pt.check((R.EXPAND_VOLUME in types) == (BACKEND == "lvm"), str(caps))
