@@ -307,6 +307,28 @@ def _():
     pt.check(out.strip() == "written-by-k8s", "the file reads %r" % out)
 
 
+@t.test("central: the VolumeAttributesClass pmem-csi-keep-data (eraseafter: false) set on the cache PVC in use: "
+        "csi-resizer's ControllerModifyVolume reaches both copies (their records), the PVC's status names the class")
+@timed("central modify")
+def _():
+    k("apply", "-f", manifests("storageclass", "pmem-csi-vac-keep-data.yaml"))
+    vid = kj("get", "pv", kj("get", "pvc", "cache-pvc")["spec"]["volumeName"])["spec"]["csi"]["volumeHandle"]
+    record = "/var/lib/pmem-csi.intel.com/volumes/%s.json" % vid
+
+    def read_record(n):  # the driver's image has a shell, no cat
+        return json.loads(node_exec(n, "sh", "-c", 'while IFS= read -r l || [ -n "$l" ]; do printf "%s\n" "$l"; '
+                                     'done < "$0"', record))
+    for n in ("node-x", "node-y"):
+        pt.check(read_record(n)["eraseafter"] is True, "%s: eraseafter before" % n)
+    k("patch", "pvc", "cache-pvc", "--type=merge", "-p", json.dumps(
+        {"spec": {"volumeAttributesClassName": "pmem-csi-keep-data"}}))
+    wait(lambda: kj("get", "pvc", "cache-pvc")["status"].get("currentVolumeAttributesClassName")
+         == "pmem-csi-keep-data", 180, "cache-pvc status currentVolumeAttributesClassName")
+    for n in ("node-x", "node-y"):
+        rec = read_record(n)
+        pt.check(rec["eraseafter"] is False, "%s: record after the modify %r" % (n, rec))
+
+
 @t.test("central: pod and PVC deleted: the PV goes away and neither node keeps a logical volume")
 @timed("central delete")
 def _():

@@ -179,6 +179,7 @@ t.test("kustomizations: resources exist; every object file is in one (or deliber
     MODES[dir] = k;
   }
   const standalone = new Set(["storageclass/pmem-csi-sc-cache.yaml", "storageclass/pmem-csi-sc-cxl.yaml",
+    "storageclass/pmem-csi-vac-keep-data.yaml",
     "examples/pmem-pvc-cache.yaml",
     "examples/pmem-app-cache.yaml", "metrics/prometheus-scrape.yaml", "examples/pmem-snapshot.yaml",
     "examples/pmem-app-restore.yaml"]);
@@ -387,6 +388,9 @@ for (const [mode, list] of Object.entries(modePods)) {
           // DaemonSet would send every volume to every node.
           if (d.doc.kind !== "Deployment") p.push("csi-resizer belongs in the controller Deployment only");
           if (!has("leader-election")) p.push("csi-resizer should use --leader-election");
+          // v1.14 sends ControllerModifyVolume for VolumeAttributesClasses
+          // only with its (beta, default off) feature gate.
+          if (!args.includes("--feature-gates=VolumeAttributesClass=true")) p.push("csi-resizer needs --feature-gates=VolumeAttributesClass=true (ControllerModifyVolume)");
         }
         if (kind === "csi-snapshotter") {
           const args = c.args || [];
@@ -959,6 +963,19 @@ t.test("StorageClasses: the issue's classes exist; provisioner is the CSIDriver;
   if (cache && (cache.volumeBindingMode !== "Immediate" || cache.parameters.persistencyModel !== "cache" || cache.parameters.cacheSize !== "2")) p.push("pmem-csi-sc-cache: Immediate, persistencyModel cache, cacheSize \"2\"");
   // The check itself must be able to fail.
   if (!paramsCheck("create", { noSuchParameter: "1" })) p.push("params-check accepted an unknown parameter (self-test)");
+  return p;
+});
+
+t.test("VolumeAttributesClasses: driverName is the CSIDriver; the driver takes the parameters as mutable ones", () => {
+  const p = [];
+  const vacs = byKind(ALL, "VolumeAttributesClass");
+  if (!vacs.length) p.push("no VolumeAttributesClass example");
+  for (const d of vacs) {
+    if (d.doc.driverName !== csidriver.doc.metadata.name) p.push(`${d.doc.metadata.name}: driverName ${d.doc.driverName}`);
+    const err = paramsCheck("mutable", d.doc.parameters || {});
+    if (err) p.push(`${d.doc.metadata.name}: the driver refuses its parameters: ${err}`);
+  }
+  if (!paramsCheck("mutable", { persistencyModel: "cache" })) p.push("params-check accepted an immutable parameter as mutable (self-test)");
   return p;
 });
 

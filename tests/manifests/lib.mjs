@@ -191,9 +191,47 @@ async function crdSchemaFor(group, version, kind) {
 
 // The compiled ajv validate function of a kind, found through the model
 // module's import of its _schemas file.
+// Kinds newer than the models package (kubernetes-models 4.5.1; 5.x needs
+// Node 22): their schema from the API reference, by hand, reporting as ajv
+// does. Each reads every field its kind has, so that the unknown-field check
+// below still works; metadata is checked as a CRD's is (its fields known).
+function mapOfStrings(o, p, errors) {
+  if (o === undefined) return;
+  if (o === null || typeof o !== "object" || Array.isArray(o)) {
+    errors.push({ instancePath: p, keyword: "type", message: "must be object" });
+    return;
+  }
+  for (const k of Object.keys(o)) {
+    if (typeof o[k] !== "string") errors.push({ instancePath: `${p}/${k}`, keyword: "type", message: "must be string" });
+  }
+}
+
+const LOCAL_SCHEMAS = {
+  // Kubernetes 1.34 (GA): driverName (required, immutable), parameters
+  // (map of strings, immutable), and the usual apiVersion/kind/metadata.
+  "storage.k8s.io/v1/VolumeAttributesClass": () => {
+    const validate = (o) => {
+      const errors = [];
+      for (const f of ["apiVersion", "kind"]) if (typeof o[f] !== "string") errors.push({ instancePath: `/${f}`, keyword: "type", message: "must be string" });
+      if (o.metadata === null || typeof o.metadata !== "object") errors.push({ instancePath: "/metadata", keyword: "type", message: "must be object" });
+      else for (const k of Object.keys(o.metadata)) void o.metadata[k];
+      if (typeof o.driverName !== "string" || !o.driverName) errors.push({ instancePath: "/driverName", keyword: "required", message: "must be a non-empty string" });
+      mapOfStrings(o.parameters, "/parameters", errors);
+      validate.errors = errors;
+      return errors.length === 0;
+    };
+    validate.crd = true;
+    return validate;
+  },
+};
+
 async function schemaFor(apiVersion, kind) {
   const key = `${apiVersion}/${kind}`;
   if (schemaCache.has(key)) return schemaCache.get(key);
+  if (LOCAL_SCHEMAS[key]) {
+    schemaCache.set(key, LOCAL_SCHEMAS[key]());
+    return schemaCache.get(key);
+  }
   const [group, version] = apiVersion.split("/");
   if (CRD_GROUPS.has(group)) {
     const validate = await crdSchemaFor(group, version, kind);

@@ -3,10 +3,11 @@
  * StorageClass or inline-volume attribute the driver would refuse fails the
  * manifest tests instead of a CreateVolume in a cluster.
  *
- *   params-check create|ephemeral [KEY=VALUE ...]
+ *   params-check create|ephemeral|mutable [KEY=VALUE ...]
  *
  * "create": StorageClass parameters (CreateVolumeRequest.parameters);
- * "ephemeral": volumeAttributes of a CSI inline volume. Exit 0 and no output
+ * "ephemeral": volumeAttributes of a CSI inline volume; "mutable": a
+ * VolumeAttributesClass' parameters (mutable_parameters). Exit 0 and no output
  * when the driver accepts them; exit 1 with the driver's message otherwise;
  * exit 2 on usage errors. */
 #include <stdio.h>
@@ -25,10 +26,10 @@ int main(int argc, char **argv)
 	int i, n = argc - 2;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s create|ephemeral [KEY=VALUE ...]\n", argv[0]);
+		fprintf(stderr, "usage: %s create|ephemeral|mutable [KEY=VALUE ...]\n", argv[0]);
 		return 2;
 	}
-	if (!strcmp(argv[1], "create"))
+	if (!strcmp(argv[1], "create") || !strcmp(argv[1], "mutable"))
 		origin = PCSI_ORIGIN_CREATE;
 	else if (!strcmp(argv[1], "ephemeral"))
 		origin = PCSI_ORIGIN_EPHEMERAL;
@@ -51,7 +52,9 @@ int main(int argc, char **argv)
 		kv[i].key = argv[i + 2];
 		kv[i].value = eq + 1;
 	}
-	if (pcsi_params_parse(origin, kv, (size_t)n, &p, err, sizeof(err)) < 0) {
+	if (!strcmp(argv[1], "mutable")
+		    ? pcsi_params_mutable(kv, (size_t)n, &p, err, sizeof(err)) < 0
+		    : pcsi_params_parse(origin, kv, (size_t)n, &p, err, sizeof(err)) < 0) {
 		printf("%s\n", err);
 		free(kv);
 		return 1;

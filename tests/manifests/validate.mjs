@@ -20,7 +20,8 @@ import {
 const NOT_OBJECTS = new Set(["metrics/prometheus-scrape.yaml"]);
 
 const CLUSTER_SCOPED = new Set(["Namespace", "CSIDriver", "StorageClass", "ClusterRole",
-  "ClusterRoleBinding", "PersistentVolume", "ClusterIssuer", "PriorityClass", "VolumeSnapshotClass"]);
+  "ClusterRoleBinding", "PersistentVolume", "ClusterIssuer", "PriorityClass", "VolumeSnapshotClass",
+  "VolumeAttributesClass"]);
 
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
@@ -300,6 +301,11 @@ for (const f of files) {
   const want = ["/spec/template/spec/containers/0/args", "mountPropogation"];
   const missing = want.filter((w) => !p.some((x) => x.includes(w)));
   t.ok(missing.length === 0, "self-test: schema validation reports a wrong type and an unknown field", `missing reports for ${missing.join(", ")}; got:\n${p.join("\n")}`);
+  const vac = await validateObject({ apiVersion: "storage.k8s.io/v1", kind: "VolumeAttributesClass", metadata: { name: "v" },
+    driverNme: "x", parameters: { a: 1 } });
+  const vwant = ["/driverName", "/parameters/a", "driverNme"];
+  const vmissing = vwant.filter((w) => !vac.some((x) => x.includes(w)));
+  t.ok(vmissing.length === 0, "self-test: the hand-written VolumeAttributesClass schema reports a missing field, a wrong type and an unknown field", `missing reports for ${vmissing.join(", ")}; got:\n${vac.join("\n")}`);
   const p2 = checkObject({ file: path.join(MANIFESTS, "central", "x.yaml"), doc: { ...bad, spec: { ...bad.spec, template: { metadata: { labels: { a: "b" } }, spec: { containers: [{ name: "c", image: "i:1", volumeMounts: [{ name: "v", mountPath: "/v", mountPropagation: "Bidirectional" }] }], volumes: [{ name: "v", hostPath: { path: "/v", type: "Dir" } }] } } } } });
   const want2 = ["privileged", "hostPath.type"];
   const missing2 = want2.filter((w) => !p2.some((x) => x.includes(w)));
