@@ -1251,6 +1251,7 @@ struct ask {
 	char cond[600];
 	struct pcsi_health health; /* ControllerGetVolumeHealth */
 	size_t unreachable;
+	struct health_list *list; /* ControllerListVolumeHealth */
 	char vol_id[PCSI_VOLUME_ID_MAX + 1];
 	struct ask_leg {
 		struct ask *a;
@@ -1566,18 +1567,185 @@ static void ctl_controller_get_volume_health(
 	free(a);
 }
 
+/* ControllerListVolumeHealth asks every registered node for its whole list
+ * at once and merges the answers by volume (each entry naming its node);
+ * then every volume of the index with a holder that is not registered or
+ * did not answer gets "NodeUnreachable" as in ControllerGetVolumeHealth.
+ * The merged list is sorted by id and paged as ListVolumes pages. */
+struct health_list {
+	const Csi__V1__ControllerListVolumeHealthRequest *in; /* the CO's */
+	Csi__V1__ControllerListVolumeHealthRequest all;	      /* to the nodes */
+	struct health_item {
+		char id[PCSI_VOLUME_ID_MAX + 1];
+		struct pcsi_health h;
+		size_t unreachable;
+		char cond[600];
+	} * v;
+	size_t n, cap;
+	char **down; /* nodes that did not answer */
+	size_t n_down;
+};
+
+static struct health_item *health_item(struct health_list *l, const char *id)
+{
+	size_t i;
+
+	for (i = 0; i < l->n; i++)
+		if (!strcmp(l->v[i].id, id))
+			return &l->v[i];
+	if (l->n == l->cap) {
+		l->cap = l->cap ? 2 * l->cap : 16;
+		l->v = pcsi_xrealloc(l->v, l->cap * sizeof(*l->v));
+	}
+	memset(&l->v[l->n], 0, sizeof(l->v[l->n]));
+	snprintf(l->v[l->n].id, sizeof(l->v[l->n].id), "%s", id);
+	return &l->v[l->n++];
+}
+
+static void health_list_answer(struct ask *a, const char *node, const struct pcsi_client_call *call)
+{
+	const Csi__V1__ControllerListVolumeHealthResponse *r = (const void *)call->reply;
+	struct health_list *l = a->list;
+	size_t i, j;
+
+	if (call->status != PCSI_OK) {
+		l->down = pcsi_xrealloc(l->down, (l->n_down + 1) * sizeof(*l->down));
+		l->down[l->n_down++] = pcsi_xstrdup(node);
+		return;
+	}
+	for (i = 0; i < r->n_entries; i++) {
+		const Csi__V1__VolumeHealth *vh = r->entries[i];
+		struct health_item *it;
+
+		if (!vh->volume_id || !pcsi_volume_id_ok(vh->volume_id))
+			continue;
+		it = health_item(l, vh->volume_id);
+		for (j = 0; j < vh->n_health_statuses; j++) {
+			const Csi__V1__VolumeHealth__VolumeHealthEntry *e = vh->health_statuses[j];
+			char msg[700];
+
+			snprintf(msg, sizeof(msg), "node %s: %s", node, e->message);
+			pcsi_health_add(&it->h, e->status, e->reason, msg);
+		}
+	}
+}
+
+static bool node_down(const struct ask *a, const char *node)
+{
+	const struct pcsi_cnode *n = pcsi_cluster_node(a->c->cluster, node);
+	size_t i;
+
+	if (!n || !n->ready)
+		return true;
+	for (i = 0; i < a->list->n_down; i++)
+		if (!strcmp(a->list->down[i], node))
+			return true;
+	return false;
+}
+
+static void add_unreachable(const struct pcsi_cvol *v, void *data)
+{
+	struct ask *a = data;
+	struct health_item *it = NULL;
+	size_t i;
+
+	if (pcsi_snapshot_id_is(v->id))
+		return;
+	for (i = 0; i < v->n_nodes; i++) {
+		size_t l;
+		if (!node_down(a, v->nodes[i]))
+			continue;
+		if (!it)
+			it = health_item(a->list, v->id);
+		it->unreachable++;
+		l = strlen(it->cond);
+		snprintf(it->cond + l, sizeof(it->cond) - l,
+			 "%snode %s: not registered or not answering", l ? "; " : "", v->nodes[i]);
+	}
+	if (it)
+		pcsi_health_add(&it->h,
+				it->unreachable >= v->n_nodes
+					? CSI__V1__VOLUME_HEALTH_ERROR_TYPE__INACCESSIBLE
+					: CSI__V1__VOLUME_HEALTH_ERROR_TYPE__DEGRADED,
+				"NodeUnreachable", it->cond);
+}
+
+static int cmp_health_item(const void *x, const void *y)
+{
+	return strcmp(((const struct health_item *)x)->id, ((const struct health_item *)y)->id);
+}
+
+static void health_list_finish(struct ask *a)
+{
+	Csi__V1__ControllerListVolumeHealthResponse out =
+		CSI__V1__CONTROLLER_LIST_VOLUME_HEALTH_RESPONSE__INIT;
+	struct health_list *l = a->list;
+	struct pcsi_health_parts *parts;
+	Csi__V1__VolumeHealth **vhp;
+	size_t i, k = 0, start, count;
+	char next[32];
+
+	pcsi_cluster_foreach_volume(a->c->cluster, add_unreachable, a);
+	for (i = 0; i < l->n; i++) /* only volumes with a condition */
+		if (l->v[i].h.n)
+			l->v[k++] = l->v[i];
+	qsort(l->v, k, sizeof(*l->v), cmp_health_item);
+	if (pcsi_page(a->call, l->in->max_entries, l->in->starting_token, k, &start, &count)) {
+		parts = pcsi_xcalloc(count + 1, sizeof(*parts));
+		vhp = pcsi_xcalloc(count + 1, sizeof(*vhp));
+		for (i = 0; i < count; i++)
+			vhp[i] = pcsi_health_msg(&parts[i], &l->v[start + i].h, l->v[start + i].id);
+		out.n_entries = count;
+		out.entries = vhp;
+		out.next_token = pcsi_page_next(start, count, k, next);
+		pcsi_call_reply(a->call, &out.base);
+		free(parts);
+		free(vhp);
+	}
+	for (i = 0; i < l->n_down; i++)
+		free(l->down[i]);
+	free(l->down);
+	free(l->v);
+	free(l);
+}
+
+static void ctl_controller_list_volume_health(
+	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerListVolumeHealthRequest *in,
+	Csi__V1__ControllerListVolumeHealthResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_svc(svc);
+	struct health_list *l;
+	struct ask *a;
+
+	if (in->max_entries < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
+		return;
+	}
+	l = pcsi_xcalloc(1, sizeof(*l));
+	l->in = in;
+	csi__v1__controller_list_volume_health_request__init(&l->all);
+	a = ask_new(c, call, "ControllerListVolumeHealth", &l->all.base,
+		    pcsi_cluster_n_nodes(c->cluster));
+	a->list = l;
+	a->on_answer = health_list_answer;
+	a->finish = health_list_finish;
+	/* The answers come on later loop turns (rpc/client.h). */
+	pcsi_cluster_foreach_node(c->cluster, ask_each, a);
+	if (a->asked)
+		return;
+	health_list_finish(a); /* no node registered */
+	free(a->legs);
+	free(a);
+}
+
 static void ctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, from_svc(svc)->expand, false);
+	pcsi_reply_controller_capabilities(call, from_svc(svc)->expand);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)
-/* Not announced (LIST_VOLUME_HEALTH): ControllerGetVolumeHealth per volume. */
-PCSI_CONTROLLER_UNIMPLEMENTED_ONE(ctl_controller_list_volume_health,
-				  Csi__V1__ControllerListVolumeHealthRequest,
-				  Csi__V1__ControllerListVolumeHealthResponse_Closure)
 
 void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluster,
 			  const char *driver_name, uint64_t grace_ms)

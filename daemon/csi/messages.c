@@ -297,7 +297,7 @@ bool pcsi_modify_begin(struct pcsi_call *call, const Csi__V1__ControllerModifyVo
 	return true;
 }
 
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, bool list_health)
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand)
 {
 	typedef Csi__V1__ControllerServiceCapability__RPC__Type type_t;
 	static const type_t always[] = {
@@ -307,6 +307,7 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, boo
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_HEALTH,
+		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUME_HEALTH,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_SNAPSHOT,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_SNAPSHOTS,
@@ -314,7 +315,7 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, boo
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__MODIFY_VOLUME,
 		CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__GET_SNAPSHOT,
 	};
-	enum { MAX = PCSI_ARRAY_SIZE(always) + 2 };
+	enum { MAX = PCSI_ARRAY_SIZE(always) + 1 };
 	Csi__V1__ControllerGetCapabilitiesResponse out =
 		CSI__V1__CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
 	Csi__V1__ControllerServiceCapability caps[MAX], *capp[MAX];
@@ -326,8 +327,6 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, boo
 		types[n++] = always[i];
 	if (expand)
 		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME;
-	if (list_health)
-		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__LIST_VOLUME_HEALTH;
 	for (i = 0; i < n; i++) {
 		csi__v1__controller_service_capability__rpc__init(&rpcs[i]);
 		rpcs[i].type = types[i];

@@ -86,10 +86,10 @@ struct pcsi_call;
 
 /* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
  * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, GET_VOLUME_HEALTH,
- * SINGLE_NODE_MULTI_WRITER, CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and
- * CLONE_VOLUME, MODIFY_VOLUME and GET_SNAPSHOT (both roles offer the same), EXPAND_VOLUME if |expand| and
- * LIST_VOLUME_HEALTH if |list_health|. */
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand, bool list_health);
+ * LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER, CREATE_DELETE_SNAPSHOT,
+ * LIST_SNAPSHOTS, CLONE_VOLUME, MODIFY_VOLUME and GET_SNAPSHOT (both roles
+ * offer the same), and EXPAND_VOLUME if |expand|. */
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand);
 
 /* The id a CreateVolumeRequest's volume_content_source names (a snapshot's
  * when |snapshot| is set true, else a volume's), or NULL when there is none

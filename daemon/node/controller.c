@@ -1539,8 +1539,7 @@ static void nctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, pcsi_backend_can_expand(from_svc(svc)->node->be),
-					   true);
+	pcsi_reply_controller_capabilities(call, pcsi_backend_can_expand(from_svc(svc)->node->be));
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(nctl_)

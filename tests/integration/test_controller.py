@@ -566,8 +566,13 @@ def _():
 
     def get_capacity(req, ctx):
         return csi.GetCapacityResponse(available_capacity=64 * MiB)
+    def list_health(req, ctx):
+        return csi.ControllerListVolumeHealthResponse(entries=[get_health(
+            csi.ControllerGetVolumeHealthRequest(volume_id=vol), ctx).volume_health])
+
     server, ep, reg = stand_in_node(ListVolumes=list_volumes, ControllerGetVolume=get_volume,
-                                    ControllerGetVolumeHealth=get_health, GetCapacity=get_capacity)
+                                    ControllerGetVolumeHealth=get_health, ControllerListVolumeHealth=list_health,
+                                    GetCapacity=get_capacity)
     path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
     try:
         code, details, _ = pt.call_code(reg, path, P.registry.RegisterNodeControllerRequest(
@@ -580,6 +585,18 @@ def _():
         pt.check(h.volume_id == vol and [(e.status, e.reason, e.message) for e in h.health_statuses]
                  == [(csi.DATA_LOSS, "MediaErrors", "node sick-node: " + why)], str(h))
         healthy = ok_call("CreateVolume", create("pvc-healthy", 8 * MiB)).volume
+        listed = ok_call("ControllerListVolumeHealth", csi.ControllerListVolumeHealthRequest()).entries
+        # Also listed: volumes of nodes an earlier test left unregistered
+        # (NodeUnreachable), never the healthy volume.
+        got = {e.volume_id: [(s.status, s.reason, s.message) for s in e.health_statuses] for e in listed}
+        pt.check(got.pop(vol, None) == [(csi.DATA_LOSS, "MediaErrors", "node sick-node: " + why)]
+                 and healthy.volume_id not in got
+                 and all([s[1] for s in v] == ["NodeUnreachable"] for v in got.values()),
+                 "ControllerListVolumeHealth: %r" % [(e.volume_id, [(s.status, s.reason, s.message) for s in
+                                                                  e.health_statuses]) for e in listed])
+        code, details, _ = rpc("ControllerListVolumeHealth", csi.ControllerListVolumeHealthRequest(
+            starting_token="9"))
+        pt.check(code == SC.ABORTED, "a bad token: %s %s" % (code, details))
         r = ok_call("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=healthy.volume_id))
         pt.check(not r.status.volume_condition.abnormal and holders(r.volume) == holders(healthy),
                  "healthy: %s" % r)
@@ -599,6 +616,9 @@ def _():
                                           == [(csi.INACCESSIBLE, "NodeUnreachable")]
                                           and "sick-node" in r.volume_health.health_statuses[0].message),
                  "health after unregistering: %s %s %s" % (code, details, r))
+        listed = ok_call("ControllerListVolumeHealth", csi.ControllerListVolumeHealthRequest()).entries
+        pt.check(all(e.volume_id != vol or [s.reason for s in e.health_statuses] == ["NodeUnreachable"]
+                     for e in listed), "listed after unregistering: %s" % listed)
     finally:
         reg.close()
         server.stop(0)

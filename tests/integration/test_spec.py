@@ -173,15 +173,15 @@ def _():
 
 
 @t.test("ControllerGetCapabilities claims GET_VOLUME, VOLUME_CONDITION, GET_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER, "
-        "snapshots, clones, EXPAND_VOLUME (both roles; the test-only backend grows volumes), LIST_VOLUME_HEALTH "
-        "(node); the plugin SNAPSHOT_ACCESSIBILITY_CONSTRAINTS")
+        "LIST_VOLUME_HEALTH, MODIFY_VOLUME, GET_SNAPSHOT, snapshots, clones, EXPAND_VOLUME (both roles; the "
+        "test-only backend grows volumes); the plugin SNAPSHOT_ACCESSIBILITY_CONSTRAINTS")
 def _():
     T = csi.ControllerServiceCapability.RPC
     want = {T.CREATE_DELETE_VOLUME, T.LIST_VOLUMES, T.GET_CAPACITY, T.GET_VOLUME, T.VOLUME_CONDITION,
             T.GET_VOLUME_HEALTH, T.SINGLE_NODE_MULTI_WRITER, T.EXPAND_VOLUME, T.CREATE_DELETE_SNAPSHOT,
-            T.LIST_SNAPSHOTS, T.CLONE_VOLUME, T.MODIFY_VOLUME, T.GET_SNAPSHOT}
+            T.LIST_SNAPSHOTS, T.CLONE_VOLUME, T.MODIFY_VOLUME, T.GET_SNAPSHOT, T.LIST_VOLUME_HEALTH}
     for name, got, more in (("node", on_node("Controller", "ControllerGetCapabilities",
-                                             csi.ControllerGetCapabilitiesRequest()), {T.LIST_VOLUME_HEALTH}),
+                                             csi.ControllerGetCapabilitiesRequest()), set()),
                             ("controller", on_ctl("ControllerGetCapabilities",
                                                   csi.ControllerGetCapabilitiesRequest()), set())):
         r = expect(got, SC.OK, name)
