@@ -1449,37 +1449,55 @@ static void volume_finish(struct ask *a)
 			  a->c->topology_key, a->abnormal ? a->cond : NULL);
 }
 
+static void holder_not_registered(struct ask *a, const char *node)
+{
+	add_condition(a, node, "it holds a copy and is not registered");
+}
+
+/* Asks every holder of volume |id| the same request at once (struct ask:
+ * |on_answer| per answer, then |finish|); a holder that is not registered
+ * goes to |missing| instead. An empty id is INVALID_ARGUMENT, an unknown
+ * volume NOT_FOUND (the call ended). */
+static void
+ask_holders(struct pcsi_controller *c, struct pcsi_call *call, const char *id, const char *method,
+	    const ProtobufCMessage *req,
+	    void (*on_answer)(struct ask *a, const char *node, const struct pcsi_client_call *call),
+	    void (*finish)(struct ask *a), void (*missing)(struct ask *a, const char *node))
+{
+	const struct pcsi_cvol *v;
+	struct ask *a;
+	size_t i;
+
+	if (!id || !*id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	v = known(c, id, false);
+	if (!v) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", id);
+		return;
+	}
+	a = ask_new(c, call, method, req, v->n_nodes);
+	a->on_answer = on_answer;
+	a->finish = finish;
+	snprintf(a->vol_id, sizeof(a->vol_id), "%s", v->id);
+	for (i = 0; i < v->n_nodes; i++)
+		if (!ask_one(a, pcsi_cluster_node(c->cluster, v->nodes[i])))
+			missing(a, v->nodes[i]);
+	if (a->asked)
+		return;
+	finish(a); /* no holder to ask */
+	free(a->legs);
+	free(a);
+}
+
 static void ctl_controller_get_volume(Csi__V1__Controller_Service *svc,
 				      const Csi__V1__ControllerGetVolumeRequest *in,
 				      Csi__V1__ControllerGetVolumeResponse_Closure closure,
 				      void *call)
 {
-	struct pcsi_controller *c = from_svc(svc);
-	const struct pcsi_cvol *v;
-	struct ask *a;
-	size_t i;
-
-	if (!in->volume_id || !*in->volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
-		return;
-	}
-	v = known(c, in->volume_id, false);
-	if (!v) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
-		return;
-	}
-	a = ask_new(c, call, "ControllerGetVolume", &in->base, v->n_nodes);
-	a->on_answer = volume_answer;
-	a->finish = volume_finish;
-	snprintf(a->vol_id, sizeof(a->vol_id), "%s", v->id);
-	for (i = 0; i < v->n_nodes; i++)
-		if (!ask_one(a, pcsi_cluster_node(c->cluster, v->nodes[i])))
-			add_condition(a, v->nodes[i], "it holds a copy and is not registered");
-	if (a->asked)
-		return;
-	volume_finish(a); /* no holder to ask */
-	free(a->legs);
-	free(a);
+	ask_holders(from_svc(svc), call, in->volume_id, "ControllerGetVolume", &in->base,
+		    volume_answer, volume_finish, holder_not_registered);
 }
 
 /* ControllerGetVolumeHealth asks every holder the same (CSI 1.13): what a
@@ -1535,36 +1553,17 @@ static void health_finish(struct ask *a)
 	pcsi_call_reply(a->call, &out.base);
 }
 
+static void health_not_registered(struct ask *a, const char *node)
+{
+	unreachable_holder(a, node, "not registered");
+}
+
 static void ctl_controller_get_volume_health(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetVolumeHealthRequest *in,
 	Csi__V1__ControllerGetVolumeHealthResponse_Closure closure, void *call)
 {
-	struct pcsi_controller *c = from_svc(svc);
-	const struct pcsi_cvol *v;
-	struct ask *a;
-	size_t i;
-
-	if (!in->volume_id || !*in->volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
-		return;
-	}
-	v = known(c, in->volume_id, false);
-	if (!v) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
-		return;
-	}
-	a = ask_new(c, call, "ControllerGetVolumeHealth", &in->base, v->n_nodes);
-	a->on_answer = health_answer;
-	a->finish = health_finish;
-	snprintf(a->vol_id, sizeof(a->vol_id), "%s", v->id);
-	for (i = 0; i < v->n_nodes; i++)
-		if (!ask_one(a, pcsi_cluster_node(c->cluster, v->nodes[i])))
-			unreachable_holder(a, v->nodes[i], "not registered");
-	if (a->asked)
-		return;
-	health_finish(a); /* no holder to ask */
-	free(a->legs);
-	free(a);
+	ask_holders(from_svc(svc), call, in->volume_id, "ControllerGetVolumeHealth", &in->base,
+		    health_answer, health_finish, health_not_registered);
 }
 
 /* ControllerListVolumeHealth asks every registered node for its whole list

@@ -674,7 +674,9 @@ struct simple_op {
 	struct pcsi_call *call;
 	const void *in;
 	struct pcsi_backend_req breq;
-	struct pcsi_badblocks_job bad; /* ControllerGetVolume */
+	struct pcsi_badblocks_job bad; /* ControllerGetVolume{,Health} */
+	pcsi_badblocks_cb checked;     /* look_up_checked() */
+	const char *what;
 };
 
 static void on_listed(struct pcsi_backend_req *req, void *data)
@@ -794,14 +796,14 @@ static void on_validate_get(struct pcsi_backend_req *req, void *data)
 
 /* Looks volume |id| up for a request |in| that ends in |cb|; an id this
  * driver never makes is NOT_FOUND at once. */
-static void look_up(Csi__V1__Controller_Service *svc, struct pcsi_call *call, const void *in,
-		    const char *id, pcsi_backend_cb cb)
+static struct simple_op *look_up(Csi__V1__Controller_Service *svc, struct pcsi_call *call,
+				 const void *in, const char *id, pcsi_backend_cb cb)
 {
 	struct simple_op *op;
 
 	if (!pcsi_volume_id_ok(id)) {
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", id);
-		return;
+		return NULL;
 	}
 	op = pcsi_xcalloc(1, sizeof(*op));
 	op->nc = from_svc(svc);
@@ -809,6 +811,42 @@ static void look_up(Csi__V1__Controller_Service *svc, struct pcsi_call *call, co
 	op->in = in;
 	op->breq.id = id;
 	pcsi_backend_get(op->nc->node->be, &op->breq, cb, op);
+	return op;
+}
+
+static void on_found_check(struct pcsi_backend_req *req, void *data)
+{
+	struct simple_op *op = data;
+
+	if (req->error == -ENOENT)
+		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", req->id);
+	else if (req->error)
+		fail_errno(op->call, req->error, op->what, req->msg);
+	else {
+		op->bad.dev = req->vol.path;
+		pcsi_badblocks_check(op->nc->node->loop, &op->bad, op->checked, op);
+		return;
+	}
+	free(op);
+}
+
+/* Looks volume |id| up, then reads its media errors (badblocks.h):
+ * |checked| gets the job (op->breq holds the volume). A missing id is
+ * INVALID_ARGUMENT, an unknown volume NOT_FOUND (|what|: the RPC). */
+static void look_up_checked(Csi__V1__Controller_Service *svc, struct pcsi_call *call,
+			    const char *id, const char *what, pcsi_badblocks_cb checked)
+{
+	struct simple_op *op;
+
+	if (!id || !*id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
+		return;
+	}
+	op = look_up(svc, call, NULL, id, on_found_check);
+	if (op) { /* its callback runs on a later loop turn */
+		op->what = what;
+		op->checked = checked;
+	}
 }
 
 static void nctl_validate_volume_capabilities(
@@ -835,32 +873,12 @@ static void on_get_volume_checked(struct pcsi_badblocks_job *j, void *data)
 	free(op);
 }
 
-static void on_get_volume(struct pcsi_backend_req *req, void *data)
-{
-	struct simple_op *op = data;
-
-	if (req->error == -ENOENT)
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", req->id);
-	else if (req->error)
-		fail_errno(op->call, req->error, "ControllerGetVolume", req->msg);
-	else {
-		op->bad.dev = req->vol.path;
-		pcsi_badblocks_check(op->nc->node->loop, &op->bad, on_get_volume_checked, op);
-		return;
-	}
-	free(op);
-}
-
 static void nctl_controller_get_volume(Csi__V1__Controller_Service *svc,
 				       const Csi__V1__ControllerGetVolumeRequest *in,
 				       Csi__V1__ControllerGetVolumeResponse_Closure closure,
 				       void *call)
 {
-	if (!in->volume_id || !*in->volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
-		return;
-	}
-	look_up(svc, call, in, in->volume_id, on_get_volume);
+	look_up_checked(svc, call, in->volume_id, "ControllerGetVolume", on_get_volume_checked);
 }
 
 /* ---- ControllerGetVolumeHealth, ControllerListVolumeHealth (CSI 1.13) -------------- */
@@ -895,31 +913,11 @@ static void on_health_checked(struct pcsi_badblocks_job *j, void *data)
 	free(op);
 }
 
-static void on_health_found(struct pcsi_backend_req *req, void *data)
-{
-	struct simple_op *op = data;
-
-	if (req->error == -ENOENT)
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", req->id);
-	else if (req->error)
-		fail_errno(op->call, req->error, "ControllerGetVolumeHealth", req->msg);
-	else {
-		op->bad.dev = req->vol.path;
-		pcsi_badblocks_check(op->nc->node->loop, &op->bad, on_health_checked, op);
-		return;
-	}
-	free(op);
-}
-
 static void nctl_controller_get_volume_health(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetVolumeHealthRequest *in,
 	Csi__V1__ControllerGetVolumeHealthResponse_Closure closure, void *call)
 {
-	if (!in->volume_id || !*in->volume_id) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
-		return;
-	}
-	look_up(svc, call, in, in->volume_id, on_health_found);
+	look_up_checked(svc, call, in->volume_id, "ControllerGetVolumeHealth", on_health_checked);
 }
 
 /* Every volume's list is read in one job on the thread pool; the reply pages
