@@ -49,7 +49,7 @@ set -eu
 TOOLS='
 csi-sanity       github.com/kubernetes-csi/csi-test/v5@v5.6.0                github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
 csi-provisioner  github.com/kubernetes-csi/external-provisioner/v6@v6.3.0    github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
-csi-resizer      github.com/kubernetes-csi/external-resizer@v1.14.0          github.com/kubernetes-csi/external-resizer/cmd/csi-resizer
+csi-resizer      github.com/kubernetes-csi/external-resizer/v2@v2.3.0        github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer
 csi-snapshotter  local:tests/k8s/tools/snapshotter@v8.7.0                    github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter
 snapshot-controller local:tests/k8s/tools/snapshotter@v8.7.0                 github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
 kube             local:tests/k8s/tools/kube@v1.36.1                           .

@@ -442,7 +442,7 @@ def build_all(outdir, driver, tools, e2e=False, intel=False):
             (busybox_rootfs(), [], ["sh"]),
         "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0":
             (static_rootfs(tools["csi-provisioner"], "/csi-provisioner"), ["/csi-provisioner"], None),
-        "registry.k8s.io/sig-storage/csi-resizer:v1.14.0":
+        "registry.k8s.io/sig-storage/csi-resizer:v2.3.0":
             (static_rootfs(tools["csi-resizer"], "/csi-resizer"), ["/csi-resizer"], None),
         "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0":
             (static_rootfs(tools["csi-snapshotter"], "/csi-snapshotter"), ["/csi-snapshotter"], None),

@@ -86,7 +86,7 @@ const DRIVER_BIN = "/usr/local/bin/pmem-csi-driver";
 // sidecar test as unknown.
 const SIDECARS = {
   "csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
-  "csi-resizer": "registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
+  "csi-resizer": "registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
   "csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
 };
 // kubelet's root directory, as the manifests assume it (../README.md says how
@@ -111,7 +111,7 @@ const SIDECAR_FLAGS = {
     "timeout", "retry-interval-start", "retry-interval-max", "leader-election", "leader-election-namespace",
     "leader-election-lease-duration", "leader-election-renew-deadline", "leader-election-retry-period",
     "metrics-address", "http-endpoint", "metrics-path", "kube-api-qps", "kube-api-burst",
-    "handle-volume-inuse-error", "feature-gates"],
+    "handle-volume-inuse-error", "feature-gates", "resize-timeout", "modify-timeout", "automaxprocs"],
   "csi-snapshotter": [...KLOG, "automaxprocs", "csi-address", "extra-create-metadata", "feature-gates",
     "groupsnapshot-name-prefix", "groupsnapshot-name-uuid-length", "http-endpoint", "kube-api-burst",
     "kube-api-qps", "leader-election", "leader-election-labels", "leader-election-lease-duration",
@@ -388,9 +388,9 @@ for (const [mode, list] of Object.entries(modePods)) {
           // DaemonSet would send every volume to every node.
           if (d.doc.kind !== "Deployment") p.push("csi-resizer belongs in the controller Deployment only");
           if (!has("leader-election")) p.push("csi-resizer should use --leader-election");
-          // v1.14 sends ControllerModifyVolume for VolumeAttributesClasses
-          // only with its (beta, default off) feature gate.
-          if (!args.includes("--feature-gates=VolumeAttributesClass=true")) p.push("csi-resizer needs --feature-gates=VolumeAttributesClass=true (ControllerModifyVolume)");
+          // v1.x watches VolumeAttributesClasses through storage.k8s.io/v1beta1,
+          // which Kubernetes 1.36 does not serve: no ControllerModifyVolume.
+          if (!/csi-resizer:v[2-9]\./.test(c.image)) p.push(`csi-resizer ${c.image}: v2 or later is needed for VolumeAttributesClasses (storage.k8s.io/v1)`);
         }
         if (kind === "csi-snapshotter") {
           const args = c.args || [];
