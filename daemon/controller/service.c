@@ -935,7 +935,8 @@ static void ctl_controller_modify_volume(Csi__V1__Controller_Service *svc,
 	f = fanout_new(c, call, in->volume_id, "ControllerModifyVolume", "modified");
 	f->on_ok = modify_on_ok;
 	f->reply = modify_reply;
-	f->any_time = true; /* only known copies change; none is created */
+	/* Within the grace window a holder that has not re-registered may hold
+	 * a copy that would be left unchanged: UNAVAILABLE, as for a delete. */
 	f->req = &in->base;
 	if (!known(c, in->volume_id, false) || !fanout_known(f)) {
 		if (grace_left_s(c) && pcsi_volume_id_ok(in->volume_id)) {
@@ -1688,7 +1689,8 @@ static void health_list_finish(struct ask *a)
 	for (i = 0; i < l->n; i++) /* only volumes with a condition */
 		if (l->v[i].h.n)
 			l->v[k++] = l->v[i];
-	qsort(l->v, k, sizeof(*l->v), cmp_health_item);
+	if (k) /* l->v is NULL when no node named a volume */
+		qsort(l->v, k, sizeof(*l->v), cmp_health_item);
 	if (pcsi_page(a->call, l->in->max_entries, l->in->starting_token, k, &start, &count)) {
 		parts = pcsi_xcalloc(count + 1, sizeof(*parts));
 		vhp = pcsi_xcalloc(count + 1, sizeof(*vhp));

@@ -292,7 +292,8 @@ bool pcsi_modify_begin(struct pcsi_call *call, const Csi__V1__ControllerModifyVo
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
 		return false;
 	}
-	*has_erase_after = n > 0; /* eraseafter is the only key it takes */
+	*has_erase_after = pcsi_map_get(in->mutable_parameters, in->n_mutable_parameters,
+					"eraseafter") != NULL;
 	*erase_after = p.erase_after;
 	return true;
 }

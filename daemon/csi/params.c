@@ -19,6 +19,10 @@ int pcsi_params_mutable(const struct pcsi_kv *kv, size_t n, struct pcsi_params *
 	for (i = 0; i < n; i++) {
 		const char *v = kv[i].value ? kv[i].value : "";
 
+		/* What a CO adds (csi-resizer --extra-modify-metadata: the PVC's
+		 * and PV's names) is tolerated, as in parameters. */
+		if (starts_with(kv[i].key, "csi.storage.k8s.io/"))
+			continue;
 		if (strcmp(kv[i].key, "eraseafter")) {
 			snprintf(
 				err, errlen,

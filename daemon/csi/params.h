@@ -65,8 +65,9 @@ int pcsi_params_parse(enum pcsi_param_origin origin, const struct pcsi_kv *kv, s
 
 /* Applies mutable parameters (CreateVolume's and ControllerModifyVolume's
  * mutable_parameters, a VolumeAttributesClass' parameters) to |p|: only
- * eraseafter can change on a live volume; any other key, or a bad value, is
- * -EINVAL with a message in |err|. */
+ * eraseafter can change on a live volume (csi.storage.k8s.io/... keys, which
+ * a CO adds, are tolerated); any other key, or a bad value, is -EINVAL with
+ * a message in |err|. */
 int pcsi_params_mutable(const struct pcsi_kv *kv, size_t n, struct pcsi_params *p, char *err,
 			size_t errlen);
 

@@ -95,6 +95,15 @@ REQUESTS = {
             "volume_capabilities { %s } accessible_topology { %s }" % (MOUNT_EXT4, TOPO), ""],
         "ControllerGetCapabilities": [""],
         "ControllerGetVolume": ['volume_id: "%s"' % VID],
+        "ControllerModifyVolume": [
+            'volume_id: "%s" mutable_parameters { key: "eraseafter" value: "false" }' % VID,
+            'volume_id: "%s" mutable_parameters { key: "cacheSize" value: "3" }' % VID],
+        "ControllerGetVolumeHealth": ['volume_id: "%s"' % VID],
+        "ControllerListVolumeHealth": ["max_entries: 1", 'starting_token: "1"'],
+        "GetSnapshot": ['snapshot_id: "snap.%s"' % ("0" * 56)],
+        "CreateSnapshot": [
+            'source_volume_id: "%s" name: "snap-1" accessibility_requirements { requisite { %s } }'
+            % (VID, TOPO)],
     },
     "csi.v1.Node": {
         "NodeStageVolume": [
@@ -116,6 +125,8 @@ REQUESTS = {
         "NodeExpandVolume": ['volume_id: "%s" volume_path: "%s"' % (VID, POD)],
         "NodeGetCapabilities": [""],
         "NodeGetInfo": [""],
+        "NodeGetVolumeHealth": ['volume_id: "%s" volume_publish_path: "%s"' % (VID, POD)],
+        "NodeGetStorageHealth": [""],
     },
     "registry.v1.Registry": {
         "RegisterNodeController": ['node_id: "node-1" endpoint: "tcp://10.0.0.2:10001"'],

@@ -215,6 +215,8 @@ def _():
                                                               mutable_parameters={"eraseafter": "false"})),
            SC.OK, "modify again")
     expect(on_node("Controller", "ControllerModifyVolume", M(volume_id=v.volume_id)), SC.OK, "nothing to change")
+    expect(on_node("Controller", "ControllerModifyVolume", M(volume_id=v.volume_id, mutable_parameters={
+        "csi.storage.k8s.io/pvc/name": "claim"})), SC.OK, "only a CO's metadata")
     pt.check(erase_after(v.volume_id) is False, "absent keys change nothing")
     for params, what in (({"XXX_FakeKey": "x"}, "XXX_FakeKey"), ({"persistencyModel": "cache"}, "persistencyModel"),
                          ({"eraseafter": "perhaps"}, "boolean")):
