@@ -19,6 +19,7 @@ enum {
 	OPT_ENDPOINT,
 	OPT_REGISTRY_ENDPOINT,
 	OPT_CONTROLLER_ENDPOINT,
+	OPT_RESIZER_ENDPOINT,
 	OPT_NODEID,
 	OPT_DRIVERNAME,
 	OPT_DEVICE_MANAGER,
@@ -74,6 +75,7 @@ static const struct option options[] = {
 	{ "endpoint", required_argument, NULL, OPT_ENDPOINT },
 	{ "registryEndpoint", required_argument, NULL, OPT_REGISTRY_ENDPOINT },
 	{ "controllerEndpoint", required_argument, NULL, OPT_CONTROLLER_ENDPOINT },
+	{ "resizerEndpoint", required_argument, NULL, OPT_RESIZER_ENDPOINT },
 	{ "nodeid", required_argument, NULL, OPT_NODEID },
 	{ "drivername", required_argument, NULL, OPT_DRIVERNAME },
 	{ "deviceManager", required_argument, NULL, OPT_DEVICE_MANAGER },
@@ -138,6 +140,9 @@ static const char usage[] =
 	"  -registryEndpoint=URL      controller: where the Registry service listens (TCP);\n"
 	"                             node: the controller's registry to register with\n"
 	"  -controllerEndpoint=URL    node: where its controller service listens (TCP)\n"
+	"  -resizerEndpoint=URL       node: a unix socket for one cluster-wide csi-resizer\n"
+	"                             (distributed mode): it leaves growing a volume to\n"
+	"                             NodeExpandVolume on the node that holds it\n"
 	"  -nodeid=ID                 node id (default nodeid)\n"
 	"  -drivername=NAME           CSI driver name (default pmem-csi.intel.com)\n"
 	"  -deviceManager=NAME        lvm or direct (alias ndctl) (default lvm); controller:\n"
@@ -427,6 +432,13 @@ static int validate(struct pcsi_config *c, FILE *err)
 		}
 		c->kubelet_reg_path = c->endpoint + 7;
 	}
+	if (c->resizer_endpoint &&
+	    (c->mode != PCSI_MODE_NODE || strncmp(c->resizer_endpoint, "unix://", 7) ||
+	     check_endpoint("resizerEndpoint", c->resizer_endpoint, false, err) < 0)) {
+		fprintf(err, "pmem-csi-driver: -resizerEndpoint is a node flag and a unix:// "
+			     "endpoint\n");
+		return -EINVAL;
+	}
 	if (c->registry_endpoint &&
 	    check_endpoint("registryEndpoint", c->registry_endpoint, true, err) < 0)
 		return -EINVAL;
@@ -540,6 +552,9 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			break;
 		case OPT_CONTROLLER_ENDPOINT:
 			cfg->controller_endpoint = *optarg ? optarg : NULL;
+			break;
+		case OPT_RESIZER_ENDPOINT:
+			cfg->resizer_endpoint = *optarg ? optarg : NULL;
 			break;
 		case OPT_NODEID:
 			cfg->node_id = optarg;

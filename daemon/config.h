@@ -47,6 +47,7 @@ struct pcsi_config {
 	const char *endpoint;		 /* CSI socket (unix:// or tcp://) */
 	const char *registry_endpoint;	 /* controller: listen; node: where to register */
 	const char *controller_endpoint; /* node: TCP controller service */
+	const char *resizer_endpoint;	 /* node: unix socket for a cluster-wide csi-resizer */
 	const char *node_id;
 	const char *driver_name;
 	const char *device_manager; /* "lvm", "direct" (alias "ndctl") */

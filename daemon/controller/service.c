@@ -1743,7 +1743,7 @@ static void ctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, from_svc(svc)->expand);
+	pcsi_reply_controller_capabilities(call, true, from_svc(svc)->expand);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)

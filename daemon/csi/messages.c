@@ -105,9 +105,8 @@ bool pcsi_topology_is_node(const Csi__V1__Topology *t, const char *key, const ch
 	return false;
 }
 
-/* required_bytes and limit_bytes of |r| (0 = none): 0, or -EINVAL with |err|. */
-static int capacity_range(const Csi__V1__CapacityRange *r, uint64_t *required, uint64_t *limit,
-			  char *err, size_t errlen)
+int pcsi_capacity_range(const Csi__V1__CapacityRange *r, uint64_t *required, uint64_t *limit,
+			char *err, size_t errlen)
 {
 	*required = *limit = 0;
 	if (!r)
@@ -183,7 +182,7 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 		    !strcmp(pcsi_volume_fstype(cap, params), "xfs"))
 			xfs = true;
 	}
-	if (capacity_range(in->capacity_range, &required, limit, err, errlen) < 0)
+	if (pcsi_capacity_range(in->capacity_range, &required, limit, err, errlen) < 0)
 		return PCSI_INVALID_ARGUMENT;
 	if (in->volume_content_source && !pcsi_content_source(in, NULL)) {
 		snprintf(err, errlen, "volume_content_source names no snapshot_id or volume_id");
@@ -298,7 +297,7 @@ bool pcsi_modify_begin(struct pcsi_call *call, const Csi__V1__ControllerModifyVo
 	return true;
 }
 
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand)
+void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool all, bool expand)
 {
 	typedef Csi__V1__ControllerServiceCapability__RPC__Type type_t;
 	static const type_t always[] = {
@@ -324,7 +323,7 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool expand)
 	type_t types[MAX];
 	size_t i, n = 0;
 
-	for (i = 0; i < PCSI_ARRAY_SIZE(always); i++)
+	for (i = 0; all && i < PCSI_ARRAY_SIZE(always); i++)
 		types[n++] = always[i];
 	if (expand)
 		types[n++] = CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME;
@@ -354,7 +353,7 @@ bool pcsi_expand_begin(struct pcsi_call *call, const Csi__V1__ControllerExpandVo
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "capacity_range is required");
 		return false;
 	}
-	if (capacity_range(in->capacity_range, size, limit, err, sizeof(err)) < 0 ||
+	if (pcsi_capacity_range(in->capacity_range, size, limit, err, sizeof(err)) < 0 ||
 	    (in->volume_capability &&
 	     pcsi_cap_check(in->volume_capability, true, err, sizeof(err)) < 0)) {
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);

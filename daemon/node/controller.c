@@ -1161,8 +1161,17 @@ static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 					  void *call)
 {
 	struct pcsi_node_controller *nc = from_svc(svc);
-	struct expand_op *op = pcsi_xcalloc(1, sizeof(*op));
+	struct expand_op *op;
 
+	if (nc->for_resizer) {
+		pcsi_call_fail(call, PCSI_UNIMPLEMENTED,
+			       pcsi_backend_can_expand(nc->node->be)
+				       ? "volumes grow on their node (NodeExpandVolume)"
+				       : "volumes of -deviceManager=%s cannot grow",
+			       pcsi_backend_name(nc->node->be));
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
 	if (!pcsi_expand_begin(call, in, &nc->node->busy, &op->breq.size, &op->limit)) {
 		free(op);
 		return;
@@ -1537,15 +1546,23 @@ static void nctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, pcsi_backend_can_expand(from_svc(svc)->node->be));
+	struct pcsi_node_controller *nc = from_svc(svc);
+	bool can = pcsi_backend_can_expand(nc->node->be);
+
+	if (nc->for_resizer)
+		pcsi_reply_controller_capabilities(call, false, !can);
+	else
+		pcsi_reply_controller_capabilities(call, true, can);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(nctl_)
 
-void pcsi_node_controller_init(struct pcsi_node_controller *nc, struct pcsi_node *node)
+void pcsi_node_controller_init(struct pcsi_node_controller *nc, struct pcsi_node *node,
+			       bool for_resizer)
 {
 	Csi__V1__Controller_Service svc = CSI__V1__CONTROLLER__INIT(nctl_);
 
 	nc->svc = svc;
 	nc->node = node;
+	nc->for_resizer = for_resizer;
 }

@@ -22,9 +22,18 @@
 struct pcsi_node_controller {
 	Csi__V1__Controller_Service svc;
 	struct pcsi_node *node; /* borrowed */
+	bool for_resizer;
 };
 
-void pcsi_node_controller_init(struct pcsi_node_controller *nc, struct pcsi_node *node);
+/* The node's Controller service. |for_resizer|: the view one cluster-wide
+ * csi-resizer gets in distributed mode (-resizerEndpoint), where any node's
+ * socket may answer for volumes on every node: it announces no capability,
+ * so the resizer only records the new size and kubelet's NodeExpandVolume
+ * grows the volume on the node that holds it (lvm); on a backend that cannot
+ * grow volumes (direct) it announces EXPAND_VOLUME and refuses each call, so
+ * that the user sees why on the PVC. */
+void pcsi_node_controller_init(struct pcsi_node_controller *nc, struct pcsi_node *node,
+			       bool for_resizer);
 
 struct pcsi_health;
 struct pcsi_badblocks;

@@ -119,16 +119,23 @@ int pcsi_node_role_start(struct pcsi_node_role *r)
 		return -1;
 	}
 	pcsi_node_service_init(&r->node_svc, &r->node);
-	pcsi_node_controller_init(&r->node_ctrl, &r->node);
+	pcsi_node_controller_init(&r->node_ctrl, &r->node, false);
+	pcsi_node_controller_init(&r->resizer_ctrl, &r->node, true);
 	r->csi[0] = pcsi_identity_service(r->env->identity);
 	r->csi[1] = pcsi_node_service(&r->node_svc);
 	r->csi[2] = pcsi_node_controller_service(&r->node_ctrl);
+	r->resizer[0] = r->csi[0];
+	r->resizer[1] = r->csi[1];
+	r->resizer[2] = pcsi_node_controller_service(&r->resizer_ctrl);
 	r->tcp[0] = pcsi_identity_service(r->env->identity);
 	r->tcp[1] = pcsi_node_controller_service(&r->node_ctrl);
 	if (pcsi_role_listen(r->env, "csi", cfg->endpoint, r->csi, 3) < 0)
 		return -1;
 	if (cfg->controller_endpoint &&
 	    pcsi_role_listen(r->env, "controller", cfg->controller_endpoint, r->tcp, 2) < 0)
+		return -1;
+	if (cfg->resizer_endpoint &&
+	    pcsi_role_listen(r->env, "resizer", cfg->resizer_endpoint, r->resizer, 3) < 0)
 		return -1;
 	if (cfg->kubelet_reg_dir) {
 		char url[300];

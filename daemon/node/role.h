@@ -34,7 +34,7 @@ struct pcsi_node_role {
 	struct pcsi_backend_req open_req;
 	struct pcsi_node node;
 	struct pcsi_node_service node_svc;
-	struct pcsi_node_controller node_ctrl;
+	struct pcsi_node_controller node_ctrl, resizer_ctrl;
 	struct pcsi_registration registration;
 	struct pcsi_kubelet_reg kubelet;
 	struct pcsi_cxl cxl;		   /* -cxlRegions=auto */
@@ -47,7 +47,7 @@ struct pcsi_node_role {
 	uv_timer_t open_timer;
 	uint32_t open_delay_ms;
 	char open_error[256];
-	ProtobufCService *csi[3], *tcp[2], *kubelet_svc[1];
+	ProtobufCService *csi[3], *tcp[2], *resizer[3], *kubelet_svc[1];
 };
 
 /* Creates the backend named by -deviceManager. Returns 0, or -EINVAL /

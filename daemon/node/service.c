@@ -42,6 +42,7 @@ struct nop {
 	bool single_writer; /* SINGLE_NODE_SINGLE_WRITER: one target at a time */
 	bool rec_ok;	    /* unpublish: the volume's record was read */
 	uint64_t size;
+	uint64_t want, limit; /* NodeExpandVolume's capacity_range */
 	struct pcsi_params params;
 	struct pcsi_backend_req breq;
 	struct pcsi_proc proc;
@@ -1261,10 +1262,12 @@ static void node_node_get_capabilities(Csi__V1__Node_Service *svc,
 
 /* ---- NodeExpandVolume -------------------------------------------------------------------- */
 
-/* The device grew (ControllerExpandVolume); the filesystem on it grows here,
- * online, on its mount: resize2fs for ext4 (it finds the mount itself),
- * xfs_growfs for xfs (on the staging mount, which is read-write). A raw block
- * volume needs nothing. */
+/* The device grew (ControllerExpandVolume, central mode), or grows here first
+ * when it is smaller than required_bytes (distributed mode, where the
+ * cluster-wide csi-resizer only records the new size: -resizerEndpoint);
+ * then the filesystem on it grows, online, on its mount: resize2fs for ext4
+ * (it finds the mount itself), xfs_growfs for xfs (on the staging mount,
+ * which is read-write). A raw block volume needs nothing more. */
 static void expand_reply(struct nop *op)
 {
 	Csi__V1__NodeExpandVolumeResponse out = CSI__V1__NODE_EXPAND_VOLUME_RESPONSE__INIT;
@@ -1280,6 +1283,34 @@ static void expand_grown(struct nop *op)
 	pcsi_info(2, "filesystem expanded", "volume=%s fs=%s size=%llu", op->id, op->fstype,
 		  (unsigned long long)op->size);
 	expand_reply(op);
+}
+
+static void expand_fs(struct nop *op)
+{
+	if (op->block)
+		expand_reply(op);
+	else
+		run_grow(op, op->staging[0] ? op->staging : op->target, expand_grown);
+}
+
+static void expand_device_grown(struct pcsi_backend_req *req, void *data)
+{
+	struct nop *op = data;
+
+	if (req->error) {
+		nop_fail(op, pcsi_status_from_errno(req->error), "cannot grow volume %s: %s",
+			 op->id, req->msg);
+		return;
+	}
+	pcsi_info(2, "volume expanded", "volume=%s size=%llu", op->id,
+		  (unsigned long long)req->vol.size);
+	op->size = req->vol.size;
+	if (op->limit && op->size > op->limit) {
+		nop_fail(op, PCSI_OUT_OF_RANGE, "volume %s has %llu bytes, above limit_bytes %llu",
+			 op->id, (unsigned long long)op->size, (unsigned long long)op->limit);
+		return;
+	}
+	expand_fs(op);
 }
 
 static void expand_found(struct pcsi_backend_req *req, void *data)
@@ -1302,28 +1333,47 @@ static void expand_found(struct pcsi_backend_req *req, void *data)
 				 op->target, op->id);
 			return;
 		}
-		expand_reply(op);
-		return;
-	}
-	if (pcsi_mount_lookup(op->target, &mi) != 1 || mi.dev != rdev) {
+		op->block = true;
+	} else if (pcsi_mount_lookup(op->target, &mi) != 1 || mi.dev != rdev) {
 		nop_fail(op, PCSI_NOT_FOUND, "volume %s is not mounted at %.200s", op->id,
 			 op->target);
 		return;
+	} else {
+		snprintf(op->fstype, sizeof(op->fstype), "%s", mi.fstype);
+		if (strcmp(mi.fstype, "xfs") && strncmp(mi.fstype, "ext", 3)) {
+			nop_fail(op, PCSI_FAILED_PRECONDITION, "cannot grow a %s filesystem",
+				 mi.fstype);
+			return;
+		}
 	}
-	snprintf(op->fstype, sizeof(op->fstype), "%s", mi.fstype);
-	if (strcmp(mi.fstype, "xfs") && strncmp(mi.fstype, "ext", 3)) {
-		nop_fail(op, PCSI_FAILED_PRECONDITION, "cannot grow a %s filesystem", mi.fstype);
+	if (op->want <= op->size) {
+		expand_fs(op);
 		return;
 	}
-	run_grow(op, op->staging[0] ? op->staging : op->target, expand_grown);
+	if (!pcsi_backend_can_expand(op->ns->node->be)) {
+		nop_fail(op, PCSI_OUT_OF_RANGE,
+			 "volume %s has %llu bytes and cannot grow to %llu (-deviceManager=%s)",
+			 op->id, (unsigned long long)op->size, (unsigned long long)op->want,
+			 pcsi_backend_name(op->ns->node->be));
+		return;
+	}
+	op->breq.id = op->id;
+	op->breq.size = op->want;
+	pcsi_backend_expand(op->ns->node->be, &op->breq, expand_device_grown, op);
 }
 
 static void node_node_expand_volume(Csi__V1__Node_Service *svc,
 				    const Csi__V1__NodeExpandVolumeRequest *in,
 				    Csi__V1__NodeExpandVolumeResponse_Closure closure, void *call)
 {
+	uint64_t want, limit;
 	struct nop *op;
+	char err[256];
 
+	if (pcsi_capacity_range(in->capacity_range, &want, &limit, err, sizeof(err)) < 0) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
+		return;
+	}
 	if (!check_volume_path(call, in->volume_id, in->volume_path) ||
 	    !check_volume_path(call, in->volume_id,
 			       in->staging_target_path && *in->staging_target_path
@@ -1331,6 +1381,8 @@ static void node_node_expand_volume(Csi__V1__Node_Service *svc,
 				       : in->volume_path))
 		return;
 	op = nop_new(from_svc(svc), call, "NodeExpandVolume");
+	op->want = want;
+	op->limit = limit;
 	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
 	snprintf(op->target, sizeof(op->target), "%s", in->volume_path);
 	if (in->staging_target_path)

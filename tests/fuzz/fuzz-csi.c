@@ -283,7 +283,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		pcsi_backend_open(be, &open_req, on_open, &identity);
 	FUZZ_CHECK(pcsi_node_init(&node, &loop, &cfg, be, err, sizeof(err)) == 0, err);
 	pcsi_node_service_init(&nsvc, &node);
-	pcsi_node_controller_init(&nctl, &node);
+	pcsi_node_controller_init(&nctl, &node, false);
 	pcsi_cluster_init(&cluster, &loop, NULL);
 	pcsi_controller_init(&ctrl, &cluster, cfg.driver_name, flags & F_NO_GRACE ? 0 : 90000);
 	pcsi_registry_init(&reg, &cluster);

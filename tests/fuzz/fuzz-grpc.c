@@ -186,7 +186,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pcsi_backend_open(be, &open_req, on_open, &identity);
 	FUZZ_CHECK(pcsi_node_init(&node, &loop, &cfg, be, err, sizeof(err)) == 0, err);
 	pcsi_node_service_init(&nsvc, &node);
-	pcsi_node_controller_init(&nctl, &node);
+	pcsi_node_controller_init(&nctl, &node, false);
 	pcsi_kubelet_reg_init(&kreg, cfg.driver_name, "/var/lib/kubelet/plugins/pmem-csi/csi.sock");
 	services[0] = pcsi_identity_service(&identity);
 	services[1] = pcsi_node_service(&nsvc);

@@ -25,12 +25,14 @@ csi = pt.protos().csi
 WORK = pt.mkdtemp("pcsi-spec-")
 NODE_SOCK = os.path.join(WORK, "node.sock")
 CTL_SOCK = os.path.join(WORK, "controller.sock")
+RESIZER_SOCK = os.path.join(WORK, "resizer.sock")
 AM = csi.VolumeCapability.AccessMode
 
 
 def _start_node():
     args = ["-mode=node", "-nodeid=n1", "-endpoint=unix://" + NODE_SOCK,
-            "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(WORK, "state"), "-v=4"]
+            "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(WORK, "state"), "-v=4",
+            "-resizerEndpoint=unix://" + RESIZER_SOCK]
     d = pt.Daemon(DRIVER, args, name="node", workdir=WORK).start(wait=False)
     d.wait_ready()
     return d
@@ -116,8 +118,41 @@ def _():
             (csi.NodeExpandVolumeRequest(volume_id=v.volume_id, volume_path="some/path"), SC.NOT_FOUND,
              "relative path"),
             (csi.NodeExpandVolumeRequest(volume_id=v.volume_id, volume_path=WORK), SC.NOT_FOUND,
-             "a directory where the volume is not mounted")):
+             "a directory where the volume is not mounted"),
+            (csi.NodeExpandVolumeRequest(volume_id=v.volume_id, volume_path=WORK,
+                                         capacity_range=csi.CapacityRange(required_bytes=-1)),
+             SC.INVALID_ARGUMENT, "negative required_bytes"),
+            (csi.NodeExpandVolumeRequest(volume_id=v.volume_id, volume_path=WORK,
+                                         capacity_range=csi.CapacityRange(required_bytes=2 << 30,
+                                                                          limit_bytes=1 << 30)),
+             SC.INVALID_ARGUMENT, "required_bytes above limit_bytes")):
         expect(on_node("Node", "NodeExpandVolume", req), code, what)
+
+
+@t.test("-resizerEndpoint (distributed mode's csi-resizer): CONTROLLER_SERVICE, no controller capability, the "
+        "node's EXPAND_VOLUME; ControllerExpandVolume there is UNIMPLEMENTED, the volume unchanged")
+def _():
+    node.get()
+    r = expect(call(RESIZER_SOCK, "Identity", "GetPluginCapabilities", csi.GetPluginCapabilitiesRequest()),
+               SC.OK, "plugin caps")
+    pt.check(csi.PluginCapability.Service.CONTROLLER_SERVICE in
+             [c.service.type for c in r.capabilities if c.HasField("service")], "plugin capabilities %r" % r)
+    r = expect(call(RESIZER_SOCK, "Controller", "ControllerGetCapabilities",
+                    csi.ControllerGetCapabilitiesRequest()), SC.OK, "controller caps")
+    pt.check(len(r.capabilities) == 0, "controller capabilities %r" % r)
+    r = expect(call(RESIZER_SOCK, "Node", "NodeGetCapabilities", csi.NodeGetCapabilitiesRequest()), SC.OK,
+               "node caps")
+    pt.check(csi.NodeServiceCapability.RPC.EXPAND_VOLUME in [c.rpc.type for c in r.capabilities],
+             "node capabilities %r" % r)
+    v = expect(on_node("Controller", "CreateVolume", create("resizer-vol")), SC.OK, "CreateVolume").volume
+    code, details, _ = call(RESIZER_SOCK, "Controller", "ControllerExpandVolume",
+                            csi.ControllerExpandVolumeRequest(
+                                volume_id=v.volume_id, capacity_range=csi.CapacityRange(required_bytes=2 << 30)))
+    pt.check(code == SC.UNIMPLEMENTED and "NodeExpandVolume" in details, "%s %s" % (code, details))
+    r = expect(on_node("Controller", "ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=v.volume_id)),
+               SC.OK, "ControllerGetVolume")
+    pt.check(r.volume.capacity_bytes == v.capacity_bytes, "size %d, created %d" % (r.volume.capacity_bytes,
+                                                                                  v.capacity_bytes))
 
 
 @t.test("central, within the grace window: DeleteVolume of an id that is not ours is OK at once")

@@ -521,6 +521,36 @@ def _():
     pt.check(line.split()[2] == "xfs" and "dax" in line, "mount %r" % line)
 
 
+@t.test("distributed: a PVC grows from 64Mi to 160Mi while its pod writes: the elected csi-resizer (on the "
+        "-resizerEndpoint socket) records the size, kubelet's NodeExpandVolume grows the LV and ext4 on node-y; "
+        "every line written is there and the new space is usable")
+@timed("distributed expansion")
+def _():
+    k("apply", "-f", "-", input=pvc_yaml("grow-pvc", "pmem-csi-sc", "64Mi"))
+    k("apply", "-f", "-", input=pod_yaml("app-grow", "node-y", claim="grow-pvc",
+                                         cmd="i=0; while :; do echo $i >> /data/log; i=$((i+1)); sleep 0.1; done"))
+    wait_pod_running("app-grow")
+    k("patch", "pvc", "grow-pvc", "--type=merge", "-p", json.dumps(
+        {"spec": {"resources": {"requests": {"storage": "160Mi"}}}}))
+    wait(lambda: kj("get", "pvc", "grow-pvc")["status"].get("capacity", {}).get("storage") == "160Mi", 300,
+         "grow-pvc status capacity 160Mi")
+    handle = kj("get", "pv", kj("get", "pvc", "grow-pvc")["spec"]["volumeName"])["spec"]["csi"]["volumeHandle"]
+    lvs = dict(line.split() for line in node_exec("node-y", "lvs", "--noheadings", "--units", "b", "--nosuffix",
+                                                  "-o", "lv_name,lv_size").splitlines() if line.strip())
+    pt.check(lvs.get(handle) == str(160 << 20), "node-y: LV %s of %r" % (handle, lvs))
+    df = k("exec", "app-grow", "--", "df", "-k", "/data").stdout
+    pt.check(int(df.split()[-5]) > 140 * 1024, "the filesystem in the pod: %r" % df)
+    r = k("exec", "app-grow", "--", "dd", "if=/dev/zero", "of=/data/big", "bs=1M", "count=100", "conv=fsync",
+          check=False)
+    pt.check(r.returncode == 0, "100 MiB into the grown filesystem: %s" % r.stderr)
+    lines = k("exec", "app-grow", "--", "cat", "/data/log").stdout.split()
+    pt.check(len(lines) > 10 and lines == [str(i) for i in range(len(lines))],
+             "the log: %d lines, first gap at %r" % (len(lines), next((i for i, v in enumerate(lines)
+                                                                     if v != str(i)), None)))
+    k("delete", "pod", "app-grow", "--wait=true", timeout=300)
+    k("delete", "pvc", "grow-pvc", "--wait=true", timeout=300)
+
+
 def json_list(text):
     """ndctl's and cxl's listings: nothing, one object, or a list of them."""
     v = json.loads(text) if text.strip() else []

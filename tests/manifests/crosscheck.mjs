@@ -11,11 +11,13 @@
 //    still exits 2) and is spelled as in --help (no getopt abbreviations);
 //    the node DaemonSets must pass -kubeletRegistrationDir/-Path;
 //  - the only sidecars are csi-provisioner, csi-snapshotter (both per node
-//    in distributed mode) and, in the controller Deployment, csi-resizer (no
-//    node-driver-registrar, no livenessprobe: the driver does both jobs),
-//    with known flags of the pinned versions;
-//  - socket paths: driver endpoint and csi-provisioner's --csi-address name
-//    the same file through the volume mounts; in the node DaemonSets the
+//    in distributed mode) and csi-resizer (leader-elected: in the controller
+//    Deployment, or in the node DaemonSet on the driver's -resizerEndpoint)
+//    (no node-driver-registrar, no livenessprobe: the driver does both
+//    jobs), with known flags of the pinned versions;
+//  - socket paths: driver endpoint and the sidecars' --csi-address name the
+//    same file through the volume mounts (a node csi-resizer: the
+//    -resizerEndpoint file); in the node DaemonSets the
 //    registration socket <-kubeletRegistrationDir>/<drivername>-reg.sock lies
 //    in the mounted hostPath /var/lib/kubelet/plugins_registry and
 //    -kubeletRegistrationPath is the host path of the CSI socket;
@@ -384,10 +386,18 @@ for (const [mode, list] of Object.entries(modePods)) {
         if (kind === "csi-resizer") {
           const args = c.args || [];
           const has = (n) => args.some((a) => (parseFlag(a) || {}).name === n);
-          // One resizer for the cluster: it has no per-node mode, so a
-          // DaemonSet would send every volume to every node.
-          if (d.doc.kind !== "Deployment") p.push("csi-resizer belongs in the controller Deployment only");
+          // One resizer for the cluster: it has no per-node mode. In a
+          // DaemonSet it must talk to the driver's -resizerEndpoint, which
+          // announces no controller expansion (kubelet's NodeExpandVolume
+          // grows the volume where it is); on the CSI socket it would ask
+          // one node to grow every node's volumes.
           if (!has("leader-election")) p.push("csi-resizer should use --leader-election");
+          if (d.doc.kind === "DaemonSet") {
+            const drv = allContainers(spec).find(isDriver);
+            const ep = flagValue(expandedArgs(drv), "resizerEndpoint");
+            if (!ep) p.push("a node csi-resizer needs the driver's -resizerEndpoint");
+            else if (flagValue(args, "csi-address") !== ep.replace(/^unix:\/\//, "")) p.push(`csi-resizer --csi-address ${flagValue(args, "csi-address")} is not -resizerEndpoint ${ep}`);
+          }
           // v1.x watches VolumeAttributesClasses through storage.k8s.io/v1beta1,
           // which Kubernetes 1.36 does not serve: no ControllerModifyVolume.
           if (!/csi-resizer:v[2-9]\./.test(c.image)) p.push(`csi-resizer ${c.image}: v2 or later is needed for VolumeAttributesClasses (storage.k8s.io/v1)`);
@@ -445,7 +455,9 @@ for (const [mode, list] of Object.entries(modePods)) {
       const p = [];
       const ds = driverSocket(spec, allContainers(spec).find(isDriver));
       if (typeof ds === "string") return [ds];
-      const { at, vol } = ds;
+      const { vol } = ds;
+      const drv = allContainers(spec).find(isDriver);
+      const resizerEp = flagValue(expandedArgs(drv), "resizerEndpoint");
       let users = 0;
       for (const c of allContainers(spec).filter((x) => !isDriver(x))) {
         const addr = flagValue(c.args || [], "csi-address");
@@ -454,8 +466,12 @@ for (const [mode, list] of Object.entries(modePods)) {
           continue;
         }
         users++;
+        // A node csi-resizer talks to the -resizerEndpoint socket.
+        const onResizer = d.doc.kind === "DaemonSet" && sidecarKind(c) === "csi-resizer" && resizerEp;
+        const at = onResizer ? resolveMount(drv, resizerEp.replace(/^unix:\/\//, "")) : ds.at;
         const r = resolveMount(c, addr.replace(/^unix:\/\//, ""));
         if (!r) p.push(`${c.name}: --csi-address ${addr} is on no volume`);
+        else if (!at) p.push(`the driver's -resizerEndpoint ${resizerEp} is on no volume`);
         else if (r.volume !== at.volume || r.sub !== at.sub) p.push(`${c.name}: --csi-address ${addr} is ${r.volume}:${r.sub}, the driver listens on ${at.volume}:${at.sub}`);
       }
       if (d.doc.kind === "Deployment") {

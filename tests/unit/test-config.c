@@ -347,6 +347,16 @@ START_TEST(test_registry_endpoint_must_be_tcp)
 }
 END_TEST
 
+START_TEST(test_resizer_endpoint)
+{
+	ASSERT_OK("-mode=node", "-resizerEndpoint=unix:///csi/resizer.sock");
+	ck_assert_str_eq(cfg.resizer_endpoint, "unix:///csi/resizer.sock");
+	ASSERT_REFUSED("-mode=node", "-resizerEndpoint=tcp://:10002", "-insecure");
+	ASSERT_REFUSED("-mode=node", "-resizerEndpoint=/csi/resizer.sock");
+	ASSERT_REFUSED("-mode=controller", "-resizerEndpoint=unix:///csi/resizer.sock");
+}
+END_TEST
+
 START_TEST(test_control_characters_refused)
 {
 	ASSERT_REFUSED("-nodeid=a\nb");
@@ -575,6 +585,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_partial_tls_refused);
 	tcase_add_test(tc, test_client_cert_defaults_to_cert);
 	tcase_add_test(tc, test_registry_endpoint_must_be_tcp);
+	tcase_add_test(tc, test_resizer_endpoint);
 	tcase_add_test(tc, test_control_characters_refused);
 	tcase_add_test(tc, test_positional_argument_refused);
 	tcase_add_test(tc, test_numeric_limits);

@@ -3,8 +3,11 @@
 role grows ext4, xfs and raw block volumes while they are published and a
 file is being written through DAX (ControllerExpandVolume: lvextend;
 NodeExpandVolume: resize2fs / xfs_growfs on the mount), and the data is
-checked afterwards. The direct backend cannot grow an fsdax namespace: it
-announces no expansion and refuses with UNIMPLEMENTED, the volume intact.
+checked afterwards. Distributed mode's way: the -resizerEndpoint socket
+(the cluster-wide csi-resizer's) leaves the growing to NodeExpandVolume,
+which grows the LV and then the filesystem. The direct backend cannot grow
+an fsdax namespace: it announces no expansion and refuses with
+UNIMPLEMENTED, the volume intact.
 Ends with a benchmark next to the raw tools. TAP output.
 
 usage: test_expand.py PATH-TO-pmem-csi-driver direct|lvm
@@ -27,23 +30,25 @@ MiB = 1 << 20
 NODE = "node-%s" % BACKEND
 WORK = pt.mkdtemp("pcsi-expand-")
 SOCK = os.path.join(WORK, "csi.sock")
+RESIZER_SOCK = os.path.join(WORK, "resizer.sock")
 P = pt.protos()
 csi = P.csi
 LVM = BACKEND == "lvm"
 
 daemon = pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=" + NODE,
-                            "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(WORK, "state"), "-v=5"],
+                            "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(WORK, "state"), "-v=5",
+                            "-resizerEndpoint=unix://" + RESIZER_SOCK],
                    name="node-" + BACKEND).start(timeout=120)
 ch = pt.unix_channel(SOCK)
 
 
-def rpc(service, method, req, timeout=300):
+def rpc(service, method, req, timeout=300, channel=None):
     path, _, resp = pt.rpc(csi, service, method)
-    return pt.call_code(ch, path, req, resp, timeout=timeout)
+    return pt.call_code(channel or ch, path, req, resp, timeout=timeout)
 
 
-def ok_call(service, method, req):
-    code, details, r = rpc(service, method, req)
+def ok_call(service, method, req, channel=None):
+    code, details, r = rpc(service, method, req, channel=channel)
     pt.check(code == SC.OK, "%s: %s %s" % (method, code, details))
     return r
 
@@ -71,8 +76,10 @@ class Published:
             volume_id=self.id, staging_target_path=self.staging, target_path=self.target,
             volume_capability=self.cap))
 
-    def expand(self, size):
-        r = ok_call("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+    def expand(self, size, node_only=False):
+        """ControllerExpandVolume + NodeExpandVolume (central), or only the
+        latter (distributed: the resizer just records the size)."""
+        r = None if node_only else ok_call("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
             volume_id=self.id, capacity_range=csi.CapacityRange(required_bytes=size), volume_capability=self.cap))
         n = ok_call("Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
             volume_id=self.id, volume_path=self.target, staging_target_path=self.staging,
@@ -91,21 +98,22 @@ class Published:
         ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=self.id))
 
 
-def grow_while_writing(name, fs, size, new_size):
+def grow_while_writing(name, fs, size, new_size, node_only=False):
     v = Published(name, size, fs)
     before = v.fs_bytes()
     w = Writer(os.path.join(v.target, "data"), limit=(size // MiB) // 2)
     w.start()
     time.sleep(0.2)
     t0 = time.monotonic()
-    r, n = v.expand(new_size)
+    r, n = v.expand(new_size, node_only)
     took = time.monotonic() - t0
     during = w.is_alive()
     w.stop = True
     w.join(120)
     pt.check(w.error is None, "writer: %s" % w.error)
     pt.check(during, "the writer had stopped before the expansion ended")
-    pt.check(r.capacity_bytes == new_size and r.node_expansion_required, "ControllerExpandVolume: %r" % r)
+    pt.check(node_only or (r.capacity_bytes == new_size and r.node_expansion_required),
+             "ControllerExpandVolume: %r" % r)
     pt.check(n.capacity_bytes == new_size, "NodeExpandVolume: %r" % n)
     after = v.fs_bytes()
     pt.check(after > before + (new_size - size) * 9 // 10, "%s: %d bytes before, %d after" % (fs, before, after))
@@ -118,8 +126,8 @@ def grow_while_writing(name, fs, size, new_size):
     pt.check(not big.verify(), "the large file reads back wrong")
     line = [l for l in open("/proc/self/mountinfo") if l.split()[4] == v.staging]
     pt.check(line and "dax" in line[0], "staging mount lost dax: %r" % line)
-    t.diag("%s %d -> %d MiB while %d MiB were written (fsync after each): %.2f s (controller + node)"
-           % (fs, size // MiB, new_size // MiB, w.n, took))
+    t.diag("%s %d -> %d MiB while %d MiB were written (fsync after each): %.2f s (%s)"
+           % (fs, size // MiB, new_size // MiB, w.n, took, "node only" if node_only else "controller + node"))
     v.done()
 
 
@@ -187,6 +195,58 @@ if LVM:
         pt.check(n.capacity_bytes == 128 * MiB and v.fs_bytes() > 110 * MiB, "%r, %d" % (n, v.fs_bytes()))
         v.done()
 
+    @t.test("distributed: the resizer socket announces no controller capability and node EXPAND_VOLUME; "
+            "ControllerExpandVolume there is UNIMPLEMENTED")
+    def _():
+        rch = pt.unix_channel(RESIZER_SOCK)
+        p = ok_call("Identity", "GetPluginCapabilities", csi.GetPluginCapabilitiesRequest(), channel=rch)
+        pt.check(csi.PluginCapability.Service.CONTROLLER_SERVICE in
+                 [x.service.type for x in p.capabilities if x.HasField("service")], str(p))
+        c = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest(), channel=rch)
+        pt.check(len(c.capabilities) == 0, str(c))
+        n = ok_call("Node", "NodeGetCapabilities", csi.NodeGetCapabilitiesRequest(), channel=rch)
+        pt.check(csi.NodeServiceCapability.RPC.EXPAND_VOLUME in [x.rpc.type for x in n.capabilities], str(n))
+        code, details, _ = rpc("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+            volume_id="pmem-csi-x", capacity_range=csi.CapacityRange(required_bytes=MiB)), channel=rch)
+        pt.check(code == SC.UNIMPLEMENTED and "NodeExpandVolume" in details, "%s %s" % (code, details))
+        rch.close()
+
+    @t.test("distributed: NodeExpandVolume alone grows the LV and ext4 from 64 to 160 MiB while a file is "
+            "written through DAX; data intact")
+    def _():
+        grow_while_writing("grow-node", "ext4", 64 * MiB, 160 * MiB, node_only=True)
+
+    @t.test("distributed: NodeExpandVolume beyond the free space is RESOURCE_EXHAUSTED, past limit_bytes "
+            "INVALID_ARGUMENT; the volume and filesystem unchanged, then a raw block volume grows")
+    def _():
+        v = Published("grow-node-full", 32 * MiB)
+        with open(os.path.join(v.target, "f"), "w") as f:
+            f.write("kept")
+        before = v.fs_bytes()
+        cap0 = ok_call("Controller", "GetCapacity", csi.GetCapacityRequest()).available_capacity
+        for want, limit, expect in ((cap0 + 64 * MiB, 0, SC.RESOURCE_EXHAUSTED),
+                                    (96 * MiB, 64 * MiB, SC.INVALID_ARGUMENT)):
+            code, details, _ = rpc("Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
+                volume_id=v.id, volume_path=v.target, staging_target_path=v.staging,
+                capacity_range=csi.CapacityRange(required_bytes=want, limit_bytes=limit)))
+            pt.check(code == expect, "%d/%d: %s %s, expected %s" % (want, limit, code, details, expect))
+        cap1 = ok_call("Controller", "GetCapacity", csi.GetCapacityRequest()).available_capacity
+        pt.check(cap1 == cap0 and v.fs_bytes() == before, "capacity %d (was %d), fs %d (was %d)"
+                 % (cap1, cap0, v.fs_bytes(), before))
+        with open(os.path.join(v.target, "f")) as f:
+            pt.check(f.read() == "kept", "data changed")
+        v.done()
+        b = Published("grow-node-block", 64 * MiB, block=True)
+        with open(b.target, "r+b") as f:
+            f.write(b"head-of-block")
+        _, n = b.expand(96 * MiB, node_only=True)
+        size = int(subprocess.run(["blockdev", "--getsize64", b.target], capture_output=True, text=True,
+                                  check=True).stdout)
+        pt.check(size == 96 * MiB and n.capacity_bytes == 96 * MiB, "device %d, reply %r" % (size, n))
+        with open(b.target, "rb") as f:
+            pt.check(f.read(13) == b"head-of-block", "data lost")
+        b.done()
+
     @t.test("benchmark: ControllerExpandVolume + NodeExpandVolume next to raw lvextend + resize2fs")
     def _():
         vg = subprocess.run(["vgs", "--noheadings", "-o", "vg_name"], capture_output=True, text=True,
@@ -216,7 +276,8 @@ if LVM:
         t.diag("benchmark (%s, ext4 64 -> 128 MiB, median of 5): pmem-csi %.3f s, raw lvextend + resize2fs "
                "%.3f s, ratio %.2f" % (BACKEND, ours[2], raw[2], ours[2] / raw[2]))
 else:
-    @t.test("direct: no expansion announced; ControllerExpandVolume is UNIMPLEMENTED and the volume is intact")
+    @t.test("direct: no expansion announced; ControllerExpandVolume is UNIMPLEMENTED and the volume is intact; "
+            "on the resizer socket too, and NodeExpandVolume to a larger size is OUT_OF_RANGE")
     def _():
         c = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest())
         pt.check(csi.ControllerServiceCapability.RPC.EXPAND_VOLUME not in [x.rpc.type for x in c.capabilities],
@@ -231,6 +292,18 @@ else:
         code, details, _ = rpc("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
             volume_id=v.id, capacity_range=csi.CapacityRange(required_bytes=128 * MiB)))
         pt.check(code == SC.UNIMPLEMENTED and "cannot grow" in details, "%s %s" % (code, details))
+        rch = pt.unix_channel(RESIZER_SOCK)
+        c = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest(), channel=rch)
+        pt.check([x.rpc.type for x in c.capabilities] == [csi.ControllerServiceCapability.RPC.EXPAND_VOLUME],
+                 str(c))
+        code, details, _ = rpc("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+            volume_id=v.id, capacity_range=csi.CapacityRange(required_bytes=128 * MiB)), channel=rch)
+        pt.check(code == SC.UNIMPLEMENTED and "cannot grow" in details, "resizer socket: %s %s" % (code, details))
+        rch.close()
+        code, details, _ = rpc("Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
+            volume_id=v.id, volume_path=v.target, staging_target_path=v.staging,
+            capacity_range=csi.CapacityRange(required_bytes=v.vol.capacity_bytes + 64 * MiB)))
+        pt.check(code == SC.OUT_OF_RANGE and "cannot grow" in details, "NodeExpandVolume: %s %s" % (code, details))
         with open(os.path.join(v.target, "f")) as f:
             pt.check(f.read() == "kept", "data changed")
         listed = [e.volume.capacity_bytes for e in ok_call("Controller", "ListVolumes",
