@@ -84,16 +84,16 @@ size_t pcsi_volume_context(const Csi__V1__CreateVolumeRequest *in, struct pcsi_m
 
 struct pcsi_call;
 
-/* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
- * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, GET_VOLUME_HEALTH,
- * LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER, CREATE_DELETE_SNAPSHOT,
- * LIST_SNAPSHOTS, CLONE_VOLUME, MODIFY_VOLUME and GET_SNAPSHOT (both roles
- * offer the same) unless |all| is false, and EXPAND_VOLUME if |expand|. */
 /* required_bytes and limit_bytes of |r| (0 = none; |r| may be NULL): 0, or
  * -EINVAL with |err|. */
 int pcsi_capacity_range(const Csi__V1__CapacityRange *r, uint64_t *required, uint64_t *limit,
 			char *err, size_t errlen);
 
+/* Replies to ControllerGetCapabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
+ * GET_CAPACITY, GET_VOLUME, VOLUME_CONDITION, GET_VOLUME_HEALTH,
+ * LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER, CREATE_DELETE_SNAPSHOT,
+ * LIST_SNAPSHOTS, CLONE_VOLUME, MODIFY_VOLUME and GET_SNAPSHOT (both roles
+ * offer the same) unless |all| is false, and EXPAND_VOLUME if |expand|. */
 void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool all, bool expand);
 
 /* The id a CreateVolumeRequest's volume_content_source names (a snapshot's

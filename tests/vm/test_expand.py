@@ -131,6 +131,22 @@ def grow_while_writing(name, fs, size, new_size, node_only=False):
     v.done()
 
 
+def grow_block(name, size, new_size, node_only=False):
+    """A raw block volume grows with its first bytes kept; the device has
+    the new size. Returns ControllerExpandVolume's reply (None: node only)."""
+    v = Published(name, size, block=True)
+    with open(v.target, "r+b") as f:
+        f.write(b"head-of-block")
+    r, n = v.expand(new_size, node_only)
+    got = int(subprocess.run(["blockdev", "--getsize64", v.target], capture_output=True, text=True,
+                             check=True).stdout)
+    pt.check(got == new_size and n.capacity_bytes == new_size, "device %d, reply %r" % (got, n))
+    with open(v.target, "rb") as f:
+        pt.check(f.read(13) == b"head-of-block", "data lost")
+    v.done()
+    return r
+
+
 if LVM:
     @t.test("capabilities: EXPAND_VOLUME (controller and node), VolumeExpansion ONLINE")
     def _():
@@ -152,17 +168,8 @@ if LVM:
 
     @t.test("raw block grows from 64 to 128 MiB: no node step needed; the published device has the new size")
     def _():
-        v = Published("grow-block", 64 * MiB, block=True)
-        with open(v.target, "r+b") as f:
-            f.write(b"head-of-block")
-        r, n = v.expand(128 * MiB)
+        r = grow_block("grow-block", 64 * MiB, 128 * MiB)
         pt.check(r.capacity_bytes == 128 * MiB and not r.node_expansion_required, "reply %r" % r)
-        size = int(subprocess.run(["blockdev", "--getsize64", v.target], capture_output=True, text=True,
-                                  check=True).stdout)
-        pt.check(size == 128 * MiB and n.capacity_bytes == 128 * MiB, "device %d, reply %r" % (size, n))
-        with open(v.target, "rb") as f:
-            pt.check(f.read(13) == b"head-of-block", "data lost")
-        v.done()
 
     @t.test("a request above the free space is RESOURCE_EXHAUSTED and changes nothing; the capacity follows")
     def _():
@@ -236,16 +243,7 @@ if LVM:
         with open(os.path.join(v.target, "f")) as f:
             pt.check(f.read() == "kept", "data changed")
         v.done()
-        b = Published("grow-node-block", 64 * MiB, block=True)
-        with open(b.target, "r+b") as f:
-            f.write(b"head-of-block")
-        _, n = b.expand(96 * MiB, node_only=True)
-        size = int(subprocess.run(["blockdev", "--getsize64", b.target], capture_output=True, text=True,
-                                  check=True).stdout)
-        pt.check(size == 96 * MiB and n.capacity_bytes == 96 * MiB, "device %d, reply %r" % (size, n))
-        with open(b.target, "rb") as f:
-            pt.check(f.read(13) == b"head-of-block", "data lost")
-        b.done()
+        grow_block("grow-node-block", 64 * MiB, 96 * MiB, node_only=True)
 
     @t.test("benchmark: ControllerExpandVolume + NodeExpandVolume next to raw lvextend + resize2fs")
     def _():
