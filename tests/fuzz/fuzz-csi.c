@@ -15,7 +15,8 @@
  * gives the call 1 ms to its deadline, bit 3 ends the central controller's
  * registration grace period, bit 4 has the node's Controller create the
  * volume named VOLUME_NAME first (its id is in the seeds), so that calls
- * about a volume find one.
+ * about a volume find one, bit 5 makes the node's Controller the view that
+ * -resizerEndpoint serves (for_resizer).
  *
  * The call API of rpc/server.h is replaced here by a stand-in (rpc/server.c
  * is not linked), which checks the handler's side of the contract: a call
@@ -55,6 +56,7 @@ enum {
 	F_DEADLINE = 4,
 	F_NO_GRACE = 8,
 	F_VOLUME = 16,
+	F_RESIZER = 32,
 };
 
 #define VOLUME_NAME "pvc-3fa85f64-5717-4562-b3fc-2c963f66afa6"
@@ -283,7 +285,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		pcsi_backend_open(be, &open_req, on_open, &identity);
 	FUZZ_CHECK(pcsi_node_init(&node, &loop, &cfg, be, err, sizeof(err)) == 0, err);
 	pcsi_node_service_init(&nsvc, &node);
-	pcsi_node_controller_init(&nctl, &node, false);
+	pcsi_node_controller_init(&nctl, &node, flags & F_RESIZER);
 	pcsi_cluster_init(&cluster, &loop, NULL);
 	pcsi_controller_init(&ctrl, &cluster, cfg.driver_name, flags & F_NO_GRACE ? 0 : 90000);
 	pcsi_registry_init(&reg, &cluster);

@@ -99,6 +99,7 @@ REQUESTS = {
             'volume_id: "%s" mutable_parameters { key: "eraseafter" value: "false" }' % VID,
             'volume_id: "%s" mutable_parameters { key: "cacheSize" value: "3" }' % VID],
         "ControllerGetVolumeHealth": ['volume_id: "%s"' % VID],
+        "ControllerExpandVolume": ['volume_id: "%s" capacity_range { required_bytes: 8388608 }' % VID],
         "ControllerListVolumeHealth": ["max_entries: 1", 'starting_token: "1"'],
         "GetSnapshot": ['snapshot_id: "snap.%s"' % ("0" * 56)],
         "CreateSnapshot": [
@@ -122,7 +123,10 @@ REQUESTS = {
         "NodeUnpublishVolume": ['volume_id: "%s" target_path: "%s"' % (VID, POD),
                                 'volume_id: "inline-1" target_path: "%s"' % POD],
         "NodeGetVolumeStats": ['volume_id: "%s" volume_path: "%s"' % (VID, POD)],
-        "NodeExpandVolume": ['volume_id: "%s" volume_path: "%s"' % (VID, POD)],
+        "NodeExpandVolume": ['volume_id: "%s" volume_path: "%s"' % (VID, POD),
+                             'volume_id: "%s" volume_path: "%s" staging_target_path: "%s" '
+                             "capacity_range { required_bytes: 16777216 limit_bytes: 16777216 }"
+                             % (VID, POD, STAGE)],
         "NodeGetCapabilities": [""],
         "NodeGetInfo": [""],
         "NodeGetVolumeHealth": ['volume_id: "%s" volume_publish_path: "%s"' % (VID, POD)],
@@ -157,6 +161,9 @@ def csi_seeds(svcs):
                 existing = not central and VID in text
                 if existing:
                     write("csi", what + "-existing", bytes([base + i, 16]) + pb)
+                # The node's Controller as -resizerEndpoint serves it (flag 32).
+                if idx == 2 and method in ("ControllerExpandVolume", "ControllerGetCapabilities"):
+                    write("csi", what + "-resizer", bytes([base + i, 32 | (16 if existing else 0)]) + pb)
                 # The same call cancelled, and on a backend that is not open.
                 if n == 0 and method in ("CreateVolume", "DeleteVolume", "NodePublishVolume"):
                     write("csi", what + "-cancelled", bytes([base + i, 1 | (16 if existing else 0)]) + pb)
