@@ -119,8 +119,7 @@ START_TEST(later_runs_when_the_loop_stops)
 }
 END_TEST
 
-/* Several pending calls all run once (in whatever order: later.h does not
- * promise one). */
+/* Several pending calls all run once (their order: later_is_first_in_first_out). */
 START_TEST(later_many)
 {
 	uv_loop_t loop;

@@ -1551,134 +1551,60 @@ START_TEST(test_raw_server_enforces_grpc_timeout)
 }
 END_TEST
 
-START_TEST(test_raw_expired_timeout_skips_handler)
+/* Requests the server answers by itself, one row each: the status it must
+ * send and whether the handler may run. */
+static const struct raw_case {
+	const char *what;
+	const char *content_type;
+	const char *timeout; /* grpc-timeout, or NULL */
+	int messages;	     /* length-prefixed messages (0: no DATA at all) */
+	uint8_t compressed;  /* their compressed flag */
+	const char *body;    /* each message's bytes */
+	size_t body_len;
+	int http_status; /* 0: not checked */
+	int grpc_status; /* -1: not checked */
+	bool handler_runs;
+} raw_cases[] = {
+	{ "expired grpc-timeout", "application/grpc", "0n", 1, 0, "", 0, 0, PCSI_DEADLINE_EXCEEDED,
+	  false },
+	{ "malformed grpc-timeout", "application/grpc", "1000000000m", 1, 0, "", 0, 0,
+	  PCSI_INTERNAL, false },
+	{ "content-type application/json", "application/json", NULL, 1, 0, "", 0, 415, -1, false },
+	{ "content-type application/grpc+proto", "application/grpc+proto", NULL, 1, 0, "", 0, 0,
+	  PCSI_OK, true },
+	{ "content-type with a charset", "application/grpc;charset=utf-8", NULL, 1, 0, "", 0, 0,
+	  PCSI_OK, true },
+	{ "no message", "application/grpc", NULL, 0, 0, "", 0, 0, PCSI_INTERNAL, false },
+	{ "two messages", "application/grpc", NULL, 2, 0, "", 0, 0, PCSI_UNIMPLEMENTED, false },
+	{ "a compressed message", "application/grpc", NULL, 1, 1, "", 0, 0, PCSI_UNIMPLEMENTED,
+	  false },
+	{ "a message that is not a protobuf", "application/grpc", NULL, 1, 0, "\xff\xff\xff", 3, 0,
+	  PCSI_INTERNAL, false },
+};
+
+START_TEST(test_raw_request_table)
 {
+	const struct raw_case *c = &raw_cases[_i];
 	struct raw *raw;
-
-	start_server();
-	raw = raw_new("Probe");
-	raw_header(raw, "content-type", "application/grpc");
-	raw_header(raw, "grpc-timeout", "0n");
-	raw_message(raw, 0, "", 0);
-	raw_send(raw);
-	ck_assert(RUN_UNTIL(raw->stream_closed, 3000));
-	ck_assert_int_eq(raw->grpc_status, PCSI_DEADLINE_EXCEEDED);
-	ck_assert_int_eq(fx->probe_started, 0);
-}
-END_TEST
-
-START_TEST(test_raw_malformed_timeout)
-{
-	struct raw *raw;
-
-	start_server();
-	raw = raw_new("Probe");
-	raw_header(raw, "content-type", "application/grpc");
-	raw_header(raw, "grpc-timeout", "1000000000m");
-	raw_message(raw, 0, "", 0);
-	raw_send(raw);
-	ck_assert(RUN_UNTIL(raw->stream_closed, 3000));
-	ck_assert_int_eq(raw->grpc_status, PCSI_INTERNAL);
-	ck_assert_int_eq(fx->probe_started, 0);
-}
-END_TEST
-
-START_TEST(test_raw_bad_content_type_is_http_415)
-{
-	struct raw *raw;
-
-	start_server();
-	raw = raw_new("Probe");
-	raw_header(raw, "content-type", "application/json");
-	raw_message(raw, 0, "", 0);
-	raw_send(raw);
-	ck_assert(RUN_UNTIL(raw->stream_closed, 3000));
-	ck_assert_int_eq(raw->http_status, 415);
-	ck_assert_int_eq(fx->probe_started, 0);
-}
-END_TEST
-
-START_TEST(test_raw_content_type_variants_accepted)
-{
-	static const char *const types[] = { "application/grpc+proto",
-					     "application/grpc;charset=utf-8" };
-	size_t i;
+	int i;
 
 	fx->probe_delay_ms = 0;
 	start_server();
-	for (i = 0; i < ARRAY_SIZE(types); i++) {
-		struct raw *raw = raw_new("Probe");
-		raw_header(raw, "content-type", types[i]);
-		raw_message(raw, 0, "", 0);
-		raw_send(raw);
-		ck_assert(RUN_UNTIL(raw->stream_closed, 3000));
-		ck_assert_msg(raw->grpc_status == PCSI_OK, "%s: %d", types[i], raw->grpc_status);
-		pcsi_conn_close(&raw->c, "next");
-		ck_assert(RUN_UNTIL(raw->conn_closed, 3000));
-		free(raw);
-		fx->raw = NULL;
-	}
-}
-END_TEST
-
-START_TEST(test_raw_request_without_message)
-{
-	struct raw *raw;
-
-	start_server();
 	raw = raw_new("Probe");
-	raw_header(raw, "content-type", "application/grpc");
-	raw->no_body = true;
+	raw_header(raw, "content-type", c->content_type);
+	if (c->timeout)
+		raw_header(raw, "grpc-timeout", c->timeout);
+	raw->no_body = c->messages == 0;
+	for (i = 0; i < c->messages; i++)
+		raw_message(raw, c->compressed, c->body, c->body_len);
 	raw_send(raw);
-	ck_assert(RUN_UNTIL(raw->stream_closed, 3000));
-	ck_assert_int_eq(raw->grpc_status, PCSI_INTERNAL);
-	ck_assert_int_eq(fx->probe_started, 0);
-}
-END_TEST
-
-START_TEST(test_raw_two_messages_refused)
-{
-	struct raw *raw;
-
-	start_server();
-	raw = raw_new("Probe");
-	raw_header(raw, "content-type", "application/grpc");
-	raw_message(raw, 0, "", 0);
-	raw_message(raw, 0, "", 0);
-	raw_send(raw);
-	ck_assert(RUN_UNTIL(raw->stream_closed, 3000));
-	ck_assert_int_eq(raw->grpc_status, PCSI_UNIMPLEMENTED);
-	ck_assert_int_eq(fx->probe_started, 0);
-}
-END_TEST
-
-START_TEST(test_raw_compressed_message_refused)
-{
-	struct raw *raw;
-
-	start_server();
-	raw = raw_new("Probe");
-	raw_header(raw, "content-type", "application/grpc");
-	raw_message(raw, 1, "", 0);
-	raw_send(raw);
-	ck_assert(RUN_UNTIL(raw->stream_closed, 3000));
-	ck_assert_int_eq(raw->grpc_status, PCSI_UNIMPLEMENTED);
-	ck_assert_int_eq(fx->probe_started, 0);
-}
-END_TEST
-
-START_TEST(test_raw_undecodable_message_is_internal)
-{
-	struct raw *raw;
-
-	start_server();
-	raw = raw_new("Probe");
-	raw_header(raw, "content-type", "application/grpc");
-	raw_message(raw, 0, "\xff\xff\xff", 3); /* not a protobuf */
-	raw_send(raw);
-	ck_assert(RUN_UNTIL(raw->stream_closed, 3000));
-	ck_assert_int_eq(raw->grpc_status, PCSI_INTERNAL);
-	ck_assert_int_eq(fx->probe_started, 0);
+	ck_assert_msg(RUN_UNTIL(raw->stream_closed, 3000), "%s: no answer", c->what);
+	ck_assert_msg(!c->http_status || raw->http_status == c->http_status, "%s: HTTP %d", c->what,
+		      raw->http_status);
+	ck_assert_msg(c->grpc_status < 0 || raw->grpc_status == c->grpc_status,
+		      "%s: grpc-status %d, want %d", c->what, raw->grpc_status, c->grpc_status);
+	ck_assert_msg(fx->probe_started == (c->handler_runs ? 1 : 0),
+		      "%s: handler started %d times", c->what, fx->probe_started);
 }
 END_TEST
 
@@ -1954,14 +1880,7 @@ static Suite *rpc_suite(void)
 
 	TC("raw");
 	tcase_add_test(tc, test_raw_server_enforces_grpc_timeout);
-	tcase_add_test(tc, test_raw_expired_timeout_skips_handler);
-	tcase_add_test(tc, test_raw_malformed_timeout);
-	tcase_add_test(tc, test_raw_bad_content_type_is_http_415);
-	tcase_add_test(tc, test_raw_content_type_variants_accepted);
-	tcase_add_test(tc, test_raw_request_without_message);
-	tcase_add_test(tc, test_raw_two_messages_refused);
-	tcase_add_test(tc, test_raw_compressed_message_refused);
-	tcase_add_test(tc, test_raw_undecodable_message_is_internal);
+	tcase_add_loop_test(tc, test_raw_request_table, 0, (int)ARRAY_SIZE(raw_cases));
 	tcase_add_test(tc, test_raw_error_message_is_percent_encoded);
 	tcase_add_test(tc, test_raw_graceful_shutdown_completes_call_in_flight);
 	tcase_add_test(tc, test_raw_grace_expiry_closes_connection_and_cancels);
