@@ -737,6 +737,34 @@ def certs():
     return _certs.get()
 
 
+def controller_args(sock, registry_port, server_flags=None, extra=()):
+    """-mode=controller flags: CSI on the unix socket |sock|, the registry on
+    loopback |registry_port| with mutual TLS (|server_flags|, from
+    Certs.server_flags()) or plaintext (None: -insecure), then |extra|."""
+    return (["-mode=controller", "-endpoint=unix://" + sock,
+             "-registryEndpoint=tcp://127.0.0.1:%d" % registry_port]
+            + (list(server_flags) if server_flags is not None else ["-insecure"]) + list(extra))
+
+
+def start_tls_controller(driver, extra=("-v=5",)):
+    """A controller with the registry's certificate (mutual TLS), started."""
+    c = certs()
+    sock = os.path.join(mkdtemp(), "csi.sock")
+    return Daemon(driver, controller_args(sock, free_port(), c.server_flags(c.registry), extra),
+                  name="controller").start()
+
+
+def registered_node_args(work, node, registry_port, controller_port, server_flags, extra=()):
+    """-mode=node flags of test-only-backend node |node| (socket and state in
+    |work|) that registers with the registry on loopback |registry_port| every
+    second, its controller service on |controller_port| (mutual TLS)."""
+    return (["-mode=node", "-nodeid=" + node, "-endpoint=unix://" + os.path.join(work, node + ".sock"),
+             "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(work, node),
+             "-registryEndpoint=tcp://127.0.0.1:%d" % registry_port,
+             "-controllerEndpoint=tcp://127.0.0.1:%d" % controller_port, "-registrationInterval=1"]
+            + list(server_flags) + list(extra))
+
+
 # --------------------------------------------------------------------------
 # Raw TLS and HTTP/2
 

@@ -92,12 +92,7 @@ def start_controller(grace=0, kube=False):
 
 
 def start_node(n, leaf=None):
-    sock = os.path.join(WORK, n + ".sock")
-    args = ["-mode=node", "-nodeid=" + n, "-endpoint=unix://" + sock,
-            "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(WORK, n),
-            "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT,
-            "-controllerEndpoint=tcp://127.0.0.1:%d" % PORTS[n], "-registrationInterval=1",
-            "-v=4"] + C.server_flags(leaf or C.node)
+    args = pt.registered_node_args(WORK, n, REG_PORT, PORTS[n], C.server_flags(leaf or C.node), ["-v=4"])
     os.environ["PCSI_FAKE_CAPACITY"] = str(CAPS[n])
     d = pt.Daemon(DRIVER, args, name=n).start()
     del os.environ["PCSI_FAKE_CAPACITY"]
@@ -853,11 +848,9 @@ def _():
 
 @t.test("a node with a certificate from a foreign CA cannot register")
 def _():
-    sock = os.path.join(WORK, "n4.sock")
-    args = ["-mode=node", "-nodeid=n4", "-endpoint=unix://" + sock, "-deviceManager=fake-for-testing-only",
-            "-statePath=" + os.path.join(WORK, "n4"), "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT,
-            "-controllerEndpoint=tcp://127.0.0.1:%d" % pt.free_port(), "-registrationInterval=1",
-            "-caFile=" + C.foreign_ca[0], "-certFile=" + C.foreign_node[0], "-keyFile=" + C.foreign_node[1]]
+    args = pt.registered_node_args(WORK, "n4", REG_PORT, pt.free_port(),
+                                   ["-caFile=" + C.foreign_ca[0], "-certFile=" + C.foreign_node[0],
+                                    "-keyFile=" + C.foreign_node[1]])
     d = pt.Daemon(DRIVER, args, name="n4").start()
     try:
         time.sleep(3)

@@ -75,12 +75,7 @@ class Controller:
 
 
 def start_node(n):
-    sock = os.path.join(WORK, n + ".sock")
-    args = ["-mode=node", "-nodeid=" + n, "-endpoint=unix://" + sock,
-            "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(WORK, n),
-            "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT,
-            "-controllerEndpoint=tcp://127.0.0.1:%d" % PORTS[n], "-registrationInterval=1",
-            "-v=3"] + C.server_flags(C.node)
+    args = pt.registered_node_args(WORK, n, REG_PORT, PORTS[n], C.server_flags(C.node), ["-v=3"])
     os.environ["PCSI_FAKE_DELAY_MS"] = "150"
     try:
         return pt.Daemon(DRIVER, args, name=n).start()

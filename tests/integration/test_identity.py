@@ -17,20 +17,10 @@ t = pt.TAP()
 
 def controller_args(sock, port, extra=()):
     """Controller flags with a plaintext (-insecure) registry endpoint."""
-    return ["-mode=controller", "-endpoint=unix://" + sock,
-            "-registryEndpoint=tcp://127.0.0.1:%d" % port, "-insecure"] + list(extra)
+    return pt.controller_args(sock, port, None, extra)
 
 
-def _start_main():
-    c = pt.certs()
-    sock = os.path.join(pt.mkdtemp(), "csi.sock")
-    port = pt.free_port()
-    args = ["-mode=controller", "-endpoint=unix://" + sock,
-            "-registryEndpoint=tcp://127.0.0.1:%d" % port, "-v=5"] + c.server_flags(c.registry)
-    return pt.Daemon(DRIVER, args, name="controller").start()
-
-
-main = pt.Lazy(_start_main)
+main = pt.Lazy(lambda: pt.start_tls_controller(DRIVER))
 
 
 def unix_ch():

@@ -38,13 +38,8 @@ SLACK_KIB = int(os.environ.get("PCSI_RSS_SLACK_KIB", str(MAX_CONNS * 40)))
 
 
 def _start():
-    c = pt.certs()
-    work = pt.mkdtemp()
-    args = ["-mode=controller", "-endpoint=unix://" + os.path.join(work, "csi.sock"),
-            "-registryEndpoint=tcp://127.0.0.1:%d" % pt.free_port(),
-            "-metricsListen=127.0.0.1:%d" % pt.free_port(),
-            "-maxConnections=%d" % MAX_CONNS, "-v=2"] + c.server_flags(c.registry)
-    return pt.Daemon(DRIVER, args, name="controller").start()
+    return pt.start_tls_controller(DRIVER, ["-metricsListen=127.0.0.1:%d" % pt.free_port(),
+                                            "-maxConnections=%d" % MAX_CONNS, "-v=2"])
 
 
 ctl = pt.Lazy(_start)

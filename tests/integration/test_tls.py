@@ -25,16 +25,7 @@ SC = grpc.StatusCode
 REFUSED = (SC.UNAVAILABLE, SC.UNAUTHENTICATED, SC.PERMISSION_DENIED)
 
 
-def _start_main():
-    c = pt.certs()
-    sock = os.path.join(pt.mkdtemp(), "csi.sock")
-    port = pt.free_port()
-    args = ["-mode=controller", "-endpoint=unix://" + sock,
-            "-registryEndpoint=tcp://127.0.0.1:%d" % port, "-v=5"] + c.server_flags(c.registry)
-    return pt.Daemon(DRIVER, args, name="controller").start()
-
-
-main = pt.Lazy(_start_main)
+main = pt.Lazy(lambda: pt.start_tls_controller(DRIVER))
 
 
 def probe_with(make_channel):

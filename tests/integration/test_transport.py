@@ -23,8 +23,7 @@ SC = grpc.StatusCode
 
 
 def controller_args(sock, port, extra=()):
-    return ["-mode=controller", "-endpoint=unix://" + sock,
-            "-registryEndpoint=tcp://127.0.0.1:%d" % port, "-insecure"] + list(extra)
+    return pt.controller_args(sock, port, None, extra)
 
 
 def _start_main():
