@@ -27,6 +27,7 @@ import xml.etree.ElementTree as ET
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import pcsi_test as pt  # noqa: E402
 
 MiB = 1 << 20
 
@@ -69,28 +70,12 @@ def _short(name):
     return re.sub(r"^\[It\] ", "", name)
 
 
-class Runner:
+class Runner(pt.TAP):
+    """pcsi_test's TAP writer, with csi-sanity runs turned into its lines."""
+
     def __init__(self):
-        self.n = 0
-        self.failed = 0
+        super().__init__()
         self.runs = []
-
-    def emit(self, line):
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-
-    def diag(self, text):
-        for line in str(text).rstrip("\n").split("\n"):
-            self.emit("# " + line)
-
-    def line(self, ok, name, directive=None, why=None):
-        self.n += 1
-        if not ok:
-            self.failed += 1
-        self.emit("%s %d - %s%s" % ("ok" if ok else "not ok", self.n, name.replace("#", "\\#"),
-                                    " # " + directive if directive else ""))
-        if why:
-            self.diag(why)
 
     def run(self, name, csi_sanity, args, workdir, timeout=3600, filtered_reason=None, unlisted=None,
             reasons=()):
@@ -192,7 +177,7 @@ class Runner:
         return "status %s: %s%s" % (status, msg, ("\nat " + loc) if loc else "")
 
     def finish(self):
-        self.emit("1..%d" % self.n)
+        self.plan()
         for name, p, f, s in self.runs:
             self.diag("run %s: %d passed, %d failed, %d skipped" % (name, p, f, s))
         return 1 if self.failed or not self.n else 0

@@ -989,6 +989,25 @@ class TAP:
         self.skipped += 1
         self._emit("ok %d - %s # SKIP %s" % (self.n, name, reason))
 
+    def line(self, ok, name, directive=None, why=None):
+        """One result found elsewhere (a tool's report, a check run inline):
+        ok, not ok (with |why|), or ok with a directive, where "SKIP reason"
+        counts as skipped. A '#' in |name| is escaped."""
+        name = name.replace("#", "\\#")
+        if not ok:
+            self.not_ok(name, why or "")
+        elif directive and directive.startswith("SKIP"):
+            self.skip(name, directive[4:].strip() or "skipped")
+        elif directive:
+            self.n += 1
+            self.passed += 1
+            self._emit("ok %d - %s # %s" % (self.n, name, directive))
+        else:
+            self.ok(name)
+
+    def plan(self):
+        self._emit("1..%d" % self.n)
+
     def run_one(self, name, fn):
         old = signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(TEST_TIMEOUT)

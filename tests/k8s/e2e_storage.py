@@ -40,7 +40,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import cluster as kc  # noqa: E402
+import pcsi_test as pt  # noqa: E402
 
 NS = "pmem-csi"
 DRV = "pmem-csi.intel.com"
@@ -119,7 +121,7 @@ MODE_SKIP = {
 def skip_for(mode):
     return "|".join(x for x in (SKIP, MODE_SKIP.get(mode)) if x)
 timings = collections.OrderedDict()
-tap_n = 0
+T = pt.TAP()  # the lines of a run of this script alone
 
 
 def tap_desc(desc):
@@ -128,11 +130,7 @@ def tap_desc(desc):
 
 
 def tap(ok, desc, directive=""):
-    global tap_n
-    tap_n += 1
-    desc = tap_desc(desc)
-    print("%s %d - %s%s" % ("ok" if ok else "not ok", tap_n, desc, " # " + directive if directive else ""),
-          flush=True)
+    T.line(ok, re.sub(r"\s+", " ", desc), directive or None)
 
 
 def first_line(e):
@@ -398,7 +396,7 @@ def main():
             log("%s mode deployed in %.0f s" % (mode, timings["%s deploy" % mode]))
             status |= run.run_mode(mode)
     finally:
-        print("1..%d" % tap_n, flush=True)
+        T.plan()
         t0 = time.monotonic()
         run.c.down()
         timings["teardown"] = time.monotonic() - t0

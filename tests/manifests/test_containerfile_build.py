@@ -21,21 +21,15 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 CONTAINERFILE = os.path.join(ROOT, "manifests", "Containerfile")
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import pcsi_test as pt  # noqa: E402
 BINARY = "/usr/local/bin/pmem-csi-driver"
 
-n = 0
-failed = 0
+T = pt.TAP()
 
 
 def tap(ok, name, detail=""):
-    global n, failed
-    n += 1
-    if not ok:
-        failed += 1
-    print("%s %d - %s" % ("ok" if ok else "not ok", n, name))
-    for line in detail.rstrip("\n").split("\n") if detail and not ok else []:
-        print("# " + line)
-    sys.stdout.flush()
+    T.line(bool(ok), name, why=detail)
 
 
 def tail(text, lines=40):
@@ -56,8 +50,8 @@ runs = [m.group(1) for m in re.finditer(r"^RUN (.+)$", build, re.M)]
 meson_run = [r for r in runs if "meson setup" in r]
 tap(len(stages) == 2 and copies and len(meson_run) == 1, "Containerfile: two stages, COPY lines and one meson RUN line in the build stage",
     "stages %d, COPY %d, meson RUN %d" % (len(stages), len(copies), len(meson_run)))
-if failed:
-    print("1..%d" % n)
+if T.failed:
+    T.plan()
     sys.exit(1)
 
 work = tempfile.mkdtemp(prefix="pcsi-cf-", dir="/tmp")
@@ -114,6 +108,6 @@ try:
 finally:
     shutil.rmtree(work, ignore_errors=True)
 
-print("1..%d" % n)
-print("# %d passed, %d failed, 0 skipped" % (n - failed, failed))
-sys.exit(1 if failed else 0)
+T.plan()
+T.diag("%d passed, %d failed, 0 skipped" % (T.passed, T.failed))
+sys.exit(1 if T.failed else 0)
