@@ -90,6 +90,12 @@ struct pcsi_kube {
 	struct pcsi_list queued, active, done;
 	struct pcsi_kube_call *delivering; /* its callback is running */
 	struct pcsi_later kick;
+	/* the server's address: a name is resolved on the thread pool */
+	char *name_to_resolve; /* NULL: an IP address, the pool is ready */
+	char port_s[8];
+	uv_getaddrinfo_t gai;
+	bool resolving, pool_ready;
+	const char *server_name; /* what h2o sends and checks */
 	bool kicked, closing, fin1_done;
 	uv_idle_t fin1, fin2;
 };
@@ -563,9 +569,66 @@ static void on_pace(uv_timer_t *t)
 	dispatch(pcsi_container_of(t, struct pcsi_kube, pace_timer));
 }
 
-/* Starts queued calls as the token bucket allows. */
+static void init_pool(struct pcsi_kube *k, const struct sockaddr *sa)
+{
+	socklen_t len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						  : sizeof(struct sockaddr_in);
+
+	/* The pool connects to the address; h2o sends and checks the name. */
+	h2o_socketpool_init_by_address(&k->pool, (struct sockaddr *)sa, len, 1, 64);
+	free(k->pool.peer.host.base);
+	k->pool.peer.host = h2o_strdup(NULL, k->server_name, strlen(k->server_name));
+	h2o_socketpool_set_timeout(&k->pool, k->loop, POOL_IDLE_MS);
+	k->pool_ready = true;
+}
+
+static void maybe_free(struct pcsi_kube *k);
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+	struct pcsi_kube *k = pcsi_container_of(req, struct pcsi_kube, gai);
+
+	k->resolving = false;
+	if (k->closing) {
+		uv_freeaddrinfo(res);
+		maybe_free(k);
+		return;
+	}
+	if (status == 0 && res) {
+		init_pool(k, res->ai_addr);
+		uv_freeaddrinfo(res);
+		dispatch(k);
+		return;
+	}
+	uv_freeaddrinfo(res);
+	/* The calls waiting for it fail; the next call asks again. */
+	while (!pcsi_list_empty(&k->queued))
+		finish(pcsi_list_entry(k->queued.next, struct pcsi_kube_call, link), -EHOSTUNREACH,
+		       "cannot resolve the API server %s: %s", k->name_to_resolve,
+		       uv_strerror(status));
+}
+
+/* Starts queued calls as the token bucket allows, once the server's address
+ * is known (a name is looked up on the thread pool, never on the loop). */
 static void dispatch(struct pcsi_kube *k)
 {
+	if (!k->pool_ready) {
+		if (!k->resolving && !k->closing && !pcsi_list_empty(&k->queued)) {
+			struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
+			int rc = uv_getaddrinfo(k->loop, &k->gai, on_resolved, k->name_to_resolve,
+						k->port_s, &hints);
+			if (rc < 0)
+				while (!pcsi_list_empty(&k->queued))
+					finish(pcsi_list_entry(k->queued.next,
+							       struct pcsi_kube_call, link),
+					       -EHOSTUNREACH,
+					       "cannot resolve the API server %s: %s",
+					       k->name_to_resolve, uv_strerror(rc));
+			else
+				k->resolving = true;
+		}
+		return;
+	}
 	while (!pcsi_list_empty(&k->queued) && !k->closing) {
 		struct pcsi_kube_call *c =
 			pcsi_list_entry(k->queued.next, struct pcsi_kube_call, link);
@@ -687,7 +750,6 @@ int pcsi_kube_open(uv_loop_t *loop, const struct pcsi_kube_opts *o, struct pcsi_
 	const char *host = o->host ? o->host : getenv("KUBERNETES_SERVICE_HOST");
 	const char *port_s = o->port ? o->port : getenv("KUBERNETES_SERVICE_PORT");
 	struct sockaddr_storage ss;
-	socklen_t sslen;
 	struct pcsi_kube *k;
 	char *path, *token = NULL;
 	const char *name;
@@ -709,20 +771,6 @@ int pcsi_kube_open(uv_loop_t *loop, const struct pcsi_kube_opts *o, struct pcsi_
 		return rc == -ENOENT ? -ENOENT : rc;
 	}
 	ip = is_ip(host, &ss, (int)port);
-	if (!ip) {
-		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res;
-		/* start-up only, before the loop serves anything */
-		if (getaddrinfo(host, port_s, &hints, &res) != 0 || !res) {
-			snprintf(err, errlen, "cannot resolve the API server %s", host);
-			OPENSSL_cleanse(token, strlen(token));
-			free(token);
-			free(path);
-			return -EHOSTUNREACH;
-		}
-		memcpy(&ss, res->ai_addr, res->ai_addrlen);
-		freeaddrinfo(res);
-	}
-	sslen = ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 
 	k = pcsi_xcalloc(1, sizeof(*k));
 	k->loop = loop;
@@ -766,12 +814,13 @@ int pcsi_kube_open(uv_loop_t *loop, const struct pcsi_kube_opts *o, struct pcsi_
 	else
 		X509_VERIFY_PARAM_set1_host(SSL_CTX_get0_param(k->ssl), host, 0);
 
-	/* The pool connects to the address; h2o sends and checks |name|. */
 	name = o->server_name ? o->server_name : ip ? DEFAULT_SERVER_NAME : host;
-	h2o_socketpool_init_by_address(&k->pool, (struct sockaddr *)&ss, sslen, 1, 64);
-	free(k->pool.peer.host.base);
-	k->pool.peer.host = h2o_strdup(NULL, name, strlen(name));
-	h2o_socketpool_set_timeout(&k->pool, loop, POOL_IDLE_MS);
+	k->server_name = pcsi_xstrdup(name);
+	snprintf(k->port_s, sizeof(k->port_s), "%ld", port);
+	if (ip)
+		init_pool(k, (struct sockaddr *)&ss);
+	else
+		k->name_to_resolve = pcsi_xstrdup(host);
 
 	h2o_timeout_init(loop, &k->io_timeout, k->opts.timeout_ms);
 	h2o_timeout_init(loop, &k->watch_io_timeout, (WATCH_TIMEOUT_S + 60) * 1000ull);
@@ -799,14 +848,16 @@ static void on_fin2(uv_handle_t *h)
 
 	SSL_CTX_free(k->ssl);
 	free(k->token_path);
+	free((char *)k->server_name);
+	free(k->name_to_resolve);
 	free(k);
 }
 
 /* Frees |k| once the first close round is over and no token read (which
- * uses k->token_fs on the thread pool) is in flight. */
+ * uses k->token_fs on the thread pool) or name look-up is in flight. */
 static void maybe_free(struct pcsi_kube *k)
 {
-	if (k->fin1_done && !k->token_busy)
+	if (k->fin1_done && !k->token_busy && !k->resolving)
 		uv_close((uv_handle_t *)&k->fin2, on_fin2);
 }
 
@@ -835,7 +886,10 @@ void pcsi_kube_close(struct pcsi_kube *k)
 	k->token = NULL;
 	uv_close((uv_handle_t *)&k->token_timer, NULL);
 	uv_close((uv_handle_t *)&k->pace_timer, NULL);
-	h2o_socketpool_dispose(&k->pool);
+	if (k->pool_ready)
+		h2o_socketpool_dispose(&k->pool);
+	if (k->resolving)
+		uv_cancel((uv_req_t *)&k->gai); /* on_resolved still runs */
 	h2o_timeout_dispose(k->loop, &k->io_timeout);
 	h2o_timeout_dispose(k->loop, &k->watch_io_timeout);
 	h2o_timeout_dispose(k->loop, &k->deadline);

@@ -12,8 +12,10 @@
  * and the DNS name h2o checks, the host itself or, for an IP address,
  * "kubernetes.default.svc", which every API server certificate carries.
  * No name is ever looked up on the loop: an IP address (what Kubernetes puts
- * into KUBERNETES_SERVICE_HOST) is used as it is, a name is resolved once at
- * open (start-up, before the loop runs).
+ * into KUBERNETES_SERVICE_HOST) is used as it is; a name is resolved on the
+ * thread pool (uv_getaddrinfo) when the first call needs it, the calls wait
+ * for it in the queue, and if it fails they fail (-EHOSTUNREACH) and the next
+ * call asks again.
  *
  * Every request has a total deadline (|timeout_ms|: connect, TLS, request,
  * the whole answer), its answer is bounded (64 MiB), and requests are paced

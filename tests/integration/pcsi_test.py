@@ -650,7 +650,7 @@ def service_account(ca, cn="kube-apiserver"):
     """A stand-in API server's credentials, as a pod sees its service
     account: a directory with a random bearer |token| and the test CA's
     ca.crt (for the driver's -serviceAccountDir), and the server's own
-    certificate for 127.0.0.1 and kubernetes.default.svc signed by |ca|
+    certificate for 127.0.0.1, kubernetes.default.svc and localhost signed by |ca|
     ((crt, key) paths). Returns (dir, token, crt, key)."""
     d = mkdtemp("pcsi-sa-")
     token = "tok-" + os.urandom(12).hex()
@@ -658,7 +658,8 @@ def service_account(ca, cn="kube-apiserver"):
         f.write(token + "\n")
     with open(ca[0]) as src, open(os.path.join(d, "ca.crt"), "w") as dst:
         dst.write(src.read())
-    crt, key = make_leaf(d, "apiserver", *ca, cn=cn, sans=["IP:127.0.0.1", "DNS:kubernetes.default.svc"])
+    crt, key = make_leaf(d, "apiserver", *ca, cn=cn, sans=["IP:127.0.0.1", "DNS:kubernetes.default.svc",
+                                                                    "DNS:localhost"])
     return d, token, crt, key
 
 
