@@ -584,6 +584,15 @@ static void init_pool(struct pcsi_kube *k, const struct sockaddr *sa)
 
 static void maybe_free(struct pcsi_kube *k);
 
+/* The calls waiting for the server's address fail; the next call asks again. */
+static void fail_queued(struct pcsi_kube *k, int status)
+{
+	while (!pcsi_list_empty(&k->queued))
+		finish(pcsi_list_entry(k->queued.next, struct pcsi_kube_call, link), -EHOSTUNREACH,
+		       "cannot resolve the API server %s: %s", k->name_to_resolve,
+		       uv_strerror(status));
+}
+
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
 	struct pcsi_kube *k = pcsi_container_of(req, struct pcsi_kube, gai);
@@ -601,11 +610,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 		return;
 	}
 	uv_freeaddrinfo(res);
-	/* The calls waiting for it fail; the next call asks again. */
-	while (!pcsi_list_empty(&k->queued))
-		finish(pcsi_list_entry(k->queued.next, struct pcsi_kube_call, link), -EHOSTUNREACH,
-		       "cannot resolve the API server %s: %s", k->name_to_resolve,
-		       uv_strerror(status));
+	fail_queued(k, status ? status : UV_EAI_NONAME);
 }
 
 /* Starts queued calls as the token bucket allows, once the server's address
@@ -618,12 +623,7 @@ static void dispatch(struct pcsi_kube *k)
 			int rc = uv_getaddrinfo(k->loop, &k->gai, on_resolved, k->name_to_resolve,
 						k->port_s, &hints);
 			if (rc < 0)
-				while (!pcsi_list_empty(&k->queued))
-					finish(pcsi_list_entry(k->queued.next,
-							       struct pcsi_kube_call, link),
-					       -EHOSTUNREACH,
-					       "cannot resolve the API server %s: %s",
-					       k->name_to_resolve, uv_strerror(rc));
+				fail_queued(k, rc);
 			else
 				k->resolving = true;
 		}

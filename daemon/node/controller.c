@@ -1164,11 +1164,13 @@ static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 	struct expand_op *op;
 
 	if (nc->for_resizer) {
-		pcsi_call_fail(call, PCSI_UNIMPLEMENTED,
-			       pcsi_backend_can_expand(nc->node->be)
-				       ? "volumes grow on their node (NodeExpandVolume)"
-				       : "volumes of -deviceManager=%s cannot grow",
-			       pcsi_backend_name(nc->node->be));
+		if (pcsi_backend_can_expand(nc->node->be))
+			pcsi_call_fail(call, PCSI_UNIMPLEMENTED,
+				       "volumes grow on their node (NodeExpandVolume)");
+		else
+			pcsi_call_fail(call, PCSI_UNIMPLEMENTED,
+				       "volumes of -deviceManager=%s cannot grow",
+				       pcsi_backend_name(nc->node->be));
 		return;
 	}
 	op = pcsi_xcalloc(1, sizeof(*op));
