@@ -282,6 +282,11 @@ bool pcsi_modify_begin(struct pcsi_call *call, const Csi__V1__ControllerModifyVo
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
 		return false;
 	}
+	if (!pcsi_volume_id_ok(in->volume_id)) {
+		/* Not an id of ours (nor one that fits the volume tables). */
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
+		return false;
+	}
 	if (in->n_mutable_parameters > PCSI_MAX_PARAMS) {
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "too many mutable parameters");
 		return false;

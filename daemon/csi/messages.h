@@ -111,7 +111,7 @@ bool pcsi_expand_begin(struct pcsi_call *call, const Csi__V1__ControllerExpandVo
 		       struct pcsi_inflight *busy, uint64_t *size, uint64_t *limit);
 
 /* The start of every ControllerModifyVolume: a volume_id (else
- * INVALID_ARGUMENT) and mutable_parameters that pcsi_params_mutable() takes
+ * INVALID_ARGUMENT) that may be ours (else NOT_FOUND) and mutable_parameters that pcsi_params_mutable() takes
  * (else INVALID_ARGUMENT); |erase_after| is set when the request changes it.
  * Ends the call and returns false when a check fails. */
 bool pcsi_modify_begin(struct pcsi_call *call, const Csi__V1__ControllerModifyVolumeRequest *in,
