@@ -78,8 +78,8 @@ static uint64_t grace_left_s(const struct pcsi_controller *c)
 }
 
 struct create_op {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_controller *c;
-	struct pcsi_call *call;
 	const Csi__V1__CreateVolumeRequest *in;
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	struct pcsi_params params;
@@ -113,8 +113,9 @@ static void create_cancelled(struct pcsi_call *call, void *data)
 		pcsi_client_call_cancel(&op->ccall);
 }
 
-static void create_free(struct create_op *op)
+static void create_release(struct pcsi_op *base)
 {
+	struct create_op *op = (struct create_op *)base;
 	size_t i;
 
 	for (i = 0; i < op->n_targets; i++)
@@ -236,18 +237,16 @@ static void create_reply(struct create_op *op)
 	out.volume = &vol;
 	pcsi_info(2, "volume ready", "name=%s volume=%s nodes=%zu size=%lld", op->in->name, op->id,
 		  op->n_made, (long long)op->vol_size);
-	pcsi_call_reply(op->call, &out.base);
+	pcsi_op_reply(&op->base, &out.base);
 	free(topo);
 	free(topop);
 	free(seg);
 	free(segp);
-	create_free(op);
 }
 
 static void create_fail(struct create_op *op)
 {
-	pcsi_call_fail(op->call, op->fatal, "%s", op->fatal_msg);
-	create_free(op);
+	pcsi_op_fail(&op->base, op->fatal, "%s", op->fatal_msg);
 }
 
 /* Rolls back the copies made so far, then fails. */
@@ -382,7 +381,7 @@ static void create_next(struct create_op *op)
 		}
 		op->asking = true;
 		pcsi_channel_call(n->chan, &op->ccall, SVC, method("CreateVolume"), &op->in->base,
-				  node_timeout(cl, op->call, true), on_node_created, op);
+				  node_timeout(cl, op->base.call, true), on_node_created, op);
 		return;
 	}
 	/* Out of candidates. */
@@ -429,7 +428,7 @@ static const char *ready_holder(struct pcsi_controller *c, const struct pcsi_cvo
 
 /* A volume made from a snapshot or another volume is made by the node that
  * holds the source (the copy is local): that node is the only target.
- * Returns false after ending the call. */
+ * Returns false after ending the operation. */
 static bool source_target(struct create_op *op)
 {
 	const Csi__V1__TopologyRequirement *tr = op->in->accessibility_requirements;
@@ -440,26 +439,26 @@ static bool source_target(struct create_op *op)
 
 	if (!v) {
 		if (grace_left_s(op->c))
-			pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
-				       "%s %.80s is unknown and the controller started recently; "
-				       "nodes may not have re-registered yet (%llu s left)",
-				       snap ? "snapshot" : "volume", src,
-				       (unsigned long long)grace_left_s(op->c));
+			pcsi_op_fail(&op->base, PCSI_UNAVAILABLE,
+				     "%s %.80s is unknown and the controller started recently; "
+				     "nodes may not have re-registered yet (%llu s left)",
+				     snap ? "snapshot" : "volume", src,
+				     (unsigned long long)grace_left_s(op->c));
 		else
-			pcsi_call_fail(op->call, PCSI_NOT_FOUND, "%s %.80s does not exist",
-				       snap ? "snapshot" : "volume", src);
+			pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "%s %.80s does not exist",
+				     snap ? "snapshot" : "volume", src);
 		return false;
 	}
 	if (op->need > 1) {
-		pcsi_call_fail(op->call, PCSI_INVALID_ARGUMENT,
-			       "a cache volume cannot be made from a content source: the copy is "
-			       "made on the one node that holds the source");
+		pcsi_op_fail(&op->base, PCSI_INVALID_ARGUMENT,
+			     "a cache volume cannot be made from a content source: the copy is "
+			     "made on the one node that holds the source");
 		return false;
 	}
 	node = ready_holder(op->c, v, NULL);
 	if (!node) {
-		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
-			       "node %s, which holds %s, is not registered", v->nodes[0], src);
+		pcsi_op_fail(&op->base, PCSI_UNAVAILABLE,
+			     "node %s, which holds %s, is not registered", v->nodes[0], src);
 		return false;
 	}
 	if (tr && tr->n_requisite) {
@@ -470,10 +469,10 @@ static bool source_target(struct create_op *op)
 				ok = true;
 		}
 		if (!ok) {
-			pcsi_call_fail(op->call, PCSI_RESOURCE_EXHAUSTED,
-				       "%s lives on node %s, which the requisite topology does not "
-				       "include",
-				       src, node);
+			pcsi_op_fail(&op->base, PCSI_RESOURCE_EXHAUSTED,
+				     "%s lives on node %s, which the requisite topology does not "
+				     "include",
+				     src, node);
 			return false;
 		}
 	}
@@ -509,13 +508,13 @@ static void on_wait_tick(uv_timer_t *t)
 static bool create_wait(struct create_op *op)
 {
 	struct pcsi_controller *c = op->c;
-	uint64_t left = pcsi_call_remaining_ms(op->call);
+	uint64_t left = pcsi_call_remaining_ms(op->base.call);
 	struct create_op **tail;
 
 	if (!c->wait_timer_open || op->cancelled || left == UINT64_MAX ||
 	    left <= WAIT_MARGIN_MS + WAIT_TICK_MS)
 		return false;
-	pcsi_call_on_cancel(op->call, create_cancelled, op);
+	pcsi_call_on_cancel(op->base.call, create_cancelled, op);
 	for (tail = &c->waiting; *tail; tail = &(*tail)->next_waiting)
 		; /* in arrival order */
 	*tail = op;
@@ -529,14 +528,20 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 			      Csi__V1__CreateVolumeResponse_Closure closure, void *call)
 {
 	struct pcsi_controller *c = from_svc(svc);
-	struct create_op *op = pcsi_xcalloc(1, sizeof(*op));
+	struct create_op *op;
+	struct pcsi_params params;
+	uint64_t size, limit;
+	char id[PCSI_VOLUME_ID_MAX + 1];
 
-	if (!pcsi_create_begin(call, in, &c->busy, &op->params, &op->size, &op->limit, op->id)) {
-		free(op);
+	if (!pcsi_create_begin(call, in, &c->busy, &params, &size, &limit, id))
 		return;
-	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	pcsi_op_init(&op->base, call, NULL, create_release);
 	op->c = c;
-	op->call = call;
+	op->params = params;
+	op->size = size;
+	op->limit = limit;
+	snprintf(op->id, sizeof(op->id), "%s", id);
 	op->in = in;
 	op->need = op->params.persistency == PCSI_PERSIST_CACHE ? op->params.cache_size : 1;
 	create_start(op);
@@ -552,8 +557,7 @@ static void create_start(struct create_op *op)
 	size_t i;
 
 	if (op->cancelled) {
-		pcsi_call_fail(op->call, PCSI_CANCELLED, "the call was cancelled");
-		create_free(op);
+		pcsi_op_fail(&op->base, PCSI_CANCELLED, "the call was cancelled");
 		return;
 	}
 	for (i = 0; i < op->n_made; i++)
@@ -564,12 +568,10 @@ static void create_start(struct create_op *op)
 		/* Known already: check that it fits; if it is short of copies (an
 		 * earlier attempt, or a node that was lost), make the missing ones. */
 		if ((uint64_t)v->size < op->size || (op->limit && (uint64_t)v->size > op->limit)) {
-			pcsi_call_fail(
-				op->call, PCSI_ALREADY_EXISTS,
-				"volume \"%s\" exists with %lld bytes, incompatible with the "
-				"request",
-				in->name, (long long)v->size);
-			create_free(op);
+			pcsi_op_fail(&op->base, PCSI_ALREADY_EXISTS,
+				     "volume \"%s\" exists with %lld bytes, incompatible with the "
+				     "request",
+				     in->name, (long long)v->size);
 			return;
 		}
 		for (i = 0; i < v->n_nodes && op->n_made < MAX_TARGETS; i++)
@@ -580,24 +582,21 @@ static void create_start(struct create_op *op)
 	if (op->n_made < op->need && grace_left_s(c)) {
 		if (create_wait(op))
 			return;
-		pcsi_call_fail(op->call, PCSI_UNAVAILABLE,
-			       "volume \"%s\": nodes that may hold a copy of it can still "
-			       "re-register with the restarted controller for %llu s "
-			       "(-registrationGrace)",
-			       in->name, (unsigned long long)grace_left_s(c));
-		create_free(op);
+		pcsi_op_fail(&op->base, PCSI_UNAVAILABLE,
+			     "volume \"%s\": nodes that may hold a copy of it can still "
+			     "re-register with the restarted controller for %llu s "
+			     "(-registrationGrace)",
+			     in->name, (unsigned long long)grace_left_s(c));
 		return;
 	}
 	if (in->volume_content_source) {
-		if (!source_target(op)) {
-			create_free(op);
+		if (!source_target(op))
 			return;
-		}
 	} else {
 		pick_targets(op);
 		maybe_first(op);
 	}
-	pcsi_call_on_cancel(op->call, create_cancelled, op);
+	pcsi_call_on_cancel(op->base.call, create_cancelled, op);
 	create_next(op);
 }
 
@@ -608,8 +607,8 @@ static void create_start(struct create_op *op)
  * unreachable (the call ends UNAVAILABLE and the sidecar retries: both calls
  * are idempotent on the nodes), the first other error is the call's. */
 struct fanout {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_controller *c;
-	struct pcsi_call *call;
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	char **nodes; /* to ask */
 	size_t n_nodes, next;
@@ -624,7 +623,7 @@ struct fanout {
 	const ProtobufCMessage *req;
 	/* A node answered OK. */
 	void (*on_ok)(struct fanout *f, const char *node, const ProtobufCMessage *reply);
-	/* Every node answered OK: reply to the call. */
+	/* Every node answered OK: end the operation with the reply. */
 	void (*reply)(struct fanout *f);
 	const Csi__V1__ControllerExpandVolumeRequest *expand;
 	int64_t size; /* expand: the smallest size a node reported */
@@ -642,8 +641,9 @@ static void fanout_cancelled(struct pcsi_call *call, void *data)
 		pcsi_client_call_cancel(&f->ccall);
 }
 
-static void fanout_free(struct fanout *f)
+static void fanout_release(struct pcsi_op *base)
 {
+	struct fanout *f = (struct fanout *)base;
 	size_t i;
 
 	for (i = 0; i < f->n_nodes; i++)
@@ -694,25 +694,24 @@ static void fanout_next(struct fanout *f)
 		}
 		f->asking = true;
 		pcsi_channel_call(n->chan, &f->ccall, SVC, method(f->method), f->req,
-				  node_timeout(cl, f->call, true), on_fanout_reply, f);
+				  node_timeout(cl, f->base.call, true), on_fanout_reply, f);
 		return;
 	}
 	if (f->cancelled)
-		pcsi_call_fail(f->call, PCSI_CANCELLED, "volume %s: the call was cancelled", f->id);
+		pcsi_op_fail(&f->base, PCSI_CANCELLED, "volume %s: the call was cancelled", f->id);
 	else if (f->fatal)
-		pcsi_call_fail(f->call, f->fatal, "%s", f->msg);
+		pcsi_op_fail(&f->base, f->fatal, "%s", f->msg);
 	else if (f->unreachable)
-		pcsi_call_fail(f->call, PCSI_UNAVAILABLE, "volume %s not %s everywhere yet: %s",
-			       f->id, f->done, f->msg);
+		pcsi_op_fail(&f->base, PCSI_UNAVAILABLE, "volume %s not %s everywhere yet: %s",
+			     f->id, f->done, f->msg);
 	else if (grace_left_s(f->c) && !f->any_time)
-		pcsi_call_fail(f->call, PCSI_UNAVAILABLE,
-			       "volume %s %s on %zu node(s); nodes that have not "
-			       "re-registered with the restarted controller may hold a copy "
-			       "(%llu s of -registrationGrace left)",
-			       f->id, f->done, f->n_nodes, (unsigned long long)grace_left_s(f->c));
+		pcsi_op_fail(&f->base, PCSI_UNAVAILABLE,
+			     "volume %s %s on %zu node(s); nodes that have not "
+			     "re-registered with the restarted controller may hold a copy "
+			     "(%llu s of -registrationGrace left)",
+			     f->id, f->done, f->n_nodes, (unsigned long long)grace_left_s(f->c));
 	else
 		f->reply(f);
-	fanout_free(f);
 }
 
 /* The nodes to ask are those that hold the volume: false when the volume is
@@ -736,8 +735,8 @@ static struct fanout *fanout_new(struct pcsi_controller *c, struct pcsi_call *ca
 {
 	struct fanout *f = pcsi_xcalloc(1, sizeof(*f));
 
+	pcsi_op_init(&f->base, call, NULL, fanout_release);
 	f->c = c;
-	f->call = call;
 	f->method = method;
 	f->done = done;
 	snprintf(f->id, sizeof(f->id), "%s", id);
@@ -745,19 +744,18 @@ static struct fanout *fanout_new(struct pcsi_controller *c, struct pcsi_call *ca
 }
 
 /* An unknown volume within the grace period: a node that has not
- * re-registered may hold it. Ends the call and frees |f|. */
+ * re-registered may hold it. Ends the operation. */
 static void fail_unknown_in_grace(struct fanout *f)
 {
-	pcsi_call_fail(f->call, PCSI_UNAVAILABLE,
-		       "volume %s is unknown and the controller started recently; nodes may not "
-		       "have re-registered yet (%llu s left)",
-		       f->id, (unsigned long long)grace_left_s(f->c));
-	fanout_free(f);
+	pcsi_op_fail(&f->base, PCSI_UNAVAILABLE,
+		     "volume %s is unknown and the controller started recently; nodes may not "
+		     "have re-registered yet (%llu s left)",
+		     f->id, (unsigned long long)grace_left_s(f->c));
 }
 
 static void fanout_start(struct fanout *f)
 {
-	pcsi_call_on_cancel(f->call, fanout_cancelled, f);
+	pcsi_call_on_cancel(f->base.call, fanout_cancelled, f);
 	fanout_next(f);
 }
 
@@ -792,7 +790,7 @@ static void delete_reply(struct fanout *f)
 
 	if (f->known)
 		pcsi_info(2, "volume deleted", "volume=%s nodes=%zu", f->id, f->n_nodes);
-	pcsi_call_reply(f->call, &out.base);
+	pcsi_op_reply(&f->base, &out.base);
 }
 
 static void add_delete_node(const struct pcsi_cnode *n, void *data)
@@ -862,7 +860,7 @@ static void expand_reply(struct fanout *f)
 {
 	pcsi_info(2, "volume expanded", "volume=%s size=%lld nodes=%zu", f->id, (long long)f->size,
 		  f->n_nodes);
-	pcsi_reply_expanded(f->call, f->expand, (uint64_t)f->size);
+	pcsi_reply_expanded(&f->base, f->expand, (uint64_t)f->size);
 }
 
 static void ctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
@@ -891,8 +889,7 @@ static void ctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 			fail_unknown_in_grace(f);
 			return;
 		}
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %s does not exist", f->id);
-		fanout_free(f);
+		pcsi_op_fail(&f->base, PCSI_NOT_FOUND, "volume %s does not exist", f->id);
 		return;
 	}
 	fanout_start(f);
@@ -913,7 +910,7 @@ static void modify_reply(struct fanout *f)
 		CSI__V1__CONTROLLER_MODIFY_VOLUME_RESPONSE__INIT;
 
 	pcsi_info(2, "volume modified", "volume=%s nodes=%zu", f->id, f->n_nodes);
-	pcsi_call_reply(f->call, &out.base);
+	pcsi_op_reply(&f->base, &out.base);
 }
 
 static void ctl_controller_modify_volume(Csi__V1__Controller_Service *svc,
@@ -943,8 +940,8 @@ static void ctl_controller_modify_volume(Csi__V1__Controller_Service *svc,
 			fail_unknown_in_grace(f);
 			return;
 		}
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
-		fanout_free(f);
+		pcsi_op_fail(&f->base, PCSI_NOT_FOUND, "volume %.80s does not exist",
+			     in->volume_id);
 		return;
 	}
 	fanout_start(f);
@@ -968,15 +965,15 @@ static void snap_reply(struct fanout *f)
 	const struct pcsi_cvol *v = known(f->c, f->id, true);
 
 	if (!v) {
-		pcsi_call_fail(f->call, PCSI_INTERNAL, "node %s answered without snapshot %s",
-			       f->nodes[0], f->id);
+		pcsi_op_fail(&f->base, PCSI_INTERNAL, "node %s answered without snapshot %s",
+			     f->nodes[0], f->id);
 		return;
 	}
 	pcsi_info(2, "snapshot ready", "snapshot=%s source=%s node=%s", v->id, v->source,
 		  v->nodes[0]);
-	pcsi_reply_snapshot(f->call, &(struct pcsi_snapshot_item){
-					     v->id, v->source, v->size, v->created_s, v->created_ns,
-					     v->nodes[0], f->c->topology_key });
+	pcsi_reply_snapshot(&f->base, &(struct pcsi_snapshot_item){
+					      v->id, v->source, v->size, v->created_s,
+					      v->created_ns, v->nodes[0], f->c->topology_key });
 }
 
 static void ctl_create_snapshot(Csi__V1__Controller_Service *svc,
@@ -1047,7 +1044,7 @@ static void delete_snap_reply(struct fanout *f)
 
 	if (f->known)
 		pcsi_info(2, "snapshot deleted", "snapshot=%s", f->id);
-	pcsi_call_reply(f->call, &out.base);
+	pcsi_op_reply(&f->base, &out.base);
 }
 
 static void ctl_delete_snapshot(Csi__V1__Controller_Service *svc,
@@ -1108,10 +1105,10 @@ static void ctl_get_snapshot(Csi__V1__Controller_Service *svc,
 				       in->snapshot_id);
 		return;
 	}
-	pcsi_reply_get_snapshot(call, &(struct pcsi_snapshot_item){ v->id, v->source, v->size,
-								    v->created_s, v->created_ns,
-								    v->n_nodes ? v->nodes[0] : NULL,
-								    c->topology_key });
+	pcsi_reply_get_snapshot(PCSI_OP_NOW(call),
+				&(struct pcsi_snapshot_item){
+					v->id, v->source, v->size, v->created_s, v->created_ns,
+					v->n_nodes ? v->nodes[0] : NULL, c->topology_key });
 }
 
 struct snap_items {
@@ -1141,7 +1138,7 @@ static void ctl_list_snapshots(Csi__V1__Controller_Service *svc,
 				from_svc(svc)->topology_key };
 
 	pcsi_cluster_foreach_volume(cl, collect_snapshot, &l);
-	pcsi_reply_list_snapshots(call, in, l.v, l.n);
+	pcsi_reply_list_snapshots(PCSI_OP_NOW(call), in, l.v, l.n);
 	free(l.v);
 }
 
@@ -1171,28 +1168,34 @@ static void ctl_list_volumes(Csi__V1__Controller_Service *svc,
 				0 };
 
 	pcsi_cluster_foreach_volume(c->cluster, collect_volume, &l);
-	pcsi_reply_list_volumes(call, in, l.v, l.n, c->topology_key);
+	pcsi_reply_list_volumes(PCSI_OP_NOW(call), in, l.v, l.n, c->topology_key);
 	free(l.v);
 }
 
 /* ---- GetCapacity ----------------------------------------------------------------- */
 
 struct cap_op {
-	struct pcsi_call *call;
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_client_call ccall;
 };
+
+static void cap_release(struct pcsi_op *base)
+{
+	struct cap_op *op = (struct cap_op *)base;
+
+	pcsi_client_call_done(&op->ccall);
+	free(op);
+}
 
 static void on_node_capacity(struct pcsi_client_call *call, void *data)
 {
 	struct cap_op *op = data;
 
 	if (call->status == PCSI_OK)
-		pcsi_call_reply(op->call, call->reply);
+		pcsi_op_reply(&op->base, call->reply);
 	else
-		pcsi_call_fail(op->call, call->status, "GetCapacity on the node: %s",
-			       call->message ? call->message : "");
-	pcsi_client_call_done(call);
-	free(op);
+		pcsi_op_fail(&op->base, call->status, "GetCapacity on the node: %s",
+			     call->message ? call->message : "");
 }
 
 /* The cluster's capacity: the sum of what is free, the largest volume one
@@ -1211,7 +1214,7 @@ static void add_figures(struct cluster_capacity *c, int64_t available, int64_t m
 		c->min = min;
 }
 
-static void reply_capacity(struct pcsi_call *call, const struct cluster_capacity *sum)
+static void reply_capacity(struct pcsi_op *op, const struct cluster_capacity *sum)
 {
 	Csi__V1__GetCapacityResponse out = CSI__V1__GET_CAPACITY_RESPONSE__INIT;
 	Google__Protobuf__Int64Value max = GOOGLE__PROTOBUF__INT64_VALUE__INIT,
@@ -1223,7 +1226,7 @@ static void reply_capacity(struct pcsi_call *call, const struct cluster_capacity
 	out.maximum_volume_size = &max;
 	if (sum->min)
 		out.minimum_volume_size = &min;
-	pcsi_call_reply(call, &out.base);
+	pcsi_op_reply(op, &out.base);
 }
 
 /* From the nodes' last answers (registration, and after each change). */
@@ -1237,10 +1240,10 @@ static void add_cached(const struct pcsi_cnode *n, void *data)
 
 /* One request sent to several nodes together (GetCapacity by medium,
  * ControllerGetVolume): |on_answer| sees each answer (OK or not) as it
- * comes, |finish| runs once after the last, then the whole is freed. */
+ * comes, |finish| runs once after the last and ends the operation. */
 struct ask {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_controller *c;
-	struct pcsi_call *call;
 	const char *method;
 	const ProtobufCMessage *req;
 	size_t pending, asked, answered;
@@ -1261,13 +1264,25 @@ struct ask {
 	} * legs;
 };
 
+static void health_list_free(struct health_list *l);
+
+static void ask_release(struct pcsi_op *base)
+{
+	struct ask *a = (struct ask *)base;
+
+	if (a->list)
+		health_list_free(a->list);
+	free(a->legs);
+	free(a);
+}
+
 static struct ask *ask_new(struct pcsi_controller *c, struct pcsi_call *call, const char *method,
 			   const ProtobufCMessage *req, size_t max_nodes)
 {
 	struct ask *a = pcsi_xcalloc(1, sizeof(*a));
 
+	pcsi_op_init(&a->base, call, NULL, ask_release);
 	a->c = c;
-	a->call = call;
 	a->method = method;
 	a->req = req;
 	a->legs = pcsi_xcalloc(max_nodes + 1, sizeof(*a->legs));
@@ -1290,8 +1305,6 @@ static void on_ask_answer(struct pcsi_client_call *call, void *data)
 	if (--a->pending)
 		return;
 	a->finish(a);
-	free(a->legs);
-	free(a);
 }
 
 /* Asks node |n|; false when it is not a ready node. */
@@ -1306,7 +1319,7 @@ static bool ask_one(struct ask *a, const struct pcsi_cnode *n)
 	snprintf(leg->node, sizeof(leg->node), "%s", n->id);
 	a->pending++;
 	pcsi_channel_call(n->chan, &leg->ccall, SVC, method(a->method), a->req,
-			  node_timeout(a->c->cluster, a->call, false), on_ask_answer, leg);
+			  node_timeout(a->c->cluster, a->base.call, false), on_ask_answer, leg);
 	return true;
 }
 
@@ -1333,10 +1346,10 @@ static void capacity_answer(struct ask *a, const char *node, const struct pcsi_c
 static void capacity_finish(struct ask *a)
 {
 	if (!a->answered)
-		pcsi_call_fail(a->call, PCSI_UNAVAILABLE, "GetCapacity: no node answered: %s",
-			       a->msg);
+		pcsi_op_fail(&a->base, PCSI_UNAVAILABLE, "GetCapacity: no node answered: %s",
+			     a->msg);
 	else
-		reply_capacity(a->call, &a->sum);
+		reply_capacity(&a->base, &a->sum);
 }
 
 static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
@@ -1373,7 +1386,7 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 			return;
 		}
 		op = pcsi_xcalloc(1, sizeof(*op));
-		op->call = call;
+		pcsi_op_init(&op->base, call, NULL, cap_release);
 		pcsi_channel_call(n->chan, &op->ccall, SVC, method("GetCapacity"), &in->base,
 				  node_timeout(c->cluster, call, false), on_node_capacity, op);
 		return;
@@ -1386,14 +1399,12 @@ static void ctl_get_capacity(Csi__V1__Controller_Service *svc,
 		a->finish = capacity_finish;
 		/* The answers come on later loop turns (rpc/client.h). */
 		pcsi_cluster_foreach_node(c->cluster, ask_each, a);
-		if (a->asked)
-			return;
-		free(a->legs); /* no node: nothing anywhere */
-		free(a);
-	} else {
-		pcsi_cluster_foreach_node(c->cluster, add_cached, &sum);
+		if (!a->asked) /* no node: nothing anywhere */
+			reply_capacity(&a->base, &sum);
+		return;
 	}
-	reply_capacity(call, &sum);
+	pcsi_cluster_foreach_node(c->cluster, add_cached, &sum);
+	reply_capacity(PCSI_OP_NOW(call), &sum);
 }
 
 /* ---- ValidateVolumeCapabilities, capabilities ------------------------------------------ */
@@ -1412,7 +1423,7 @@ static void ctl_validate_volume_capabilities(
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
 		return;
 	}
-	pcsi_reply_validated(call, in, v->n_nodes > 1);
+	pcsi_reply_validated(PCSI_OP_NOW(call), in, v->n_nodes > 1);
 }
 
 /* ControllerGetVolume asks every holder for the volume's condition (media
@@ -1441,10 +1452,10 @@ static void volume_finish(struct ask *a)
 	const struct pcsi_cvol *v = pcsi_cluster_volume(a->c->cluster, a->vol_id);
 
 	if (!v) { /* deleted meanwhile */
-		pcsi_call_fail(a->call, PCSI_NOT_FOUND, "volume %.80s does not exist", a->vol_id);
+		pcsi_op_fail(&a->base, PCSI_NOT_FOUND, "volume %.80s does not exist", a->vol_id);
 		return;
 	}
-	pcsi_reply_volume(a->call,
+	pcsi_reply_volume(&a->base,
 			  &(struct pcsi_list_item){ v->id, v->size, (const char *const *)v->nodes,
 						    v->n_nodes },
 			  a->c->topology_key, a->abnormal ? a->cond : NULL);
@@ -1485,11 +1496,8 @@ ask_holders(struct pcsi_controller *c, struct pcsi_call *call, const char *id, c
 	for (i = 0; i < v->n_nodes; i++)
 		if (!ask_one(a, pcsi_cluster_node(c->cluster, v->nodes[i])))
 			missing(a, v->nodes[i]);
-	if (a->asked)
-		return;
-	finish(a); /* no holder to ask */
-	free(a->legs);
-	free(a);
+	if (!a->asked)
+		finish(a); /* no holder to ask */
 }
 
 static void ctl_controller_get_volume(Csi__V1__Controller_Service *svc,
@@ -1541,7 +1549,7 @@ static void health_finish(struct ask *a)
 	struct pcsi_health_parts parts;
 
 	if (!v) { /* deleted meanwhile */
-		pcsi_call_fail(a->call, PCSI_NOT_FOUND, "volume %.80s does not exist", a->vol_id);
+		pcsi_op_fail(&a->base, PCSI_NOT_FOUND, "volume %.80s does not exist", a->vol_id);
 		return;
 	}
 	if (a->unreachable)
@@ -1551,7 +1559,7 @@ static void health_finish(struct ask *a)
 					: CSI__V1__VOLUME_HEALTH_ERROR_TYPE__DEGRADED,
 				"NodeUnreachable", a->cond);
 	out.volume_health = pcsi_health_msg(&parts, &a->health, v->id);
-	pcsi_call_reply(a->call, &out.base);
+	pcsi_op_reply(&a->base, &out.base);
 }
 
 static void health_not_registered(struct ask *a, const char *node)
@@ -1691,18 +1699,24 @@ static void health_list_finish(struct ask *a)
 			l->v[k++] = l->v[i];
 	if (k) /* l->v is NULL when no node named a volume */
 		qsort(l->v, k, sizeof(*l->v), cmp_health_item);
-	if (pcsi_page(a->call, l->in->max_entries, l->in->starting_token, k, &start, &count)) {
-		parts = pcsi_xcalloc(count + 1, sizeof(*parts));
-		vhp = pcsi_xcalloc(count + 1, sizeof(*vhp));
-		for (i = 0; i < count; i++)
-			vhp[i] = pcsi_health_msg(&parts[i], &l->v[start + i].h, l->v[start + i].id);
-		out.n_entries = count;
-		out.entries = vhp;
-		out.next_token = pcsi_page_next(start, count, k, next);
-		pcsi_call_reply(a->call, &out.base);
-		free(parts);
-		free(vhp);
-	}
+	if (!pcsi_page(&a->base, l->in->max_entries, l->in->starting_token, k, &start, &count))
+		return;
+	parts = pcsi_xcalloc(count + 1, sizeof(*parts));
+	vhp = pcsi_xcalloc(count + 1, sizeof(*vhp));
+	for (i = 0; i < count; i++)
+		vhp[i] = pcsi_health_msg(&parts[i], &l->v[start + i].h, l->v[start + i].id);
+	out.n_entries = count;
+	out.entries = vhp;
+	out.next_token = pcsi_page_next(start, count, k, next);
+	pcsi_op_reply(&a->base, &out.base);
+	free(parts);
+	free(vhp);
+}
+
+static void health_list_free(struct health_list *l)
+{
+	size_t i;
+
 	for (i = 0; i < l->n_down; i++)
 		free(l->down[i]);
 	free(l->down);
@@ -1732,18 +1746,15 @@ static void ctl_controller_list_volume_health(
 	a->finish = health_list_finish;
 	/* The answers come on later loop turns (rpc/client.h). */
 	pcsi_cluster_foreach_node(c->cluster, ask_each, a);
-	if (a->asked)
-		return;
-	health_list_finish(a); /* no node registered */
-	free(a->legs);
-	free(a);
+	if (!a->asked)
+		health_list_finish(a); /* no node registered */
 }
 
 static void ctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(call, true, from_svc(svc)->expand);
+	pcsi_reply_controller_capabilities(PCSI_OP_NOW(call), true, from_svc(svc)->expand);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)
@@ -1787,8 +1798,7 @@ void pcsi_controller_done(struct pcsi_controller *c)
 
 	while ((op = c->waiting)) {
 		c->waiting = op->next_waiting;
-		pcsi_call_fail(op->call, PCSI_UNAVAILABLE, "the controller is stopping");
-		create_free(op);
+		pcsi_op_fail(&op->base, PCSI_UNAVAILABLE, "the controller is stopping");
 	}
 	if (c->wait_timer_open) {
 		c->wait_timer_open = false;

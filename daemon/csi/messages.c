@@ -5,6 +5,7 @@
 #include "rpc/server.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -302,7 +303,7 @@ bool pcsi_modify_begin(struct pcsi_call *call, const Csi__V1__ControllerModifyVo
 	return true;
 }
 
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool all, bool expand)
+void pcsi_reply_controller_capabilities(struct pcsi_op *op, bool all, bool expand)
 {
 	typedef Csi__V1__ControllerServiceCapability__RPC__Type type_t;
 	static const type_t always[] = {
@@ -342,7 +343,7 @@ void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool all, bool e
 	}
 	out.n_capabilities = n;
 	out.capabilities = capp;
-	pcsi_call_reply(call, &out.base);
+	pcsi_op_reply(op, &out.base);
 }
 
 bool pcsi_expand_begin(struct pcsi_call *call, const Csi__V1__ControllerExpandVolumeRequest *in,
@@ -384,7 +385,7 @@ bool pcsi_expand_begin(struct pcsi_call *call, const Csi__V1__ControllerExpandVo
 	return true;
 }
 
-void pcsi_reply_expanded(struct pcsi_call *call, const Csi__V1__ControllerExpandVolumeRequest *in,
+void pcsi_reply_expanded(struct pcsi_op *op, const Csi__V1__ControllerExpandVolumeRequest *in,
 			 uint64_t size)
 {
 	Csi__V1__ControllerExpandVolumeResponse out =
@@ -395,7 +396,7 @@ void pcsi_reply_expanded(struct pcsi_call *call, const Csi__V1__ControllerExpand
 	out.node_expansion_required =
 		!in->volume_capability || in->volume_capability->access_type_case !=
 						  CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
-	pcsi_call_reply(call, &out.base);
+	pcsi_op_reply(op, &out.base);
 }
 
 bool pcsi_validate_request_ok(struct pcsi_call *call,
@@ -412,8 +413,8 @@ bool pcsi_validate_request_ok(struct pcsi_call *call,
 	return true;
 }
 
-void pcsi_reply_validated(struct pcsi_call *call,
-			  const Csi__V1__ValidateVolumeCapabilitiesRequest *in, bool multi_node_ok)
+void pcsi_reply_validated(struct pcsi_op *op, const Csi__V1__ValidateVolumeCapabilitiesRequest *in,
+			  bool multi_node_ok)
 {
 	Csi__V1__ValidateVolumeCapabilitiesResponse out =
 		CSI__V1__VALIDATE_VOLUME_CAPABILITIES_RESPONSE__INIT;
@@ -426,7 +427,7 @@ void pcsi_reply_validated(struct pcsi_call *call,
 		if (pcsi_cap_check(in->volume_capabilities[i], multi_node_ok, err, sizeof(err)) <
 		    0) {
 			out.message = err;
-			pcsi_call_reply(call, &out.base);
+			pcsi_op_reply(op, &out.base);
 			return;
 		}
 	conf.n_volume_capabilities = in->n_volume_capabilities;
@@ -440,11 +441,11 @@ void pcsi_reply_validated(struct pcsi_call *call,
 		(Csi__V1__ValidateVolumeCapabilitiesResponse__Confirmed__ParametersEntry **)
 			in->parameters;
 	out.confirmed = &conf;
-	pcsi_call_reply(call, &out.base);
+	pcsi_op_reply(op, &out.base);
 }
 
-void pcsi_reply_volume(struct pcsi_call *call, const struct pcsi_list_item *v,
-		       const char *topology_key, const char *abnormal)
+void pcsi_reply_volume(struct pcsi_op *op, const struct pcsi_list_item *v, const char *topology_key,
+		       const char *abnormal)
 {
 	Csi__V1__ControllerGetVolumeResponse out = CSI__V1__CONTROLLER_GET_VOLUME_RESPONSE__INIT;
 	Csi__V1__ControllerGetVolumeResponse__VolumeStatus st =
@@ -476,7 +477,7 @@ void pcsi_reply_volume(struct pcsi_call *call, const struct pcsi_list_item *v,
 	st.volume_condition = &cond;
 	out.volume = &vol;
 	out.status = &st;
-	pcsi_call_reply(call, &out.base);
+	pcsi_op_reply(op, &out.base);
 	free(topo);
 	free(topop);
 	free(seg);
@@ -489,20 +490,20 @@ static int cmp_item(const void *a, const void *b)
 		      ((const struct pcsi_list_item *)b)->id);
 }
 
-bool pcsi_page(struct pcsi_call *call, int32_t max_entries, const char *token, size_t n,
-	       size_t *start, size_t *count)
+bool pcsi_page(struct pcsi_op *op, int32_t max_entries, const char *token, size_t n, size_t *start,
+	       size_t *count)
 {
 	*start = 0;
 	if (max_entries < 0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
+		pcsi_op_fail(op, PCSI_INVALID_ARGUMENT, "max_entries must not be negative");
 		return false;
 	}
 	if (token && *token) {
 		char *end;
 		unsigned long long t = strtoull(token, &end, 10);
 		if (*end || token[0] < '0' || token[0] > '9' || t > n) {
-			pcsi_call_fail(call, PCSI_ABORTED, "starting_token \"%.32s\" is not valid",
-				       token);
+			pcsi_op_fail(op, PCSI_ABORTED, "starting_token \"%.32s\" is not valid",
+				     token);
 			return false;
 		}
 		*start = (size_t)t;
@@ -519,7 +520,7 @@ char *pcsi_page_next(size_t start, size_t count, size_t n, char buf[32])
 	return buf;
 }
 
-void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesRequest *in,
+void pcsi_reply_list_volumes(struct pcsi_op *op, const Csi__V1__ListVolumesRequest *in,
 			     struct pcsi_list_item *items, size_t n, const char *topology_key)
 {
 	Csi__V1__ListVolumesResponse out = CSI__V1__LIST_VOLUMES_RESPONSE__INIT;
@@ -530,7 +531,7 @@ void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesR
 	size_t start = 0, count, i, j, nseg = 0, total_nodes = 0;
 	char next[32];
 
-	if (!pcsi_page(call, in->max_entries, in->starting_token, n, &start, &count))
+	if (!pcsi_page(op, in->max_entries, in->starting_token, n, &start, &count))
 		return;
 	qsort(items, n, sizeof(*items), cmp_item);
 	for (i = 0; i < count; i++)
@@ -566,7 +567,7 @@ void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesR
 	out.n_entries = count;
 	out.entries = entp;
 	out.next_token = pcsi_page_next(start, count, n, next);
-	pcsi_call_reply(call, &out.base);
+	pcsi_op_reply(op, &out.base);
 	free(ents);
 	free(entp);
 	free(vols);
@@ -730,24 +731,24 @@ bool pcsi_snapshot_begin(struct pcsi_call *call, const Csi__V1__CreateSnapshotRe
 	return true;
 }
 
-void pcsi_reply_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it)
+void pcsi_reply_snapshot(struct pcsi_op *op, const struct pcsi_snapshot_item *it)
 {
 	Csi__V1__CreateSnapshotResponse out = CSI__V1__CREATE_SNAPSHOT_RESPONSE__INIT;
 	struct snapshot_parts p;
 
 	snapshot_msg(it, &p);
 	out.snapshot = &p.snap;
-	pcsi_call_reply(call, &out.base);
+	pcsi_op_reply(op, &out.base);
 }
 
-void pcsi_reply_get_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it)
+void pcsi_reply_get_snapshot(struct pcsi_op *op, const struct pcsi_snapshot_item *it)
 {
 	Csi__V1__GetSnapshotResponse out = CSI__V1__GET_SNAPSHOT_RESPONSE__INIT;
 	struct snapshot_parts p;
 
 	snapshot_msg(it, &p);
 	out.snapshot = &p.snap;
-	pcsi_call_reply(call, &out.base);
+	pcsi_op_reply(op, &out.base);
 }
 
 bool pcsi_get_snapshot_begin(struct pcsi_call *call, const Csi__V1__GetSnapshotRequest *in)
@@ -770,7 +771,7 @@ static int cmp_snapshot(const void *a, const void *b)
 		      ((const struct pcsi_snapshot_item *)b)->id);
 }
 
-void pcsi_reply_list_snapshots(struct pcsi_call *call, const Csi__V1__ListSnapshotsRequest *in,
+void pcsi_reply_list_snapshots(struct pcsi_op *op, const Csi__V1__ListSnapshotsRequest *in,
 			       struct pcsi_snapshot_item *items, size_t n)
 {
 	Csi__V1__ListSnapshotsResponse out = CSI__V1__LIST_SNAPSHOTS_RESPONSE__INIT;
@@ -787,7 +788,7 @@ void pcsi_reply_list_snapshots(struct pcsi_call *call, const Csi__V1__ListSnapsh
 		    (!want_src || !strcmp(want_src, items[i].source)))
 			items[k++] = items[i];
 	qsort(items, k, sizeof(*items), cmp_snapshot); /* stable pages */
-	if (!pcsi_page(call, in->max_entries, in->starting_token, k, &start, &count))
+	if (!pcsi_page(op, in->max_entries, in->starting_token, k, &start, &count))
 		return;
 	ents = pcsi_xcalloc(count + 1, sizeof(*ents));
 	entp = pcsi_xcalloc(count + 1, sizeof(*entp));
@@ -801,7 +802,7 @@ void pcsi_reply_list_snapshots(struct pcsi_call *call, const Csi__V1__ListSnapsh
 	out.n_entries = count;
 	out.entries = entp;
 	out.next_token = pcsi_page_next(start, count, k, next);
-	pcsi_call_reply(call, &out.base);
+	pcsi_op_reply(op, &out.base);
 	free(ents);
 	free(entp);
 	free(parts);
@@ -848,4 +849,60 @@ Csi__V1__VolumeHealth *pcsi_health_msg(struct pcsi_health_parts *p, const struct
 	p->vh.n_health_statuses = h->n;
 	p->vh.health_statuses = p->ep;
 	return &p->vh;
+}
+
+/* ---- who ends a call ---------------------------------------------------------------- */
+
+void pcsi_op_init(struct pcsi_op *op, struct pcsi_call *call, const char *what,
+		  void (*release)(struct pcsi_op *op))
+{
+	op->call = call;
+	op->what = what;
+	op->release = release;
+}
+
+void pcsi_op_keep(struct pcsi_op *op)
+{
+	(void)op;
+}
+
+static void op_release(struct pcsi_op *op)
+{
+	if (op->release)
+		op->release(op);
+	else
+		free(op);
+}
+
+void pcsi_op_reply(struct pcsi_op *op, const ProtobufCMessage *reply)
+{
+	pcsi_call_reply(op->call, reply);
+	op_release(op);
+}
+
+static void op_vfail(struct pcsi_op *op, enum pcsi_status code, const char *fmt, va_list ap)
+{
+	char msg[1024];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (op->what)
+		pcsi_call_fail(op->call, code, "%s: %s", op->what, msg);
+	else
+		pcsi_call_fail(op->call, code, "%s", msg);
+	op_release(op);
+}
+
+void pcsi_op_fail(struct pcsi_op *op, enum pcsi_status code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	op_vfail(op, code, fmt, ap);
+	va_end(ap);
+}
+
+void pcsi_op_fail_errno(struct pcsi_op *op, int err, const char *doing, const char *msg)
+{
+	pcsi_op_fail(op, pcsi_status_from_errno(err), "%s%s%s", doing ? doing : "",
+		     doing ? ": " : "", msg && *msg ? msg : strerror(-err));
 }

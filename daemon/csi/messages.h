@@ -67,6 +67,56 @@ enum pcsi_status pcsi_create_validate(const Csi__V1__CreateVolumeRequest *in,
 
 struct pcsi_call;
 
+/* ---- who ends a call ------------------------------------------------------------
+ *
+ * One convention in every service (Identity, Node, both Controllers):
+ *
+ * 1. Until a handler has made its operation, a failed check ends the call
+ *    right there: pcsi_call_fail() (or pcsi_call_reply() for an answer that
+ *    needs no work), or a pcsi_*_begin() or pcsi_*_ok() helper below that returns false
+ *    after ending it. Nothing is held yet, so nothing is freed.
+ * 2. From the moment the operation exists it owns the call, and the call ends
+ *    exactly once, through pcsi_op_reply(), pcsi_op_fail(),
+ *    pcsi_op_fail_errno() or a pcsi_reply_*() helper below: they answer and
+ *    then release the operation (its release function drops its locks and
+ *    frees it). Nothing else answers op->call or frees an operation; a helper
+ *    that may end it (pcsi_page(), a service's own lock or check) returns
+ *    false when it did, and the caller returns at once.
+ *    A handler that answers at once with a pcsi_reply_*() helper passes
+ *    PCSI_OP_NOW(call).
+ * 3. Work that needs no state of its own beyond the call (the registry's
+ *    RegisterNodeController) keeps the call as its callback's data and ends
+ *    it there as in 1.
+ *
+ * An operation embeds struct pcsi_op as its first member. */
+struct pcsi_op {
+	struct pcsi_call *call;
+	const char *what; /* prefix of failure messages ("NodeStageVolume"), or NULL */
+	void (*release)(struct pcsi_op *op); /* frees the operation; NULL: free() */
+};
+
+void pcsi_op_init(struct pcsi_op *op, struct pcsi_call *call, const char *what,
+		  void (*release)(struct pcsi_op *op));
+
+/* Ends the call with |reply| (borrowed) and releases the operation. */
+void pcsi_op_reply(struct pcsi_op *op, const ProtobufCMessage *reply);
+
+/* Ends the call with |code| and "what: message", and releases the operation. */
+void pcsi_op_fail(struct pcsi_op *op, enum pcsi_status code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* The same with the status of -errno |err| (the one errno-to-status table):
+ * "what: doing: msg", |doing| left out when NULL, strerror(-err) for a NULL or
+ * empty |msg|. */
+void pcsi_op_fail_errno(struct pcsi_op *op, int err, const char *doing, const char *msg);
+
+/* A release that frees nothing, for PCSI_OP_NOW. */
+void pcsi_op_keep(struct pcsi_op *op);
+
+/* An operation for an answer given at once, before anything is held (a
+ * handler that passes its call straight to a pcsi_reply_*() helper). */
+#define PCSI_OP_NOW(c) (&(struct pcsi_op){ .call = (c), .release = pcsi_op_keep })
+
 /* How both CreateVolume handlers start: validates |in| as above, derives the
  * volume id from the name into |id| and takes it in |busy| (a CreateVolume or
  * DeleteVolume of the same volume in progress = ABORTED). Returns true, or
@@ -94,7 +144,7 @@ int pcsi_capacity_range(const Csi__V1__CapacityRange *r, uint64_t *required, uin
  * LIST_VOLUME_HEALTH, SINGLE_NODE_MULTI_WRITER, CREATE_DELETE_SNAPSHOT,
  * LIST_SNAPSHOTS, CLONE_VOLUME, MODIFY_VOLUME and GET_SNAPSHOT (both roles
  * offer the same) unless |all| is false, and EXPAND_VOLUME if |expand|. */
-void pcsi_reply_controller_capabilities(struct pcsi_call *call, bool all, bool expand);
+void pcsi_reply_controller_capabilities(struct pcsi_op *op, bool all, bool expand);
 
 /* The id a CreateVolumeRequest's volume_content_source names (a snapshot's
  * when |snapshot| is set true, else a volume's), or NULL when there is none
@@ -119,7 +169,7 @@ bool pcsi_modify_begin(struct pcsi_call *call, const Csi__V1__ControllerModifyVo
 
 /* Replies to ControllerExpandVolume: the volume has |size| bytes now; the
  * node grows its filesystem unless the capability says raw block. */
-void pcsi_reply_expanded(struct pcsi_call *call, const Csi__V1__ControllerExpandVolumeRequest *in,
+void pcsi_reply_expanded(struct pcsi_op *op, const Csi__V1__ControllerExpandVolumeRequest *in,
 			 uint64_t size);
 
 /* The fields every ValidateVolumeCapabilities needs (a volume id, at least one
@@ -129,8 +179,8 @@ bool pcsi_validate_request_ok(struct pcsi_call *call,
 
 /* Replies to ValidateVolumeCapabilities of an existing volume: confirmed
  * (echoing the request) when every capability is supported, else a message. */
-void pcsi_reply_validated(struct pcsi_call *call,
-			  const Csi__V1__ValidateVolumeCapabilitiesRequest *in, bool multi_node_ok);
+void pcsi_reply_validated(struct pcsi_op *op, const Csi__V1__ValidateVolumeCapabilitiesRequest *in,
+			  bool multi_node_ok);
 
 /* Defines Controller RPCs a role does not implement, for a service whose
  * handlers are named PREFIX##method. */
@@ -160,16 +210,16 @@ struct pcsi_list_item {
 
 /* Replies to ControllerGetVolume with |v| and its condition: normal when
  * |abnormal| is NULL, else abnormal with that message. */
-void pcsi_reply_volume(struct pcsi_call *call, const struct pcsi_list_item *v,
-		       const char *topology_key, const char *abnormal);
+void pcsi_reply_volume(struct pcsi_op *op, const struct pcsi_list_item *v, const char *topology_key,
+		       const char *abnormal);
 
 /* One page of a list of |n| entries, as ListVolumes and ListSnapshots page:
  * |max_entries| (0 = all; negative = INVALID_ARGUMENT) from |token| (the
  * index to go on from, as a next_token gave it; one that does not fit =
  * ABORTED). Returns true with |start| and |count|, or false after ending the
  * call. */
-bool pcsi_page(struct pcsi_call *call, int32_t max_entries, const char *token, size_t n,
-	       size_t *start, size_t *count);
+bool pcsi_page(struct pcsi_op *op, int32_t max_entries, const char *token, size_t n, size_t *start,
+	       size_t *count);
 
 /* The next_token after a page (in |buf|), or NULL after the last. */
 char *pcsi_page_next(size_t start, size_t count, size_t n, char buf[32]);
@@ -179,7 +229,7 @@ char *pcsi_page_next(size_t start, size_t count, size_t n, char buf[32]);
  * starting_token (the index to go on from, as returned in next_token; one
  * that does not fit = ABORTED), each volume with one topology per holding
  * node under |topology_key|. */
-void pcsi_reply_list_volumes(struct pcsi_call *call, const Csi__V1__ListVolumesRequest *in,
+void pcsi_reply_list_volumes(struct pcsi_op *op, const Csi__V1__ListVolumesRequest *in,
 			     struct pcsi_list_item *items, size_t n, const char *topology_key);
 
 /* A complete snapshot, as both roles report it (strings borrowed): usable
@@ -199,10 +249,10 @@ bool pcsi_snapshot_begin(struct pcsi_call *call, const Csi__V1__CreateSnapshotRe
 			 char id[PCSI_VOLUME_ID_MAX + 1]);
 
 /* Replies to CreateSnapshot with |it|, ready to use. */
-void pcsi_reply_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it);
+void pcsi_reply_snapshot(struct pcsi_op *op, const struct pcsi_snapshot_item *it);
 
 /* Replies to GetSnapshot with |it|. */
-void pcsi_reply_get_snapshot(struct pcsi_call *call, const struct pcsi_snapshot_item *it);
+void pcsi_reply_get_snapshot(struct pcsi_op *op, const struct pcsi_snapshot_item *it);
 
 /* The start of every GetSnapshot: a snapshot_id (else INVALID_ARGUMENT) of
  * this driver's scheme (else NOT_FOUND). Ends the call and returns false
@@ -212,7 +262,7 @@ bool pcsi_get_snapshot_begin(struct pcsi_call *call, const Csi__V1__GetSnapshotR
 /* Replies to ListSnapshots with the |items| that pass the request's filters
  * (snapshot_id, source_volume_id), sorted by id (|items| is reordered), one
  * page as pcsi_page() cuts it. */
-void pcsi_reply_list_snapshots(struct pcsi_call *call, const Csi__V1__ListSnapshotsRequest *in,
+void pcsi_reply_list_snapshots(struct pcsi_op *op, const Csi__V1__ListSnapshotsRequest *in,
 			       struct pcsi_snapshot_item *items, size_t n);
 
 /* The CSI spec's size limits on a request, checked before any handler runs

@@ -22,13 +22,6 @@ static struct pcsi_node_controller *from_svc(Csi__V1__Controller_Service *svc)
 	return pcsi_container_of(svc, struct pcsi_node_controller, svc);
 }
 
-/* The one errno-to-status table at this boundary, with a message. */
-static void fail_errno(struct pcsi_call *call, int err, const char *what, const char *msg)
-{
-	pcsi_call_fail(call, pcsi_status_from_errno(err), "%s: %s", what,
-		       msg && *msg ? msg : strerror(-err));
-}
-
 #define MAX_PARAMS PCSI_MAX_PARAMS
 
 /* A cancelled call (deadline passed, client gone) gives up its backend
@@ -51,8 +44,8 @@ static void cancel_with(struct pcsi_call *call, struct pcsi_backend_req *req)
 /* ---- CreateVolume -------------------------------------------------------------- */
 
 struct create_op {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_node_controller *nc;
-	struct pcsi_call *call;
 	const Csi__V1__CreateVolumeRequest *in;
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	struct pcsi_params params;
@@ -67,8 +60,10 @@ struct create_op {
 	struct pcsi_copy copy;
 };
 
-static void create_end(struct create_op *op)
+static void create_release(struct pcsi_op *base)
 {
+	struct create_op *op = (struct create_op *)base;
+
 	pcsi_inflight_drop(&op->nc->node->busy, op->id);
 	if (op->src[0])
 		pcsi_inflight_drop(&op->nc->node->busy, op->src);
@@ -102,8 +97,7 @@ static void create_reply(struct create_op *op)
 	pcsi_info(2, op->breq.existed ? "volume exists" : "volume created",
 		  "name=%s volume=%s size=%llu path=%s", in->name, op->id,
 		  (unsigned long long)op->breq.vol.size, op->breq.vol.path);
-	pcsi_call_reply(op->call, &out.base);
-	create_end(op);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void on_rec_stored(int error, void *data)
@@ -120,12 +114,11 @@ static void on_too_big_deleted(struct pcsi_backend_req *req, void *data)
 {
 	struct create_op *op = data;
 
-	pcsi_call_fail(op->call, PCSI_OUT_OF_RANGE,
-		       "the smallest volume this node can make for %llu bytes has %llu bytes, more "
-		       "than the limit of %llu",
-		       (unsigned long long)op->in->capacity_range->required_bytes,
-		       (unsigned long long)op->made, (unsigned long long)op->limit);
-	create_end(op);
+	pcsi_op_fail(&op->base, PCSI_OUT_OF_RANGE,
+		     "the smallest volume this node can make for %llu bytes has %llu bytes, more "
+		     "than the limit of %llu",
+		     (unsigned long long)op->in->capacity_range->required_bytes,
+		     (unsigned long long)op->made, (unsigned long long)op->limit);
 }
 
 static void fill_rec(struct create_op *op)
@@ -145,30 +138,27 @@ static void on_created(struct pcsi_backend_req *req, void *data)
 	uint64_t size = req->vol.size;
 
 	if (req->error == -EEXIST) {
-		pcsi_call_fail(op->call, PCSI_ALREADY_EXISTS,
-			       "volume \"%s\" exists with %llu bytes, incompatible with the "
-			       "request%s%s",
-			       op->in->name, (unsigned long long)req->vol.size,
-			       req->msg[0] ? ": " : "", req->msg);
-		create_end(op);
+		pcsi_op_fail(&op->base, PCSI_ALREADY_EXISTS,
+			     "volume \"%s\" exists with %llu bytes, incompatible with the "
+			     "request%s%s",
+			     op->in->name, (unsigned long long)req->vol.size,
+			     req->msg[0] ? ": " : "", req->msg);
 		return;
 	}
 	if (req->error) {
-		fail_errno(op->call, req->error, "CreateVolume", req->msg);
-		create_end(op);
+		pcsi_op_fail_errno(&op->base, req->error, "CreateVolume", req->msg);
 		return;
 	}
 	if (op->limit && size > op->limit) {
 		if (req->existed) {
-			pcsi_call_fail(op->call, PCSI_ALREADY_EXISTS,
-				       "volume \"%s\" exists with %llu bytes, above the limit",
-				       op->in->name, (unsigned long long)size);
-			create_end(op);
+			pcsi_op_fail(&op->base, PCSI_ALREADY_EXISTS,
+				     "volume \"%s\" exists with %llu bytes, above the limit",
+				     op->in->name, (unsigned long long)size);
 			return;
 		}
 		/* Never leave a volume behind that the caller cannot know of,
 		 * whether or not it still waits. */
-		pcsi_call_on_cancel(op->call, NULL, NULL);
+		pcsi_call_on_cancel(op->base.call, NULL, NULL);
 		op->made = size;
 		op->breq.id = op->id;
 		op->breq.erase = false;
@@ -199,8 +189,8 @@ static void on_pending_cleared(int error, void *data)
 	struct create_op *op = data;
 
 	if (error) {
-		fail_errno(op->call, error, "CreateVolume: storing the volume record", NULL);
-		create_end(op);
+		pcsi_op_fail_errno(&op->base, error, "CreateVolume: storing the volume record",
+				   NULL);
 		return;
 	}
 	create_reply(op);
@@ -272,9 +262,8 @@ static void on_fill_discarded(void *data)
 {
 	struct create_op *op = data;
 
-	fail_errno(op->call, op->copy.error, "CreateVolume: copying the content source",
-		   op->copy.msg);
-	create_end(op);
+	pcsi_op_fail_errno(&op->base, op->copy.error, "CreateVolume: copying the content source",
+			   op->copy.msg);
 }
 
 static void on_filled(struct pcsi_copy *c, void *data)
@@ -290,8 +279,8 @@ static void on_copy_rec_stored(int error, void *data)
 	struct create_op *op = data;
 
 	if (error) {
-		fail_errno(op->call, error, "CreateVolume: storing the volume record", NULL);
-		create_end(op);
+		pcsi_op_fail_errno(&op->base, error, "CreateVolume: storing the volume record",
+				   NULL);
 		return;
 	}
 	pcsi_backend_create(op->nc->node->be, &op->breq, on_created, op);
@@ -307,31 +296,27 @@ static void on_source_found(struct pcsi_backend_req *req, void *data)
 		 * binding): the source may live on another node, where the copy
 		 * can be made. RESOURCE_EXHAUSTED lets the provisioner place the
 		 * volume again. */
-		pcsi_call_fail(op->call, PCSI_RESOURCE_EXHAUSTED,
-			       "%s %s is not on node %s; a copy is made on the node that holds its "
-			       "source",
-			       op->from_snapshot ? "snapshot" : "volume", op->src,
-			       op->nc->node->cfg->node_id);
-		create_end(op);
+		pcsi_op_fail(&op->base, PCSI_RESOURCE_EXHAUSTED,
+			     "%s %s is not on node %s; a copy is made on the node that holds its "
+			     "source",
+			     op->from_snapshot ? "snapshot" : "volume", op->src,
+			     op->nc->node->cfg->node_id);
 		return;
 	}
 	if (req->error == -ENOENT || (op->from_snapshot && op->src_rec.pending)) {
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "%s %s does not exist%s",
-			       op->from_snapshot ? "snapshot" : "volume", op->src,
-			       req->error ? "" : " (its copy has not completed)");
-		create_end(op);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "%s %s does not exist%s",
+			     op->from_snapshot ? "snapshot" : "volume", op->src,
+			     req->error ? "" : " (its copy has not completed)");
 		return;
 	}
 	if (req->error) {
-		fail_errno(op->call, req->error, "CreateVolume", req->msg);
-		create_end(op);
+		pcsi_op_fail_errno(&op->base, req->error, "CreateVolume", req->msg);
 		return;
 	}
 	if (op->limit && src_size > op->limit) {
-		pcsi_call_fail(op->call, PCSI_OUT_OF_RANGE,
-			       "the source %s has %llu bytes, more than limit_bytes %llu", op->src,
-			       (unsigned long long)src_size, (unsigned long long)op->limit);
-		create_end(op);
+		pcsi_op_fail(&op->base, PCSI_OUT_OF_RANGE,
+			     "the source %s has %llu bytes, more than limit_bytes %llu", op->src,
+			     (unsigned long long)src_size, (unsigned long long)op->limit);
 		return;
 	}
 	op->breq.id = op->id;
@@ -359,14 +344,13 @@ static void on_copy_rec(int error, void *data)
 	uint64_t size = op->breq.size;
 
 	if (error == 0 && strcmp(op->rec.source, op->src)) {
-		pcsi_call_fail(op->call, PCSI_ALREADY_EXISTS,
-			       "volume \"%s\" exists with another content source", op->in->name);
-		create_end(op);
+		pcsi_op_fail(&op->base, PCSI_ALREADY_EXISTS,
+			     "volume \"%s\" exists with another content source", op->in->name);
 		return;
 	}
 	if (error && error != -ENOENT) {
-		fail_errno(op->call, error, "CreateVolume: reading the volume record", NULL);
-		create_end(op);
+		pcsi_op_fail_errno(&op->base, error, "CreateVolume: reading the volume record",
+				   NULL);
 		return;
 	}
 	/* No record yet, or a copy that did not complete: (re)do it. */
@@ -384,14 +368,12 @@ static void create_copy_begin(struct create_op *op)
 	const char *src = pcsi_content_source(op->in, &op->from_snapshot);
 
 	if (!(op->from_snapshot ? pcsi_snapshot_id_is(src) : pcsi_volume_id_ok(src))) {
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "%s %.80s does not exist",
-			       op->from_snapshot ? "snapshot" : "volume", src);
-		create_end(op);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "%s %.80s does not exist",
+			     op->from_snapshot ? "snapshot" : "volume", src);
 		return;
 	}
 	if (pcsi_inflight_take(&n->busy, src) < 0) {
-		pcsi_call_fail(op->call, PCSI_ABORTED, "an operation on %s is in progress", src);
-		create_end(op);
+		pcsi_op_fail(&op->base, PCSI_ABORTED, "an operation on %s is in progress", src);
 		return;
 	}
 	snprintf(op->src, sizeof(op->src), "%s", src);
@@ -407,21 +389,22 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 	struct create_op *op;
 	uint64_t limit = 0, size = 0;
 
-	op = pcsi_xcalloc(1, sizeof(*op));
-	if (!pcsi_create_begin(call, in, &n->busy, &op->params, &size, &limit, op->id)) {
-		free(op);
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	struct pcsi_params params;
+
+	if (!pcsi_create_begin(call, in, &n->busy, &params, &size, &limit, id))
 		return;
-	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	pcsi_op_init(&op->base, call, NULL, create_release);
+	op->nc = nc;
+	op->params = params;
+	snprintf(op->id, sizeof(op->id), "%s", id);
 	if (!pcsi_requisite_allows(in->accessibility_requirements, n->topology_key,
 				   n->cfg->node_id)) {
-		pcsi_call_fail(call, PCSI_RESOURCE_EXHAUSTED,
-			       "the requisite topology does not include node %s", n->cfg->node_id);
-		pcsi_inflight_drop(&n->busy, op->id);
-		free(op);
+		pcsi_op_fail(&op->base, PCSI_RESOURCE_EXHAUSTED,
+			     "the requisite topology does not include node %s", n->cfg->node_id);
 		return;
 	}
-	op->nc = nc;
-	op->call = call;
 	op->in = in;
 	op->limit = limit;
 	op->breq.id = op->id;
@@ -450,8 +433,8 @@ static void nctl_create_volume(Csi__V1__Controller_Service *svc,
 #define BUSY_POLL_MS 250
 
 struct delete_op {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_node_controller *nc;
-	struct pcsi_call *call;
 	bool snapshot; /* DeleteSnapshot */
 	bool held;     /* holds the volume's entry in node->busy */
 	bool probing;  /* probe in flight */
@@ -468,8 +451,10 @@ static void on_busy_timer_closed(uv_handle_t *h)
 	free(h);
 }
 
-static void delete_end(struct delete_op *op)
+static void delete_release(struct pcsi_op *base)
 {
+	struct delete_op *op = (struct delete_op *)base;
+
 	if (op->held)
 		pcsi_inflight_drop(&op->nc->node->busy, op->id);
 	if (op->busy_timer)
@@ -483,8 +468,7 @@ static void on_rec_removed(int error, void *data)
 	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
 	Csi__V1__DeleteSnapshotResponse sout = CSI__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
 
-	pcsi_call_reply(op->call, op->snapshot ? &sout.base : &out.base);
-	delete_end(op);
+	pcsi_op_reply(&op->base, op->snapshot ? &sout.base : &out.base);
 }
 
 static void delete_run(struct delete_op *op);
@@ -493,16 +477,16 @@ static void on_busy_timer(uv_timer_t *timer);
 /* false when the wait is over: the call has been given its answer. */
 static bool busy_again(struct delete_op *op, enum pcsi_status code, const char *why)
 {
-	if (pcsi_call_is_cancelled(op->call)) {
-		fail_errno(op->call, -ECANCELED, "DeleteVolume", "the caller gave up");
-	} else if (uv_now(op->nc->node->loop) + BUSY_POLL_MS > op->busy_until) {
-		pcsi_call_fail(op->call, code, "DeleteVolume: volume %s %s", op->id, why);
-	} else {
-		uv_timer_start(op->busy_timer, on_busy_timer, BUSY_POLL_MS, 0);
-		return true;
+	if (pcsi_call_is_cancelled(op->base.call)) {
+		pcsi_op_fail_errno(&op->base, -ECANCELED, "DeleteVolume", "the caller gave up");
+		return false;
 	}
-	delete_end(op);
-	return false;
+	if (uv_now(op->nc->node->loop) + BUSY_POLL_MS > op->busy_until) {
+		pcsi_op_fail(&op->base, code, "DeleteVolume: volume %s %s", op->id, why);
+		return false;
+	}
+	uv_timer_start(op->busy_timer, on_busy_timer, BUSY_POLL_MS, 0);
+	return true;
 }
 
 static void on_probed(uv_fs_t *fs)
@@ -517,7 +501,7 @@ static void on_probed(uv_fs_t *fs)
 		uv_fs_close(NULL, &close_req, fd, NULL); /* read-only: does not block */
 		uv_fs_req_cleanup(&close_req);
 	}
-	if (fd == UV_EBUSY || pcsi_call_is_cancelled(op->call))
+	if (fd == UV_EBUSY || pcsi_call_is_cancelled(op->base.call))
 		busy_again(op, PCSI_FAILED_PRECONDITION,
 			   "is still in use (mounted or open): unpublish and unstage it first");
 	else if (pcsi_inflight_take(&op->nc->node->busy, op->id) < 0)
@@ -559,7 +543,7 @@ static bool busy_wait(struct delete_op *op)
 	if (op->snapshot || !op->breq.vol.path[0])
 		return false;
 	if (!op->busy_until) {
-		left = pcsi_call_remaining_ms(op->call);
+		left = pcsi_call_remaining_ms(op->base.call);
 		left = left > 1000 ? left - 1000 : 0; /* time to answer */
 		op->busy_until = now + (left < BUSY_WAIT_MS ? left : BUSY_WAIT_MS);
 	}
@@ -572,7 +556,7 @@ static bool busy_wait(struct delete_op *op)
 	}
 	pcsi_inflight_drop(&op->nc->node->busy, op->id);
 	op->held = false;
-	pcsi_call_on_cancel(op->call, on_busy_wait_cancel, op);
+	pcsi_call_on_cancel(op->base.call, on_busy_wait_cancel, op);
 	uv_timer_start(op->busy_timer, on_busy_timer, BUSY_POLL_MS, 0);
 	return true;
 }
@@ -584,9 +568,8 @@ static void on_deleted(struct pcsi_backend_req *req, void *data)
 	if (req->error == -EBUSY && busy_wait(op))
 		return;
 	if (req->error) {
-		fail_errno(op->call, req->error, op->snapshot ? "DeleteSnapshot" : "DeleteVolume",
-			   req->msg);
-		delete_end(op);
+		pcsi_op_fail_errno(&op->base, req->error,
+				   op->snapshot ? "DeleteSnapshot" : "DeleteVolume", req->msg);
 		return;
 	}
 	if (req->existed)
@@ -601,7 +584,7 @@ static void delete_run(struct delete_op *op)
 	op->breq.id = op->id;
 	op->breq.erase = op->rec.erase_after;
 	pcsi_backend_delete(op->nc->node->be, &op->breq, on_deleted, op);
-	cancel_with(op->call, &op->breq);
+	cancel_with(op->base.call, &op->breq);
 }
 
 static void on_rec_loaded(int error, void *data)
@@ -622,8 +605,8 @@ static void delete_start(struct pcsi_node_controller *nc, struct pcsi_call *call
 		return;
 	}
 	op = pcsi_xcalloc(1, sizeof(*op));
+	pcsi_op_init(&op->base, call, NULL, delete_release);
 	op->nc = nc;
-	op->call = call;
 	op->snapshot = snapshot;
 	op->held = true;
 	snprintf(op->id, sizeof(op->id), "%s", id);
@@ -670,14 +653,32 @@ static void nctl_delete_snapshot(Csi__V1__Controller_Service *svc,
 /* ---- ListVolumes ------------------------------------------------------------------ */
 
 struct simple_op {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_node_controller *nc;
-	struct pcsi_call *call;
 	const void *in;
 	struct pcsi_backend_req breq;
 	struct pcsi_badblocks_job bad; /* ControllerGetVolume{,Health} */
 	pcsi_badblocks_cb checked;     /* look_up_checked() */
-	const char *what;
 };
+
+static void simple_release(struct pcsi_op *base)
+{
+	struct simple_op *op = (struct simple_op *)base;
+
+	pcsi_backend_req_done(&op->breq);
+	free(op);
+}
+
+static struct simple_op *simple_new(Csi__V1__Controller_Service *svc, struct pcsi_call *call,
+				    const char *what, const void *in)
+{
+	struct simple_op *op = pcsi_xcalloc(1, sizeof(*op));
+
+	pcsi_op_init(&op->base, call, what, simple_release);
+	op->nc = from_svc(svc);
+	op->in = in;
+	return op;
+}
 
 static void on_listed(struct pcsi_backend_req *req, void *data)
 {
@@ -687,32 +688,28 @@ static void on_listed(struct pcsi_backend_req *req, void *data)
 	struct pcsi_list_item *items;
 	size_t i;
 
+	size_t k = 0;
+
 	if (req->error) {
-		fail_errno(op->call, req->error, "ListVolumes", req->msg);
-	} else {
-		size_t k = 0;
-		items = pcsi_xcalloc(req->n_vols + 1, sizeof(*items));
-		for (i = 0; i < req->n_vols; i++)
-			if (!pcsi_snapshot_id_is(req->vols[i].id))
-				items[k++] = (struct pcsi_list_item){ req->vols[i].id,
-								      (int64_t)req->vols[i].size,
-								      &node_id, 1 };
-		pcsi_reply_list_volumes(op->call, op->in, items, k, n->topology_key);
-		free(items);
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
+		return;
 	}
-	pcsi_backend_req_done(req);
-	free(op);
+	items = pcsi_xcalloc(req->n_vols + 1, sizeof(*items));
+	for (i = 0; i < req->n_vols; i++)
+		if (!pcsi_snapshot_id_is(req->vols[i].id))
+			items[k++] =
+				(struct pcsi_list_item){ req->vols[i].id,
+							 (int64_t)req->vols[i].size, &node_id, 1 };
+	pcsi_reply_list_volumes(&op->base, op->in, items, k, n->topology_key);
+	free(items);
 }
 
 static void nctl_list_volumes(Csi__V1__Controller_Service *svc,
 			      const Csi__V1__ListVolumesRequest *in,
 			      Csi__V1__ListVolumesResponse_Closure closure, void *call)
 {
-	struct simple_op *op = pcsi_xcalloc(1, sizeof(*op));
+	struct simple_op *op = simple_new(svc, call, "ListVolumes", in);
 
-	op->nc = from_svc(svc);
-	op->call = call;
-	op->in = in;
 	pcsi_backend_list(op->nc->node->be, &op->breq, on_listed, op);
 }
 
@@ -726,17 +723,16 @@ static void on_capacity(struct pcsi_backend_req *req, void *data)
 				     min = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
 
 	if (req->error) {
-		fail_errno(op->call, req->error, "GetCapacity", req->msg);
-	} else {
-		out.available_capacity = (int64_t)req->cap.available;
-		max.value = (int64_t)req->cap.max_volume_size;
-		out.maximum_volume_size = &max;
-		min.value = (int64_t)req->cap.min_volume_size;
-		if (req->cap.min_volume_size)
-			out.minimum_volume_size = &min;
-		pcsi_call_reply(op->call, &out.base);
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
+		return;
 	}
-	free(op);
+	out.available_capacity = (int64_t)req->cap.available;
+	max.value = (int64_t)req->cap.max_volume_size;
+	out.maximum_volume_size = &max;
+	min.value = (int64_t)req->cap.min_volume_size;
+	if (req->cap.min_volume_size)
+		out.minimum_volume_size = &min;
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void nctl_get_capacity(Csi__V1__Controller_Service *svc,
@@ -771,9 +767,7 @@ static void nctl_get_capacity(Csi__V1__Controller_Service *svc,
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
 		return;
 	}
-	op = pcsi_xcalloc(1, sizeof(*op));
-	op->nc = nc;
-	op->call = call;
+	op = simple_new(svc, call, "GetCapacity", in);
 	op->breq.medium = params.medium;
 	pcsi_backend_capacity(n->be, &op->breq, on_capacity, op);
 }
@@ -786,18 +780,18 @@ static void on_validate_get(struct pcsi_backend_req *req, void *data)
 	const Csi__V1__ValidateVolumeCapabilitiesRequest *in = op->in;
 
 	if (req->error == -ENOENT)
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", in->volume_id);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume %s does not exist", in->volume_id);
 	else if (req->error)
-		fail_errno(op->call, req->error, "ValidateVolumeCapabilities", req->msg);
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
 	else
-		pcsi_reply_validated(op->call, in, false);
-	free(op);
+		pcsi_reply_validated(&op->base, in, false);
 }
 
 /* Looks volume |id| up for a request |in| that ends in |cb|; an id this
  * driver never makes is NOT_FOUND at once. */
 static struct simple_op *look_up(Csi__V1__Controller_Service *svc, struct pcsi_call *call,
-				 const void *in, const char *id, pcsi_backend_cb cb)
+				 const char *what, const void *in, const char *id,
+				 pcsi_backend_cb cb)
 {
 	struct simple_op *op;
 
@@ -805,10 +799,7 @@ static struct simple_op *look_up(Csi__V1__Controller_Service *svc, struct pcsi_c
 		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", id);
 		return NULL;
 	}
-	op = pcsi_xcalloc(1, sizeof(*op));
-	op->nc = from_svc(svc);
-	op->call = call;
-	op->in = in;
+	op = simple_new(svc, call, what, in);
 	op->breq.id = id;
 	pcsi_backend_get(op->nc->node->be, &op->breq, cb, op);
 	return op;
@@ -819,15 +810,13 @@ static void on_found_check(struct pcsi_backend_req *req, void *data)
 	struct simple_op *op = data;
 
 	if (req->error == -ENOENT)
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", req->id);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume %s does not exist", req->id);
 	else if (req->error)
-		fail_errno(op->call, req->error, op->what, req->msg);
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
 	else {
 		op->bad.dev = req->vol.path;
 		pcsi_badblocks_check(op->nc->node->loop, &op->bad, op->checked, op);
-		return;
 	}
-	free(op);
 }
 
 /* Looks volume |id| up, then reads its media errors (badblocks.h):
@@ -842,11 +831,9 @@ static void look_up_checked(Csi__V1__Controller_Service *svc, struct pcsi_call *
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
 		return;
 	}
-	op = look_up(svc, call, NULL, id, on_found_check);
-	if (op) { /* its callback runs on a later loop turn */
-		op->what = what;
+	op = look_up(svc, call, what, NULL, id, on_found_check);
+	if (op) /* its callback runs on a later loop turn */
 		op->checked = checked;
-	}
 }
 
 static void nctl_validate_volume_capabilities(
@@ -854,7 +841,8 @@ static void nctl_validate_volume_capabilities(
 	Csi__V1__ValidateVolumeCapabilitiesResponse_Closure closure, void *call)
 {
 	if (pcsi_validate_request_ok(call, in))
-		look_up(svc, call, in, in->volume_id, on_validate_get);
+		look_up(svc, call, "ValidateVolumeCapabilities", in, in->volume_id,
+			on_validate_get);
 }
 
 /* ---- ControllerGetVolume ---------------------------------------------------------- */
@@ -869,8 +857,7 @@ static void on_get_volume_checked(struct pcsi_badblocks_job *j, void *data)
 	char msg[600];
 
 	pcsi_badblocks_job_describe(j, msg, sizeof(msg));
-	pcsi_reply_volume(op->call, &v, n->topology_key, msg[0] ? msg : NULL);
-	free(op);
+	pcsi_reply_volume(&op->base, &v, n->topology_key, msg[0] ? msg : NULL);
 }
 
 static void nctl_controller_get_volume(Csi__V1__Controller_Service *svc,
@@ -909,8 +896,7 @@ static void on_health_checked(struct pcsi_badblocks_job *j, void *data)
 
 	pcsi_health_add_media(&h, j->error, &j->bb, j->dev);
 	out.volume_health = pcsi_health_msg(&parts, &h, op->breq.id);
-	pcsi_call_reply(op->call, &out.base);
-	free(op);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void nctl_controller_get_volume_health(
@@ -923,14 +909,24 @@ static void nctl_controller_get_volume_health(
 /* Every volume's list is read in one job on the thread pool; the reply pages
  * through the volumes with an adverse condition, sorted by id. */
 struct health_list_op {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_node_controller *nc;
-	struct pcsi_call *call;
 	const Csi__V1__ControllerListVolumeHealthRequest *in;
 	struct pcsi_backend_req breq;
 	uv_work_t work;
 	struct pcsi_badblocks *bb; /* one per listed volume */
 	int *err;
 };
+
+static void health_list_release(struct pcsi_op *base)
+{
+	struct health_list_op *op = (struct health_list_op *)base;
+
+	free(op->bb);
+	free(op->err);
+	pcsi_backend_req_done(&op->breq);
+	free(op);
+}
 
 static void health_list_fn(uv_work_t *w)
 {
@@ -972,7 +968,7 @@ static void health_list_after(uv_work_t *w, int status)
 	/* The messages point into |h| by index: sort the parts, whose own
 	 * pointers are fixed up after. */
 	qsort(parts, k, sizeof(*parts), cmp_health);
-	if (pcsi_page(op->call, op->in->max_entries, op->in->starting_token, k, &start, &count)) {
+	if (pcsi_page(&op->base, op->in->max_entries, op->in->starting_token, k, &start, &count)) {
 		for (i = 0; i < count; i++) {
 			struct pcsi_health_parts *p = &parts[start + i];
 			size_t j;
@@ -984,15 +980,11 @@ static void health_list_after(uv_work_t *w, int status)
 		out.n_entries = count;
 		out.entries = vhp;
 		out.next_token = pcsi_page_next(start, count, k, next);
-		pcsi_call_reply(op->call, &out.base);
+		pcsi_op_reply(&op->base, &out.base);
 	}
 	free(vhp);
 	free(parts);
 	free(h);
-	free(op->bb);
-	free(op->err);
-	pcsi_backend_req_done(&op->breq);
-	free(op);
 }
 
 static void on_health_listed(struct pcsi_backend_req *req, void *data)
@@ -1000,9 +992,7 @@ static void on_health_listed(struct pcsi_backend_req *req, void *data)
 	struct health_list_op *op = data;
 
 	if (req->error) {
-		fail_errno(op->call, req->error, "ControllerListVolumeHealth", req->msg);
-		pcsi_backend_req_done(req);
-		free(op);
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
 		return;
 	}
 	op->bb = pcsi_xcalloc(req->n_vols + 1, sizeof(*op->bb));
@@ -1022,8 +1012,8 @@ static void nctl_controller_list_volume_health(
 		return;
 	}
 	op = pcsi_xcalloc(1, sizeof(*op));
+	pcsi_op_init(&op->base, call, "ControllerListVolumeHealth", health_list_release);
 	op->nc = from_svc(svc);
-	op->call = call;
 	op->in = in;
 	pcsi_backend_list(op->nc->node->be, &op->breq, on_health_listed, op);
 }
@@ -1033,31 +1023,40 @@ static void nctl_controller_list_volume_health(
 /* eraseafter lives in the volume's record (state.h), which DeleteVolume
  * reads: the record is rewritten (atomically) under the volume's lock. */
 struct modify_op {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_node_controller *nc;
-	struct pcsi_call *call;
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	bool has_erase_after, erase_after;
 	struct pcsi_backend_req breq;
 	struct pcsi_volrec rec;
 };
 
+static void modify_release(struct pcsi_op *base)
+{
+	struct modify_op *op = (struct modify_op *)base;
+
+	pcsi_inflight_drop(&op->nc->node->busy, op->id);
+	free(op);
+}
+
+/* Ends the operation with the outcome of its last step. */
 static void modify_end(struct modify_op *op, int error, const char *msg)
 {
 	Csi__V1__ControllerModifyVolumeResponse out =
 		CSI__V1__CONTROLLER_MODIFY_VOLUME_RESPONSE__INIT;
 
-	pcsi_inflight_drop(&op->nc->node->busy, op->id);
-	if (error == -ENOENT)
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
-	else if (error)
-		fail_errno(op->call, error, "ControllerModifyVolume", msg);
-	else {
-		if (op->has_erase_after)
-			pcsi_info(2, "volume modified", "volume=%s eraseafter=%s", op->id,
-				  op->erase_after ? "true" : "false");
-		pcsi_call_reply(op->call, &out.base);
+	if (error == -ENOENT) {
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
+		return;
 	}
-	free(op);
+	if (error) {
+		pcsi_op_fail_errno(&op->base, error, NULL, msg);
+		return;
+	}
+	if (op->has_erase_after)
+		pcsi_info(2, "volume modified", "volume=%s eraseafter=%s", op->id,
+			  op->erase_after ? "true" : "false");
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void on_modify_stored(int error, void *data)
@@ -1109,8 +1108,8 @@ static void nctl_controller_modify_volume(Csi__V1__Controller_Service *svc,
 		return;
 	}
 	op = pcsi_xcalloc(1, sizeof(*op));
+	pcsi_op_init(&op->base, call, "ControllerModifyVolume", modify_release);
 	op->nc = nc;
-	op->call = call;
 	op->has_erase_after = has;
 	op->erase_after = erase;
 	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
@@ -1121,38 +1120,42 @@ static void nctl_controller_modify_volume(Csi__V1__Controller_Service *svc,
 /* ---- ControllerExpandVolume ------------------------------------------------------- */
 
 struct expand_op {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_node_controller *nc;
-	struct pcsi_call *call;
 	const Csi__V1__ControllerExpandVolumeRequest *in; /* valid until the reply */
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	uint64_t limit;
 	struct pcsi_backend_req breq;
 };
 
+static void expand_release(struct pcsi_op *base)
+{
+	struct expand_op *op = (struct expand_op *)base;
+
+	pcsi_inflight_drop(&op->nc->node->busy, op->id);
+	free(op);
+}
+
 static void on_expanded(struct pcsi_backend_req *req, void *data)
 {
 	struct expand_op *op = data;
 
-	/* The volume is free again before the reply ends the call (and the
-	 * request |in| with it). */
-	pcsi_inflight_drop(&op->nc->node->busy, op->id);
 	if (req->error == -ENOENT)
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
 	else if (req->error)
-		fail_errno(op->call, req->error, "ControllerExpandVolume", req->msg);
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
 	else if (op->limit && req->vol.size > op->limit)
 		/* Already larger (volumes never shrink) or grown past the limit
 		 * by the volume group's extent size. */
-		pcsi_call_fail(op->call, PCSI_OUT_OF_RANGE,
-			       "volume %s has %llu bytes, above limit_bytes %llu", op->id,
-			       (unsigned long long)req->vol.size, (unsigned long long)op->limit);
+		pcsi_op_fail(&op->base, PCSI_OUT_OF_RANGE,
+			     "volume %s has %llu bytes, above limit_bytes %llu", op->id,
+			     (unsigned long long)req->vol.size, (unsigned long long)op->limit);
 	else {
 		if (!req->existed)
 			pcsi_info(2, "volume expanded", "volume=%s size=%llu", op->id,
 				  (unsigned long long)req->vol.size);
-		pcsi_reply_expanded(op->call, op->in, req->vol.size);
+		pcsi_reply_expanded(&op->base, op->in, req->vol.size);
 	}
-	free(op);
 }
 
 static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
@@ -1162,6 +1165,7 @@ static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 {
 	struct pcsi_node_controller *nc = from_svc(svc);
 	struct expand_op *op;
+	uint64_t size, limit;
 
 	if (nc->for_resizer) {
 		if (pcsi_backend_can_expand(nc->node->be))
@@ -1173,14 +1177,14 @@ static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 				       pcsi_backend_name(nc->node->be));
 		return;
 	}
-	op = pcsi_xcalloc(1, sizeof(*op));
-	if (!pcsi_expand_begin(call, in, &nc->node->busy, &op->breq.size, &op->limit)) {
-		free(op);
+	if (!pcsi_expand_begin(call, in, &nc->node->busy, &size, &limit))
 		return;
-	}
+	op = pcsi_xcalloc(1, sizeof(*op));
+	pcsi_op_init(&op->base, call, "ControllerExpandVolume", expand_release);
 	op->nc = nc;
-	op->call = call;
 	op->in = in;
+	op->limit = limit;
+	op->breq.size = size;
 	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
 	op->breq.id = op->id;
 	pcsi_backend_expand(nc->node->be, &op->breq, on_expanded, op);
@@ -1195,8 +1199,8 @@ static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
  * only then is it ready_to_use, and reported at all. */
 
 struct snap_op {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_node_controller *nc;
-	struct pcsi_call *call;
 	const Csi__V1__CreateSnapshotRequest *in;
 	char id[PCSI_VOLUME_ID_MAX + 1], src[PCSI_VOLUME_ID_MAX + 1];
 	struct pcsi_volrec rec;
@@ -1205,8 +1209,10 @@ struct snap_op {
 	uint64_t size;
 };
 
-static void snap_end(struct snap_op *op)
+static void snap_release(struct pcsi_op *base)
 {
+	struct snap_op *op = (struct snap_op *)base;
+
 	pcsi_inflight_drop(&op->nc->node->busy, op->id);
 	pcsi_inflight_drop(&op->nc->node->busy, op->src);
 	free(op);
@@ -1223,14 +1229,12 @@ static void snap_reply(struct snap_op *op)
 					 n->cfg->node_id,
 					 n->topology_key };
 
-	pcsi_reply_snapshot(op->call, &it);
-	snap_end(op);
+	pcsi_reply_snapshot(&op->base, &it);
 }
 
 static void snap_fail(struct snap_op *op, int err, const char *msg)
 {
-	fail_errno(op->call, err, "CreateSnapshot", msg);
-	snap_end(op);
+	pcsi_op_fail_errno(&op->base, err, NULL, msg);
 }
 
 static void on_snap_done(int error, void *data)
@@ -1295,8 +1299,7 @@ static void on_snap_source(struct pcsi_backend_req *req, void *data)
 	struct timespec now;
 
 	if (req->error == -ENOENT) {
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "volume %s does not exist", op->src);
-		snap_end(op);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume %s does not exist", op->src);
 		return;
 	}
 	if (req->error) {
@@ -1338,10 +1341,9 @@ static void on_snap_rec(int error, void *data)
 	struct snap_op *op = data;
 
 	if (error == 0 && strcmp(op->rec.source, op->src)) {
-		pcsi_call_fail(op->call, PCSI_ALREADY_EXISTS,
-			       "snapshot \"%s\" exists with source volume %s", op->in->name,
-			       op->rec.source);
-		snap_end(op);
+		pcsi_op_fail(&op->base, PCSI_ALREADY_EXISTS,
+			     "snapshot \"%s\" exists with source volume %s", op->in->name,
+			     op->rec.source);
 		return;
 	}
 	if (error && error != -ENOENT) {
@@ -1395,8 +1397,8 @@ static void nctl_create_snapshot(Csi__V1__Controller_Service *svc,
 		return;
 	}
 	op = pcsi_xcalloc(1, sizeof(*op));
+	pcsi_op_init(&op->base, call, "CreateSnapshot", snap_release);
 	op->nc = nc;
-	op->call = call;
 	op->in = in;
 	snprintf(op->id, sizeof(op->id), "%s", id);
 	snprintf(op->src, sizeof(op->src), "%s", in->source_volume_id);
@@ -1408,8 +1410,8 @@ static void nctl_create_snapshot(Csi__V1__Controller_Service *svc,
 /* A complete snapshot is on the medium and has a finished record (as
  * ListSnapshots counts them). */
 struct get_snap_op {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_node_controller *nc;
-	struct pcsi_call *call;
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	struct pcsi_backend_req breq;
 	struct pcsi_volrec rec;
@@ -1421,16 +1423,15 @@ static void on_get_snap_rec(int error, void *data)
 	struct pcsi_node *n = op->nc->node;
 
 	if (error && error != -ENOENT)
-		fail_errno(op->call, error, "GetSnapshot: reading the record", NULL);
+		pcsi_op_fail_errno(&op->base, error, "reading the record", NULL);
 	else if (error || !op->rec.snapshot || op->rec.pending)
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "snapshot %s does not exist", op->id);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "snapshot %s does not exist", op->id);
 	else
-		pcsi_reply_get_snapshot(op->call,
+		pcsi_reply_get_snapshot(&op->base,
 					&(struct pcsi_snapshot_item){
 						op->id, op->rec.source, (int64_t)op->breq.vol.size,
 						op->rec.created_s, op->rec.created_ns,
 						n->cfg->node_id, n->topology_key });
-	free(op);
 }
 
 static void on_get_snap_found(struct pcsi_backend_req *req, void *data)
@@ -1438,14 +1439,11 @@ static void on_get_snap_found(struct pcsi_backend_req *req, void *data)
 	struct get_snap_op *op = data;
 
 	if (req->error == -ENOENT)
-		pcsi_call_fail(op->call, PCSI_NOT_FOUND, "snapshot %s does not exist", op->id);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "snapshot %s does not exist", op->id);
 	else if (req->error)
-		fail_errno(op->call, req->error, "GetSnapshot", req->msg);
-	else {
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
+	else
 		pcsi_volrec_load(op->nc->node, op->id, &op->rec, on_get_snap_rec, op);
-		return;
-	}
-	free(op);
 }
 
 static void nctl_get_snapshot(Csi__V1__Controller_Service *svc,
@@ -1457,21 +1455,14 @@ static void nctl_get_snapshot(Csi__V1__Controller_Service *svc,
 	if (!pcsi_get_snapshot_begin(call, in))
 		return;
 	op = pcsi_xcalloc(1, sizeof(*op));
+	pcsi_op_init(&op->base, call, "GetSnapshot", NULL);
 	op->nc = from_svc(svc);
-	op->call = call;
 	snprintf(op->id, sizeof(op->id), "%s", in->snapshot_id);
 	op->breq.id = op->id;
 	pcsi_backend_get(op->nc->node->be, &op->breq, on_get_snap_found, op);
 }
 
 /* ---- ListSnapshots ------------------------------------------------------------------- */
-
-struct list_snap_op {
-	struct pcsi_node_controller *nc;
-	struct pcsi_call *call;
-	const Csi__V1__ListSnapshotsRequest *in;
-	struct pcsi_backend_req breq;
-};
 
 static const struct pcsi_volume *find_listed(const struct pcsi_backend_req *req, const char *id)
 {
@@ -1485,45 +1476,42 @@ static const struct pcsi_volume *find_listed(const struct pcsi_backend_req *req,
 
 static void on_snap_recs(int error, struct pcsi_volrec_entry *recs, size_t n, void *data)
 {
-	struct list_snap_op *op = data;
+	struct simple_op *op = data;
 	struct pcsi_snapshot_item *items;
 	size_t i, k = 0;
 
 	if (error) {
-		fail_errno(op->call, error, "ListSnapshots: reading the records", NULL);
-	} else {
-		/* Complete snapshots that are on the medium. */
-		items = pcsi_xcalloc(n + 1, sizeof(*items));
-		for (i = 0; i < n; i++) {
-			const struct pcsi_volrec_entry *e = &recs[i];
-			const struct pcsi_volume *v;
-			if (!e->rec.snapshot || e->rec.pending || !pcsi_snapshot_id_is(e->id) ||
-			    !(v = find_listed(&op->breq, e->id)))
-				continue;
-			items[k++] = (struct pcsi_snapshot_item){ e->id,
-								  e->rec.source,
-								  (int64_t)v->size,
-								  e->rec.created_s,
-								  e->rec.created_ns,
-								  op->nc->node->cfg->node_id,
-								  op->nc->node->topology_key };
-		}
-		pcsi_reply_list_snapshots(op->call, op->in, items, k);
-		free(items);
+		free(recs);
+		pcsi_op_fail_errno(&op->base, error, "reading the records", NULL);
+		return;
 	}
+	/* Complete snapshots that are on the medium. */
+	items = pcsi_xcalloc(n + 1, sizeof(*items));
+	for (i = 0; i < n; i++) {
+		const struct pcsi_volrec_entry *e = &recs[i];
+		const struct pcsi_volume *v;
+		if (!e->rec.snapshot || e->rec.pending || !pcsi_snapshot_id_is(e->id) ||
+		    !(v = find_listed(&op->breq, e->id)))
+			continue;
+		items[k++] = (struct pcsi_snapshot_item){ e->id,
+							  e->rec.source,
+							  (int64_t)v->size,
+							  e->rec.created_s,
+							  e->rec.created_ns,
+							  op->nc->node->cfg->node_id,
+							  op->nc->node->topology_key };
+	}
+	pcsi_reply_list_snapshots(&op->base, op->in, items, k);
+	free(items);
 	free(recs);
-	pcsi_backend_req_done(&op->breq);
-	free(op);
 }
 
 static void on_snap_listed(struct pcsi_backend_req *req, void *data)
 {
-	struct list_snap_op *op = data;
+	struct simple_op *op = data;
 
 	if (req->error) {
-		fail_errno(op->call, req->error, "ListSnapshots", req->msg);
-		pcsi_backend_req_done(req);
-		free(op);
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
 		return;
 	}
 	pcsi_volrec_list(op->nc->node, on_snap_recs, op);
@@ -1533,12 +1521,8 @@ static void nctl_list_snapshots(Csi__V1__Controller_Service *svc,
 				const Csi__V1__ListSnapshotsRequest *in,
 				Csi__V1__ListSnapshotsResponse_Closure closure, void *call)
 {
-	struct list_snap_op *op;
+	struct simple_op *op = simple_new(svc, call, "ListSnapshots", in);
 
-	op = pcsi_xcalloc(1, sizeof(*op));
-	op->nc = from_svc(svc);
-	op->call = call;
-	op->in = in;
 	pcsi_backend_list(op->nc->node->be, &op->breq, on_snap_listed, op);
 }
 
@@ -1552,9 +1536,9 @@ static void nctl_controller_get_capabilities(
 	bool can = pcsi_backend_can_expand(nc->node->be);
 
 	if (nc->for_resizer)
-		pcsi_reply_controller_capabilities(call, false, !can);
+		pcsi_reply_controller_capabilities(PCSI_OP_NOW(call), false, !can);
 	else
-		pcsi_reply_controller_capabilities(call, true, can);
+		pcsi_reply_controller_capabilities(PCSI_OP_NOW(call), true, can);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(nctl_)

@@ -28,9 +28,8 @@
 
 /* One Node operation in flight. */
 struct nop {
+	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_node_service *ns;
-	struct pcsi_call *call;
-	const char *what; /* RPC name for messages */
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	char dev[128];
 	char fstype[32];
@@ -60,50 +59,31 @@ static struct pcsi_node_service *from_svc(Csi__V1__Node_Service *svc)
 	return pcsi_container_of(svc, struct pcsi_node_service, svc);
 }
 
-static struct nop *nop_new(struct pcsi_node_service *ns, struct pcsi_call *call, const char *what)
+static void nop_release(struct pcsi_op *base)
 {
-	struct nop *op = pcsi_xcalloc(1, sizeof(*op));
+	struct nop *op = (struct nop *)base;
 
-	op->ns = ns;
-	op->call = call;
-	op->what = what;
-	return op;
-}
-
-static void nop_end(struct nop *op)
-{
 	if (op->locked)
 		pcsi_inflight_drop(&op->ns->node->busy, op->id);
 	free(op->kata);
 	free(op);
 }
 
-static void nop_fail(struct nop *op, enum pcsi_status code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void nop_fail(struct nop *op, enum pcsi_status code, const char *fmt, ...)
+static struct nop *nop_new(struct pcsi_node_service *ns, struct pcsi_call *call, const char *what)
 {
-	char msg[600];
-	va_list ap;
+	struct nop *op = pcsi_xcalloc(1, sizeof(*op));
 
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	pcsi_call_fail(op->call, code, "%s: %s", op->what, msg);
-	nop_end(op);
-}
-
-static void nop_ok(struct nop *op, const ProtobufCMessage *reply)
-{
-	pcsi_call_reply(op->call, reply);
-	nop_end(op);
+	pcsi_op_init(&op->base, call, what, nop_release);
+	op->ns = ns;
+	return op;
 }
 
 /* Takes the volume lock; on conflict the call ends with ABORTED (returns false). */
 static bool nop_lock(struct nop *op)
 {
 	if (pcsi_inflight_take(&op->ns->node->busy, op->id) < 0) {
-		nop_fail(op, PCSI_ABORTED, "an operation on volume %s is in progress", op->id);
+		pcsi_op_fail(&op->base, PCSI_ABORTED, "an operation on volume %s is in progress",
+			     op->id);
 		return false;
 	}
 	op->locked = true;
@@ -139,7 +119,7 @@ static bool tool_ok(struct nop *op)
 {
 	if (!op->why[0])
 		return true;
-	nop_fail(op, PCSI_INTERNAL, "%s", op->why);
+	pcsi_op_fail(&op->base, PCSI_INTERNAL, "%s", op->why);
 	return false;
 }
 
@@ -294,7 +274,8 @@ static int is_mounted(struct nop *op, const char *path)
 	int rc = pcsi_mount_lookup(path, NULL);
 
 	if (rc < 0)
-		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+		pcsi_op_fail(&op->base, PCSI_INTERNAL, "cannot read the mount table: %s",
+			     strerror(-rc));
 	return rc < 0 ? -1 : rc;
 }
 
@@ -303,11 +284,12 @@ static int is_mounted(struct nop *op, const char *path)
 static bool found(struct nop *op, struct pcsi_backend_req *req)
 {
 	if (req->error == -ENOENT) {
-		nop_fail(op, PCSI_NOT_FOUND, "volume %s does not exist on this node", op->id);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume %s does not exist on this node",
+			     op->id);
 		return false;
 	}
 	if (req->error) {
-		nop_fail(op, pcsi_status_from_errno(req->error), "%s", req->msg);
+		pcsi_op_fail(&op->base, pcsi_status_from_errno(req->error), "%s", req->msg);
 		return false;
 	}
 	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
@@ -343,8 +325,7 @@ static struct nop *nop_for_capability(Csi__V1__Node_Service *svc, struct pcsi_ca
 	if (pcsi_params_parse(origin, kv, pcsi_map_kv(ctx, nctx, kv, PCSI_MAX_PARAMS), &op->params,
 			      err, sizeof(err)) < 0 ||
 	    collect_flags(cap, op->flags, sizeof(op->flags), err, sizeof(err)) < 0) {
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "%s", err);
-		free(op);
+		pcsi_op_fail(&op->base, PCSI_INVALID_ARGUMENT, "%s", err);
 		return NULL;
 	}
 	op->block = cap->access_type_case == CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
@@ -369,14 +350,14 @@ static void stage_done(struct nop *op)
 		return;
 	}
 	pcsi_info(2, "staged", "volume=%s path=%s fs=%s", op->id, op->staging, op->fstype);
-	nop_ok(op, &out.base);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void stage_mount(struct nop *op)
 {
 	if (mkdir(op->staging, 0750) < 0 && errno != EEXIST) {
-		nop_fail(op, PCSI_INTERNAL, "cannot create the staging directory: %s",
-			 strerror(errno));
+		pcsi_op_fail(&op->base, PCSI_INTERNAL, "cannot create the staging directory: %s",
+			     strerror(errno));
 		return;
 	}
 	run_mount(op, op->dev, op->staging, false, stage_done);
@@ -399,31 +380,33 @@ static void stage_found(struct pcsi_backend_req *req, void *data)
 	if (!found(op, req))
 		return;
 	if (op->block) {
-		nop_ok(op, &out.base); /* raw block: nothing to stage */
+		pcsi_op_reply(&op->base, &out.base); /* raw block: nothing to stage */
 		return;
 	}
 	rc = pcsi_mount_lookup(op->staging, &mi);
 	if (rc < 0) {
-		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+		pcsi_op_fail(&op->base, PCSI_INTERNAL, "cannot read the mount table: %s",
+			     strerror(-rc));
 		return;
 	}
 	if (rc == 1) {
 		if (mi.dev != rdev_of(op->dev)) {
-			nop_fail(op, PCSI_ALREADY_EXISTS,
-				 "the staging path holds another mount (%s)", mi.source);
+			pcsi_op_fail(&op->base, PCSI_ALREADY_EXISTS,
+				     "the staging path holds another mount (%s)", mi.source);
 			return;
 		}
 		if (strcmp(mi.fstype, op->fstype)) {
-			nop_fail(op, PCSI_ALREADY_EXISTS, "the volume is staged with filesystem %s",
-				 mi.fstype);
+			pcsi_op_fail(&op->base, PCSI_ALREADY_EXISTS,
+				     "the volume is staged with filesystem %s", mi.fstype);
 			return;
 		}
-		nop_ok(op, &out.base); /* staged the same way already */
+		pcsi_op_reply(&op->base, &out.base); /* staged the same way already */
 		return;
 	}
 	rc = pcsi_fs_type(op->dev, type, sizeof(type));
 	if (rc < 0) {
-		nop_fail(op, PCSI_INTERNAL, "cannot probe the device: %s", strerror(-rc));
+		pcsi_op_fail(&op->base, PCSI_INTERNAL, "cannot probe the device: %s",
+			     strerror(-rc));
 		return;
 	}
 	if (!type[0]) {
@@ -431,7 +414,8 @@ static void stage_found(struct pcsi_backend_req *req, void *data)
 		return;
 	}
 	if (strcmp(type, op->fstype)) {
-		nop_fail(op, PCSI_ALREADY_EXISTS, "the volume holds a %s filesystem", type);
+		pcsi_op_fail(&op->base, PCSI_ALREADY_EXISTS, "the volume holds a %s filesystem",
+			     type);
 		return;
 	}
 	op->grow = true;
@@ -451,8 +435,8 @@ static void node_node_stage_volume(Csi__V1__Node_Service *svc,
 	if (!op)
 		return;
 	if (!pcsi_volume_id_ok(in->volume_id)) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
-		free(op);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume %.80s does not exist",
+			     in->volume_id);
 		return;
 	}
 	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
@@ -472,7 +456,7 @@ static void unstage_done(struct nop *op)
 	if (!tool_ok(op))
 		return;
 	pcsi_info(2, "unstaged", "volume=%s path=%s", op->id, op->staging);
-	nop_ok(op, &out.base);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void node_node_unstage_volume(Csi__V1__Node_Service *svc,
@@ -494,7 +478,7 @@ static void node_node_unstage_volume(Csi__V1__Node_Service *svc,
 	if (rc < 0)
 		return;
 	if (rc == 0) {
-		nop_ok(op, &out.base); /* not staged (any more): done */
+		pcsi_op_reply(&op->base, &out.base); /* not staged (any more): done */
 		return;
 	}
 	run_umount(op, op->staging, unstage_done);
@@ -510,7 +494,7 @@ static void publish_done(struct nop *op)
 		return;
 	pcsi_info(2, "published", "volume=%s target=%s ro=%d ephemeral=%d", op->id, op->target,
 		  op->ro, op->ephemeral);
-	nop_ok(op, &out.base);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static int make_target(struct nop *op)
@@ -533,11 +517,11 @@ static void publish_existing(struct nop *op, const struct pcsi_mount_info *mi, u
 	Csi__V1__NodePublishVolumeResponse out = CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
 
 	if (mi->dev != want || mi->ro != op->ro) {
-		nop_fail(op, PCSI_ALREADY_EXISTS, "the target is published differently (%s)",
-			 mi->source);
+		pcsi_op_fail(&op->base, PCSI_ALREADY_EXISTS,
+			     "the target is published differently (%s)", mi->source);
 		return;
 	}
-	nop_ok(op, &out.base);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 /* ---- Kata Containers volumes (kata.h) ---- */
@@ -548,12 +532,12 @@ static void on_kata_published(struct pcsi_kata_job *k, void *data)
 	struct nop *op = data;
 
 	if (k->error) {
-		nop_fail(op, pcsi_status_from_errno(k->error), "%s", k->msg);
+		pcsi_op_fail(&op->base, pcsi_status_from_errno(k->error), "%s", k->msg);
 		return;
 	}
 	pcsi_info(2, "published", "volume=%s target=%s ro=%d ephemeral=%d kata=1 loop=%s image=%s",
 		  op->id, op->target, op->ro, op->ephemeral, k->loop, k->made ? "made" : "existed");
-	nop_ok(op, &out.base);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 /* Publishes a Kata Containers volume whose filesystem is |src|: the
@@ -607,7 +591,8 @@ static void ephemeral_mount(struct nop *op)
 	int rc = make_target(op);
 
 	if (rc < 0) {
-		nop_fail(op, PCSI_INTERNAL, "cannot create the target: %s", strerror(-rc));
+		pcsi_op_fail(&op->base, PCSI_INTERNAL, "cannot create the target: %s",
+			     strerror(-rc));
 		return;
 	}
 	run_mount(op, op->dev, op->target, false, publish_done);
@@ -619,7 +604,7 @@ static void ephemeral_created(struct pcsi_backend_req *req, void *data)
 	struct pcsi_mount_info mi;
 
 	if (req->error) {
-		nop_fail(op, pcsi_status_from_errno(req->error), "%s", req->msg);
+		pcsi_op_fail(&op->base, pcsi_status_from_errno(req->error), "%s", req->msg);
 		return;
 	}
 	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
@@ -662,10 +647,10 @@ static bool published_elsewhere(struct nop *op)
 		rc = pcsi_mount_elsewhere(rdev_of(op->dev), NULL, except, 2);
 	}
 	if (rc == 1)
-		nop_fail(op, PCSI_FAILED_PRECONDITION,
-			 "volume %s is published at another target and its access mode is "
-			 "SINGLE_NODE_SINGLE_WRITER",
-			 op->id);
+		pcsi_op_fail(&op->base, PCSI_FAILED_PRECONDITION,
+			     "volume %s is published at another target and its access mode is "
+			     "SINGLE_NODE_SINGLE_WRITER",
+			     op->id);
 	return rc == 1;
 }
 
@@ -679,7 +664,8 @@ static void publish_new(struct nop *op, const char *src)
 		return;
 	rc = make_target(op);
 	if (rc < 0) {
-		nop_fail(op, PCSI_INTERNAL, "cannot create the target: %s", strerror(-rc));
+		pcsi_op_fail(&op->base, PCSI_INTERNAL, "cannot create the target: %s",
+			     strerror(-rc));
 		return;
 	}
 	run_mount(op, src, op->target, true, publish_done);
@@ -700,7 +686,8 @@ static void publish_rec_loaded(int error, void *data)
 	}
 	rc = pcsi_mount_lookup(op->target, &mi);
 	if (rc < 0) {
-		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+		pcsi_op_fail(&op->base, PCSI_INTERNAL, "cannot read the mount table: %s",
+			     strerror(-rc));
 		return;
 	}
 	if (rc == 1) {
@@ -720,7 +707,8 @@ static void publish_found(struct pcsi_backend_req *req, void *data)
 		return;
 	rc = pcsi_mount_lookup(op->target, &mi);
 	if (rc < 0) {
-		nop_fail(op, PCSI_INTERNAL, "cannot read the mount table: %s", strerror(-rc));
+		pcsi_op_fail(&op->base, PCSI_INTERNAL, "cannot read the mount table: %s",
+			     strerror(-rc));
 		return;
 	}
 	if (op->block) {
@@ -731,12 +719,12 @@ static void publish_found(struct pcsi_backend_req *req, void *data)
 			bool same = stat(op->target, &st) == 0 && S_ISBLK(st.st_mode) &&
 				    st.st_rdev == rdev_of(op->dev);
 			if (!same || mi.ro != op->ro)
-				nop_fail(op, PCSI_ALREADY_EXISTS,
-					 "the target is published differently (%s)", mi.source);
+				pcsi_op_fail(&op->base, PCSI_ALREADY_EXISTS,
+					     "the target is published differently (%s)", mi.source);
 			else {
 				Csi__V1__NodePublishVolumeResponse out =
 					CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
-				nop_ok(op, &out.base);
+				pcsi_op_reply(&op->base, &out.base);
 			}
 			return;
 		}
@@ -744,8 +732,8 @@ static void publish_found(struct pcsi_backend_req *req, void *data)
 		return;
 	}
 	if (pcsi_mount_lookup(op->staging, &smi) != 1 || smi.dev != rdev_of(op->dev)) {
-		nop_fail(op, PCSI_FAILED_PRECONDITION,
-			 "volume %s is not staged at the staging path", op->id);
+		pcsi_op_fail(&op->base, PCSI_FAILED_PRECONDITION,
+			     "volume %s is not staged at the staging path", op->id);
 		return;
 	}
 	/* Whether it is a Kata Containers volume: the volume context says so
@@ -804,9 +792,8 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 	if (op->params.kata && op->block) {
 		/* A VM gets an image file in the volume's filesystem; a block
 		 * device with DAX cannot be passed into one. */
-		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
-			       "raw block volumes are incompatible with Kata Containers");
-		free(op);
+		pcsi_op_fail(&op->base, PCSI_INVALID_ARGUMENT,
+			     "raw block volumes are incompatible with Kata Containers");
 		return;
 	}
 	op->ephemeral = ephemeral;
@@ -823,9 +810,8 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 		 in->staging_target_path ? in->staging_target_path : "");
 	if (ephemeral) {
 		if (op->block) {
-			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
-				       "inline ephemeral volumes must be filesystems");
-			free(op);
+			pcsi_op_fail(&op->base, PCSI_INVALID_ARGUMENT,
+				     "inline ephemeral volumes must be filesystems");
 			return;
 		}
 		/* kubelet's volume handle is the name; the id derives from it. */
@@ -846,8 +832,8 @@ static void node_node_publish_volume(Csi__V1__Node_Service *svc,
 		return;
 	}
 	if (!pcsi_volume_id_ok(in->volume_id)) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", in->volume_id);
-		free(op);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume %.80s does not exist",
+			     in->volume_id);
 		return;
 	}
 	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
@@ -863,7 +849,7 @@ static void unpublish_reply(struct nop *op)
 {
 	Csi__V1__NodeUnpublishVolumeResponse out = CSI__V1__NODE_UNPUBLISH_VOLUME_RESPONSE__INIT;
 
-	nop_ok(op, &out.base);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void unpublish_rec_removed(int error, void *data)
@@ -876,8 +862,8 @@ static void unpublish_deleted(struct pcsi_backend_req *req, void *data)
 	struct nop *op = data;
 
 	if (req->error) {
-		nop_fail(op, pcsi_status_from_errno(req->error),
-			 "deleting the ephemeral volume: %s", req->msg);
+		pcsi_op_fail(&op->base, pcsi_status_from_errno(req->error),
+			     "deleting the ephemeral volume: %s", req->msg);
 		return;
 	}
 	pcsi_info(2, "ephemeral volume deleted", "volume=%s", op->id);
@@ -891,7 +877,7 @@ static void on_kata_unpublished(struct pcsi_kata_job *k, void *data)
 	struct nop *op = data;
 
 	if (k->error) {
-		nop_fail(op, pcsi_status_from_errno(k->error), "%s", k->msg);
+		pcsi_op_fail(&op->base, pcsi_status_from_errno(k->error), "%s", k->msg);
 		return;
 	}
 	if (k->in_use)
@@ -1008,7 +994,8 @@ static void stats_reply(struct nop *op, const struct pcsi_backend_req *req,
 	char msg[900] = "", media[600] = "";
 
 	if (stat(op->target, &st) < 0) {
-		nop_fail(op, PCSI_NOT_FOUND, "volume_path %.200s does not exist", op->target);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume_path %.200s does not exist",
+			     op->target);
 		return;
 	}
 	bytes.unit = CSI__V1__VOLUME_USAGE__UNIT__BYTES;
@@ -1043,7 +1030,7 @@ static void stats_reply(struct nop *op, const struct pcsi_backend_req *req,
 	cond.abnormal = msg[0] != '\0' || media[0] != '\0';
 	cond.message = msg[0] ? msg : media;
 	out.volume_condition = &cond;
-	nop_ok(op, &out.base);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void stats_checked(struct pcsi_badblocks_job *j, void *data)
@@ -1094,7 +1081,7 @@ static void health_checked(struct pcsi_badblocks_job *j, void *data)
 
 	pcsi_health_add_media(&h, j->error, &j->bb, j->dev);
 	out.volume_health = pcsi_health_msg(&parts, &h, op->id);
-	nop_ok(op, &out.base);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void health_found(struct pcsi_backend_req *req, void *data)
@@ -1102,12 +1089,12 @@ static void health_found(struct pcsi_backend_req *req, void *data)
 	struct nop *op = data;
 
 	if (req->error == -ENOENT) {
-		nop_fail(op, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume %s does not exist", op->id);
 		return;
 	}
 	if (req->error) {
-		nop_fail(op, pcsi_status_from_errno(req->error), "%s",
-			 req->msg[0] ? req->msg : strerror(-req->error));
+		pcsi_op_fail(&op->base, pcsi_status_from_errno(req->error), "%s",
+			     req->msg[0] ? req->msg : strerror(-req->error));
 		return;
 	}
 	op->bad.dev = req->vol.path;
@@ -1150,7 +1137,7 @@ static void node_node_get_volume_health(Csi__V1__Node_Service *svc,
 #define HEALTH_REGIONS 64
 
 struct storage_health_op {
-	struct pcsi_call *call;
+	struct pcsi_op base;
 	uv_work_t work;
 	size_t n;
 	struct pcsi_region_bad r[HEALTH_REGIONS];
@@ -1189,8 +1176,7 @@ static void storage_health_after(uv_work_t *w, int status)
 		out.n_backend_health = 1;
 		out.backend_health = &bhp;
 	}
-	pcsi_call_reply(op->call, &out.base);
-	free(op);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void node_node_get_storage_health(Csi__V1__Node_Service *svc,
@@ -1200,7 +1186,7 @@ static void node_node_get_storage_health(Csi__V1__Node_Service *svc,
 {
 	struct storage_health_op *op = pcsi_xcalloc(1, sizeof(*op));
 
-	op->call = call;
+	pcsi_op_init(&op->base, call, NULL, NULL);
 	op->work.data = op;
 	uv_queue_work(from_svc(svc)->node->loop, &op->work, storage_health_fn,
 		      storage_health_after);
@@ -1273,7 +1259,7 @@ static void expand_reply(struct nop *op)
 	Csi__V1__NodeExpandVolumeResponse out = CSI__V1__NODE_EXPAND_VOLUME_RESPONSE__INIT;
 
 	out.capacity_bytes = (int64_t)op->size;
-	nop_ok(op, &out.base);
+	pcsi_op_reply(&op->base, &out.base);
 }
 
 static void expand_grown(struct nop *op)
@@ -1298,16 +1284,17 @@ static void expand_device_grown(struct pcsi_backend_req *req, void *data)
 	struct nop *op = data;
 
 	if (req->error) {
-		nop_fail(op, pcsi_status_from_errno(req->error), "cannot grow volume %s: %s",
-			 op->id, req->msg);
+		pcsi_op_fail(&op->base, pcsi_status_from_errno(req->error),
+			     "cannot grow volume %s: %s", op->id, req->msg);
 		return;
 	}
 	pcsi_info(2, "volume expanded", "volume=%s size=%llu", op->id,
 		  (unsigned long long)req->vol.size);
 	op->size = req->vol.size;
 	if (op->limit && op->size > op->limit) {
-		nop_fail(op, PCSI_OUT_OF_RANGE, "volume %s has %llu bytes, above limit_bytes %llu",
-			 op->id, (unsigned long long)op->size, (unsigned long long)op->limit);
+		pcsi_op_fail(&op->base, PCSI_OUT_OF_RANGE,
+			     "volume %s has %llu bytes, above limit_bytes %llu", op->id,
+			     (unsigned long long)op->size, (unsigned long long)op->limit);
 		return;
 	}
 	expand_fs(op);
@@ -1324,25 +1311,26 @@ static void expand_found(struct pcsi_backend_req *req, void *data)
 		return;
 	rdev = rdev_of(op->dev);
 	if (stat(op->target, &st) < 0) {
-		nop_fail(op, PCSI_NOT_FOUND, "volume_path %.200s does not exist", op->target);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume_path %.200s does not exist",
+			     op->target);
 		return;
 	}
 	if (S_ISBLK(st.st_mode) || op->block) {
 		if (!S_ISBLK(st.st_mode) || st.st_rdev != rdev) {
-			nop_fail(op, PCSI_NOT_FOUND, "%.200s is not the device of volume %s",
-				 op->target, op->id);
+			pcsi_op_fail(&op->base, PCSI_NOT_FOUND,
+				     "%.200s is not the device of volume %s", op->target, op->id);
 			return;
 		}
 		op->block = true;
 	} else if (pcsi_mount_lookup(op->target, &mi) != 1 || mi.dev != rdev) {
-		nop_fail(op, PCSI_NOT_FOUND, "volume %s is not mounted at %.200s", op->id,
-			 op->target);
+		pcsi_op_fail(&op->base, PCSI_NOT_FOUND, "volume %s is not mounted at %.200s",
+			     op->id, op->target);
 		return;
 	} else {
 		snprintf(op->fstype, sizeof(op->fstype), "%s", mi.fstype);
 		if (strcmp(mi.fstype, "xfs") && strncmp(mi.fstype, "ext", 3)) {
-			nop_fail(op, PCSI_FAILED_PRECONDITION, "cannot grow a %s filesystem",
-				 mi.fstype);
+			pcsi_op_fail(&op->base, PCSI_FAILED_PRECONDITION,
+				     "cannot grow a %s filesystem", mi.fstype);
 			return;
 		}
 	}
@@ -1351,10 +1339,10 @@ static void expand_found(struct pcsi_backend_req *req, void *data)
 		return;
 	}
 	if (!pcsi_backend_can_expand(op->ns->node->be)) {
-		nop_fail(op, PCSI_OUT_OF_RANGE,
-			 "volume %s has %llu bytes and cannot grow to %llu (-deviceManager=%s)",
-			 op->id, (unsigned long long)op->size, (unsigned long long)op->want,
-			 pcsi_backend_name(op->ns->node->be));
+		pcsi_op_fail(&op->base, PCSI_OUT_OF_RANGE,
+			     "volume %s has %llu bytes and cannot grow to %llu (-deviceManager=%s)",
+			     op->id, (unsigned long long)op->size, (unsigned long long)op->want,
+			     pcsi_backend_name(op->ns->node->be));
 		return;
 	}
 	op->breq.id = op->id;
