@@ -9,7 +9,7 @@ What is here:
   * free_port()              a currently free TCP port on 127.0.0.1
   * Daemon                   start the driver, wait for Probe ready=true, SIGTERM it
   * run_driver()             run the driver to completion (bad flags, --help, ...)
-  * Certs / certs()          setup-ca.sh output plus extra openssl-made certificates
+  * Certs / certs()          setup-ca.sh output plus more leaves and a foreign CA, made by it too
   * unix_channel(), tls_channel(), insecure_channel(), call()
   * h2_request()             one raw HTTP/2 request (python3-h2) over unix or TCP
   * TAP                      tiny TAP producer (ok / not ok / # SKIP, plan at the end)
@@ -601,26 +601,18 @@ def setup_ca_path():
         os.path.join(HERE, "..", "..", "manifests", "certs", "setup-ca.sh"))
 
 
-def _openssl(*args, cwd=None):
-    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       cwd=cwd, timeout=60)
+def setup_ca(outdir, *options, days=30):
+    """Runs the shipped setup-ca.sh with |options| on |outdir| (the one way the
+    tests make certificates, so the script is tested too); returns its output."""
+    script = setup_ca_path()
+    if not os.path.exists(script):
+        raise DaemonError("setup-ca.sh not found: %s (set PCSI_SETUP_CA)" % script)
+    r = subprocess.run(["sh", script] + list(options) + [outdir, str(days)], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=120)
+    out = r.stdout.decode("utf-8", "replace")
     if r.returncode != 0:
-        raise DaemonError("openssl %s failed:\n%s" % (" ".join(args), r.stdout.decode("utf-8", "replace")))
-    return r.stdout
-
-
-def make_ca(dir, name, cn):
-    key = os.path.join(dir, name + ".key")
-    crt = os.path.join(dir, name + ".crt")
-    cnf = os.path.join(dir, name + ".cnf")
-    with open(cnf, "w") as f:
-        f.write("[req]\nprompt = no\ndistinguished_name = dn\nx509_extensions = v3\n"
-                "[dn]\nCN = %s\n[v3]\nbasicConstraints = critical, CA:TRUE\n"
-                "keyUsage = critical, keyCertSign, cRLSign\nsubjectKeyIdentifier = hash\n" % cn)
-    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key)
-    _openssl("req", "-new", "-x509", "-sha256", "-config", cnf, "-key", key, "-days", "30", "-out", crt)
-    os.chmod(key, 0o600)
-    return crt, key
+        raise DaemonError("setup-ca.sh %s %s failed (exit %d):\n%s" % (" ".join(options), outdir, r.returncode, out))
+    return out
 
 
 def json_reply(handler, code, body):
@@ -658,35 +650,24 @@ def service_account(ca, cn="kube-apiserver"):
         f.write(token + "\n")
     with open(ca[0]) as src, open(os.path.join(d, "ca.crt"), "w") as dst:
         dst.write(src.read())
-    crt, key = make_leaf(d, "apiserver", *ca, cn=cn, sans=["IP:127.0.0.1", "DNS:kubernetes.default.svc",
-                                                                    "DNS:localhost"])
+    crt, key = make_leaf(ca, "apiserver-" + cn, cn=cn, sans=["IP:127.0.0.1", "DNS:kubernetes.default.svc",
+                                                             "DNS:localhost"])
     return d, token, crt, key
 
 
-def make_leaf(dir, name, ca_crt, ca_key, cn, sans=None):
-    """Leaf cert NAME.crt/NAME.key signed by ca: CN=cn, SAN DNS:sans (list; [] = no SAN;
+def make_leaf(ca, name, cn, sans=None):
+    """Leaf NAME.crt/NAME.key beside |ca| ((crt, key) as setup-ca.sh made them:
+    DIR/ca.crt, DIR/ca.key), signed by it: CN=cn, SAN DNS:sans (list; [] = no SAN;
     an entry with a colon is taken as it is, e.g. "IP:127.0.0.1")."""
-    if sans is None:
-        sans = [cn]
-    key = os.path.join(dir, name + ".key")
-    crt = os.path.join(dir, name + ".crt")
-    csr = os.path.join(dir, name + ".csr")
-    cnf = os.path.join(dir, name + ".cnf")
-    ext = os.path.join(dir, name + ".ext")
-    with open(cnf, "w") as f:
-        f.write("[req]\nprompt = no\ndistinguished_name = dn\n[dn]\nCN = %s\n" % cn)
-    with open(ext, "w") as f:
-        f.write("basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature\n"
-                "extendedKeyUsage = serverAuth, clientAuth\n")
-        if sans:
-            f.write("subjectAltName = %s\n" % ", ".join(s if ":" in s else "DNS:" + s for s in sans))
-    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key)
-    _openssl("req", "-new", "-sha256", "-config", cnf, "-key", key, "-out", csr)
-    _openssl("x509", "-req", "-sha256", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
-             "-set_serial", "0x%x" % (int.from_bytes(os.urandom(15), "big") | 1),
-             "-days", "30", "-extfile", ext, "-out", crt)
-    os.chmod(key, 0o600)
-    return crt, key
+    d = os.path.dirname(ca[0])
+    if ca != (os.path.join(d, "ca.crt"), os.path.join(d, "ca.key")):
+        raise DaemonError("make_leaf: %s is not a setup-ca.sh CA" % (ca,))
+    sans = [cn] if sans is None else sans
+    opts = ["--leaf", name, "--cn", cn]
+    for s in sans or ["none"]:
+        opts += ["--san", s]
+    setup_ca(d, *opts)
+    return os.path.join(d, name + ".crt"), os.path.join(d, name + ".key")
 
 
 class Certs:
@@ -701,15 +682,8 @@ class Certs:
     """
 
     def __init__(self):
-        script = setup_ca_path()
-        if not os.path.exists(script):
-            raise DaemonError("setup-ca.sh not found: %s (set PCSI_SETUP_CA)" % script)
         self.dir = mkdtemp("pcsi-certs-")
-        r = subprocess.run(["sh", script, self.dir, "30"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=120)
-        self.setup_output = r.stdout.decode("utf-8", "replace")
-        if r.returncode != 0:
-            raise DaemonError("%s %s failed (exit %d):\n%s" % (script, self.dir, r.returncode, self.setup_output))
+        self.setup_output = setup_ca(self.dir)
         j = lambda n: os.path.join(self.dir, n)
         self.ca = (j("ca.crt"), j("ca.key"))
         self.registry = (j("pmem-registry.crt"), j("pmem-registry.key"))
@@ -717,14 +691,13 @@ class Certs:
         for p in self.ca + self.registry + self.node:
             if not os.path.exists(p):
                 raise DaemonError("setup-ca.sh did not create %s; its output:\n%s" % (p, self.setup_output))
-        x = os.path.join(self.dir, "extra")
-        os.mkdir(x)
-        self.foreign_ca = make_ca(x, "foreign-ca", "pmem-ca")
-        self.foreign_node = make_leaf(x, "foreign-node", *self.foreign_ca, cn=NODE_CONTROLLER_NAME)
-        self.someone_else = make_leaf(x, "someone-else", *self.ca, cn="someone-else")
-        self.node_cn_only = make_leaf(x, "node-cn-only", *self.ca, cn=NODE_CONTROLLER_NAME, sans=[])
-        self.node_san_only = make_leaf(x, "node-san-only", *self.ca, cn="someone-else",
-                                       sans=[NODE_CONTROLLER_NAME])
+        x = os.path.join(self.dir, "foreign")
+        setup_ca(x, "--leaf", "foreign-node", "--cn", NODE_CONTROLLER_NAME)  # another CA "pmem-ca"
+        self.foreign_ca = (os.path.join(x, "ca.crt"), os.path.join(x, "ca.key"))
+        self.foreign_node = (os.path.join(x, "foreign-node.crt"), os.path.join(x, "foreign-node.key"))
+        self.someone_else = make_leaf(self.ca, "someone-else", cn="someone-else")
+        self.node_cn_only = make_leaf(self.ca, "node-cn-only", cn=NODE_CONTROLLER_NAME, sans=[])
+        self.node_san_only = make_leaf(self.ca, "node-san-only", cn="someone-else", sans=[NODE_CONTROLLER_NAME])
 
     def server_flags(self, leaf):
         """-caFile/-certFile/-keyFile for a server presenting `leaf`."""

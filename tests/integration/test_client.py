@@ -155,8 +155,7 @@ def _():
 def _():
     c = pt.certs()
     rd = lambda p: open(p, "rb").read()
-    foreign = make = pt.make_leaf(pt.mkdtemp(), "foreign-registry", *c.foreign_ca, cn="pmem-registry",
-                                  sans=["pmem-registry"])
+    foreign = pt.make_leaf(c.foreign_ca, "foreign-registry", cn="pmem-registry")
     creds = grpc.ssl_server_credentials([(rd(foreign[1]), rd(foreign[0]))],
                                         root_certificates=rd(c.ca[0]), require_client_auth=True)
     s = Registry(creds=creds)

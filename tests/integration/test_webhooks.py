@@ -218,7 +218,7 @@ def _():
     api.put("persistentvolumeclaims", claim("want-200", "pmem", "200Mi"))
     api.put("persistentvolumeclaims", claim("bound", "pmem", "900Mi", phase="Bound"))
     api.put("persistentvolumeclaims", claim("other", "other", "900Mi"))
-    leaf = pt.make_leaf(pt.mkdtemp("pcsi-sched-"), "sched", *C.ca, cn="pmem-csi-scheduler", sans=["IP:127.0.0.1"])
+    leaf = pt.make_leaf(C.ca, "sched", cn="pmem-csi-scheduler", sans=["IP:127.0.0.1"])
     os.environ.update(api.env())
     sd = pt.Daemon(DRIVER, ["-v=4", "-mode=webhooks", "-drivername=" + DRV, "-serviceAccountDir=" + api.sa_dir,
                             "-insecureSchedulerListen=127.0.0.1:%d" % HTTP,

@@ -129,18 +129,16 @@ class Cluster:
     # ---- certificates ------------------------------------------------------
 
     def cert(self, name, cn, org=None, sans=None):
-        p = self.pki
-        subj = "/CN=%s" % cn + ("/O=%s" % org if org else "")
-        openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", name + ".key", cwd=p)
-        openssl("req", "-new", "-key", name + ".key", "-subj", subj, "-out", name + ".csr", cwd=p)
-        ext = os.path.join(p, name + ".ext")
-        with open(ext, "w") as f:
-            f.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
-                    "extendedKeyUsage=serverAuth,clientAuth\n")
-            if sans:
-                f.write("subjectAltName=%s\n" % ",".join(sans))
-        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                "-days", "30", "-extfile", ext, "-out", name + ".crt", cwd=p)
+        """PKI/NAME.crt and .key from the shipped setup-ca.sh, under the
+        cluster's CA (made by the first call)."""
+        opts = ["--ca-cn", "pcsi-test-cluster-ca", "--leaf", name, "--cn", cn,
+                "--key-usage", "digitalSignature,keyEncipherment"]
+        if org:
+            opts += ["--org", org]
+        for s in sans or ["none"]:
+            opts += ["--san", s]
+        subprocess.run(["sh", os.path.join(TOP, "manifests", "certs", "setup-ca.sh")] + opts + [self.pki, "30"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def kubeconfig(self, name, cert):
         cfg = {
@@ -158,9 +156,6 @@ class Cluster:
     def make_pki(self):
         os.makedirs(self.pki, exist_ok=True)
         p = self.pki
-        openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key", cwd=p)
-        openssl("req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=pcsi-test-cluster-ca", "-days", "30",
-                "-out", "ca.crt", cwd=p)
         self.cert("apiserver", "kube-apiserver",
                   sans=["IP:" + BRIDGE_IP, "IP:" + API_IP, "IP:127.0.0.1", "DNS:kubernetes",
                         "DNS:kubernetes.default", "DNS:kubernetes.default.svc",

@@ -132,74 +132,41 @@ KU = {"digital signature": "digitalSignature", "key encipherment": "keyEncipherm
 EKU = {"server auth": "serverAuth", "client auth": "clientAuth"}
 
 
-def _openssl(*args):
-    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
-    if r.returncode != 0:
-        raise pt.TestFailure("openssl %s:\n%s" % (" ".join(args), r.stdout.decode()))
-
-
 def secrets_like_cert_manager(workdir):
     """{secret name: {key: bytes}} as cert-manager would write them from the
     Certificate resources: a self-signed CA (isCA), leaves signed by it with
     the spec's commonName, dnsNames, usages and key algorithm; leaf Secrets
-    hold tls.crt, tls.key and ca.crt (the CA issuer's certificate)."""
+    hold tls.crt, tls.key and ca.crt (the CA issuer's certificate). The
+    certificates come from the shipped setup-ca.sh, told what each spec says."""
     d = os.path.join(workdir, "cm")
-    os.makedirs(d)
 
-    def key(spec, path):
+    def alg(spec):
         pk = spec.get("privateKey", {})
         if pk.get("algorithm") == "ECDSA":
-            curve = {256: "P-256", 384: "P-384", 521: "P-521"}[pk.get("size", 256)]
-            _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:" + curve, "-out", path)
-        else:
-            _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:%d" % pk.get("size", 2048), "-out", path)
-
-    def ext(spec, ca):
-        lines = []
-        if ca:
-            lines += ["basicConstraints = critical, CA:TRUE", "keyUsage = critical, keyCertSign, cRLSign, digitalSignature"]
-        else:
-            usages = spec.get("usages", ["digital signature", "key encipherment"])
-            ku = sorted({KU[u] for u in usages if u in KU})
-            eku = [EKU[u] for u in usages if u in EKU]
-            lines += ["basicConstraints = critical, CA:FALSE"]
-            if ku:
-                lines.append("keyUsage = critical, " + ", ".join(ku))
-            if eku:
-                lines.append("extendedKeyUsage = " + ", ".join(eku))
-        if spec.get("dnsNames"):
-            lines.append("subjectAltName = " + ", ".join("DNS:" + n for n in spec["dnsNames"]))
-        return "\n".join(lines) + "\n"
+            return "ec-p%d" % pk.get("size", 256)
+        return "rsa-%d" % pk.get("size", 2048)
 
     ca_spec = [c for c in CERTIFICATES if c["spec"].get("isCA")]
     if len(ca_spec) != 1:
         raise pt.TestFailure("want exactly one isCA Certificate, found %d" % len(ca_spec))
     ca = ca_spec[0]["spec"]
-    ca_key, ca_crt = os.path.join(d, "ca.key"), os.path.join(d, "ca.crt")
-    key(ca, ca_key)
-    with open(os.path.join(d, "ca.cnf"), "w") as f:
-        f.write("[req]\nprompt = no\ndistinguished_name = dn\nx509_extensions = v3\n[dn]\nCN = %s\n[v3]\n%s"
-                % (ca["commonName"], ext(ca, True)))
-    _openssl("req", "-new", "-x509", "-sha256", "-config", os.path.join(d, "ca.cnf"), "-key", ca_key,
-             "-days", "30", "-out", ca_crt)
     res = {}
     for c in CERTIFICATES:
         spec = c["spec"]
         if spec.get("isCA"):
             continue
         n = c["metadata"]["name"]
-        k, csr, crt = (os.path.join(d, n + s) for s in (".key", ".csr", ".crt"))
-        key(spec, k)
-        with open(os.path.join(d, n + ".cnf"), "w") as f:
-            f.write("[req]\nprompt = no\ndistinguished_name = dn\n[dn]\nCN = %s\n" % spec["commonName"])
-        with open(os.path.join(d, n + ".ext"), "w") as f:
-            f.write(ext(spec, False))
-        _openssl("req", "-new", "-sha256", "-config", os.path.join(d, n + ".cnf"), "-key", k, "-out", csr)
-        _openssl("x509", "-req", "-sha256", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-set_serial",
-                 "0x%x" % (int.from_bytes(os.urandom(15), "big") | 1), "-days", "30",
-                 "-extfile", os.path.join(d, n + ".ext"), "-out", crt)
+        usages = spec.get("usages", ["digital signature", "key encipherment"])
+        ku = sorted({KU[u] for u in usages if u in KU})
+        eku = [EKU[u] for u in usages if u in EKU]
+        opts = ["--ca-cn", ca["commonName"], "--ca-key", alg(ca), "--leaf", n, "--cn", spec["commonName"],
+                "--key", alg(spec), "--key-usage", ",".join(ku) or "none", "--usage", ",".join(eku) or "none"]
+        for name in spec.get("dnsNames") or ["none"]:
+            opts += ["--san", name]
+        pt.setup_ca(d, *opts)
         rd = lambda p: open(p, "rb").read()  # noqa: E731
-        res[spec["secretName"]] = {"tls.crt": rd(crt), "tls.key": rd(k), "ca.crt": rd(ca_crt)}
+        res[spec["secretName"]] = {"tls.crt": rd(os.path.join(d, n + ".crt")), "tls.key": rd(os.path.join(d, n + ".key")),
+                                   "ca.crt": rd(os.path.join(d, "ca.crt"))}
     return res
 
 
@@ -558,6 +525,31 @@ def rss(d):
     except OSError:
         pass
     return "?"
+
+
+@t.test("setup-ca.sh: a rerun keeps the CA and renews the leaves; --leaf issues one name as asked; names that are not plain are refused")
+def _():
+    d = os.path.join(pt.mkdtemp("pcsi-setup-ca-"), "out")
+    pt.setup_ca(d)
+    rd = lambda p: open(os.path.join(d, p), "rb").read()  # noqa: E731
+    ca, leaf = rd("ca.crt"), rd("pmem-registry.crt")
+    out = pt.setup_ca(d)
+    pt.check("kept existing CA" in out and rd("ca.crt") == ca and rd("pmem-registry.crt") != leaf,
+             "a rerun should keep the CA and renew the leaves:\n" + out)
+    pt.setup_ca(d, "--leaf", "kubelet", "--cn", "system:node:n1", "--org", "system:nodes", "--san", "IP:10.0.0.1",
+                "--usage", "clientAuth", "--key", "rsa-2048")
+    text = subprocess.run(["openssl", "x509", "-in", os.path.join(d, "kubelet.crt"), "-noout", "-text"],
+                          stdout=subprocess.PIPE, text=True, check=True).stdout
+    for want in ("CN = system:node:n1, O = system:nodes", "IP Address:10.0.0.1", "TLS Web Client Authentication",
+                 "rsaEncryption", "Issuer: CN = pmem-ca"):
+        pt.check(want in text, "the --leaf certificate lacks %r:\n%s" % (want, text))
+    pt.check("Server Authentication" not in text, "--usage clientAuth gave serverAuth too")
+    for bad in (["--leaf", "../escape"], ["--leaf", "x", "--cn", "a b"], ["--leaf", "x", "--san", "DNS:a,b=c"],
+                ["--cn", "no-leaf"], ["--leaf", "x", "--key", "dsa-1024"]):
+        r = subprocess.run(["sh", SETUP_CA] + bad + [d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        pt.check(r.returncode == 2 and "setup-ca:" in r.stdout, "%s: exit %d, want 2 with a reason:\n%s"
+                 % (" ".join(bad), r.returncode, r.stdout))
+    pt.check(not os.path.exists(os.path.join(os.path.dirname(d), "escape.crt")), "a --leaf escaped OUTDIR")
 
 
 @t.test("central mode, Secrets from setup-ca.sh + make-secrets.sh: controller and node (manifest args, pod users) accept each other over mutual TLS, refuse the wrong peer")

@@ -1,10 +1,10 @@
 /* test-tls.c: unit tests for rpc/tls.h: context errors and in-memory mutual-TLS
  * handshakes between two pcsi_tls sessions.
  *
- * The certificates come from manifests/certs/setup-ca.sh (path in the
- * environment as PCSI_SETUP_CA, set by meson) plus a few made here with
- * openssl: a foreign CA with its own "pmem-registry" and "pmem-node-controller"
- * leaves, and a leaf named "someone-else" signed by the real CA. */
+ * The certificates all come from manifests/certs/setup-ca.sh (path in the
+ * environment as PCSI_SETUP_CA, set by meson): its CA and two leaves, a
+ * foreign CA with its own "pmem-registry" and "pmem-node-controller" leaves,
+ * and a leaf named "someone-else" signed by the real CA. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -52,28 +52,16 @@ static void make_certs(void)
 	snprintf(cmd, sizeof(cmd), "sh '%s' '%s' >/dev/null", script, dir);
 	run(cmd);
 
-	/* leaf DIR NAME CA: an ECDSA leaf with CN and SAN DNS NAME, signed by CA. */
-	snprintf(
-		cmd, sizeof(cmd),
-		"set -e; cd '%s'; exec 2>/dev/null >/dev/null\n"
-		"leaf() {\n"
-		"  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out $1.key\n"
-		"  openssl req -new -key $1.key -subj /CN=$2 -out $1.csr\n"
-		"  printf "
-		"'basicConstraints=critical,CA:FALSE\\nkeyUsage=critical,digitalSignature\\n"
-		"extendedKeyUsage=serverAuth,clientAuth\\nsubjectAltName=DNS:%%s\\n' $2 > $1.ext\n"
-		"  openssl x509 -req -in $1.csr -CA $3.crt -CAkey $3.key -set_serial 0x$(openssl "
-		"rand -hex 8)"
-		" -days 2 -extfile $1.ext -out $1.crt\n"
-		"}\n"
-		"openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
-		" -keyout foreign-ca.key -out foreign-ca.crt -subj /CN=pmem-ca -days 2"
-		" -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign\n"
-		"leaf foreign-registry pmem-registry foreign-ca\n"
-		"leaf foreign-node pmem-node-controller foreign-ca\n"
-		"leaf someone-else someone-else ca\n"
-		"printf 'not a certificate\\n' > garbage.pem\n",
-		dir);
+	/* Made the same way: a foreign CA (also "pmem-ca") with its own
+	 * pmem-registry and pmem-node-controller leaves, and a leaf named
+	 * "someone-else" under the real CA. */
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; exec >/dev/null; cd '%s'\n"
+		 "sh '%s' --leaf foreign-registry --cn pmem-registry foreign 2\n"
+		 "sh '%s' --leaf foreign-node --cn pmem-node-controller foreign 2\n"
+		 "sh '%s' --leaf someone-else . 2\n"
+		 "printf 'not a certificate\\n' > garbage.pem\n",
+		 dir, script, script, script);
 	run(cmd);
 }
 
@@ -388,7 +376,7 @@ START_TEST(test_refuses_client_from_foreign_ca)
 {
 	/* Right name, issued by a CA that also calls itself pmem-ca. */
 	struct pcsi_tls_ctx *sctx = server_ctx();
-	struct pcsi_tls_ctx *cctx = ctx(false, "ca.crt", "foreign-node", "pmem-registry");
+	struct pcsi_tls_ctx *cctx = ctx(false, "ca.crt", "foreign/foreign-node", "pmem-registry");
 
 	assert_refused(cctx, sctx, true, "rejected");
 	pcsi_tls_ctx_free(cctx);
@@ -398,7 +386,8 @@ END_TEST
 
 START_TEST(test_refuses_server_from_foreign_ca)
 {
-	struct pcsi_tls_ctx *sctx = ctx(true, "ca.crt", "foreign-registry", "pmem-node-controller");
+	struct pcsi_tls_ctx *sctx =
+		ctx(true, "ca.crt", "foreign/foreign-registry", "pmem-node-controller");
 	struct pcsi_tls_ctx *cctx = client_ctx();
 
 	assert_refused(cctx, sctx, false, "rejected");
@@ -411,7 +400,8 @@ START_TEST(test_refuses_client_trusting_other_ca)
 {
 	/* The client trusts only the foreign CA: the real server is refused. */
 	struct pcsi_tls_ctx *sctx = server_ctx();
-	struct pcsi_tls_ctx *cctx = ctx(false, "foreign-ca.crt", "foreign-node", "pmem-registry");
+	struct pcsi_tls_ctx *cctx =
+		ctx(false, "foreign/ca.crt", "foreign/foreign-node", "pmem-registry");
 
 	assert_refused(cctx, sctx, false, "rejected");
 	pcsi_tls_ctx_free(cctx);
