@@ -289,7 +289,7 @@ static bool found(struct nop *op, struct pcsi_backend_req *req)
 		return false;
 	}
 	if (req->error) {
-		pcsi_op_fail(&op->base, pcsi_status_from_errno(req->error), "%s", req->msg);
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
 		return false;
 	}
 	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
@@ -532,7 +532,7 @@ static void on_kata_published(struct pcsi_kata_job *k, void *data)
 	struct nop *op = data;
 
 	if (k->error) {
-		pcsi_op_fail(&op->base, pcsi_status_from_errno(k->error), "%s", k->msg);
+		pcsi_op_fail_errno(&op->base, k->error, NULL, k->msg);
 		return;
 	}
 	pcsi_info(2, "published", "volume=%s target=%s ro=%d ephemeral=%d kata=1 loop=%s image=%s",
@@ -604,7 +604,7 @@ static void ephemeral_created(struct pcsi_backend_req *req, void *data)
 	struct pcsi_mount_info mi;
 
 	if (req->error) {
-		pcsi_op_fail(&op->base, pcsi_status_from_errno(req->error), "%s", req->msg);
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
 		return;
 	}
 	snprintf(op->dev, sizeof(op->dev), "%s", req->vol.path);
@@ -862,8 +862,8 @@ static void unpublish_deleted(struct pcsi_backend_req *req, void *data)
 	struct nop *op = data;
 
 	if (req->error) {
-		pcsi_op_fail(&op->base, pcsi_status_from_errno(req->error),
-			     "deleting the ephemeral volume: %s", req->msg);
+		pcsi_op_fail_errno(&op->base, req->error, "deleting the ephemeral volume",
+				   req->msg);
 		return;
 	}
 	pcsi_info(2, "ephemeral volume deleted", "volume=%s", op->id);
@@ -877,7 +877,7 @@ static void on_kata_unpublished(struct pcsi_kata_job *k, void *data)
 	struct nop *op = data;
 
 	if (k->error) {
-		pcsi_op_fail(&op->base, pcsi_status_from_errno(k->error), "%s", k->msg);
+		pcsi_op_fail_errno(&op->base, k->error, NULL, k->msg);
 		return;
 	}
 	if (k->in_use)
@@ -1093,8 +1093,7 @@ static void health_found(struct pcsi_backend_req *req, void *data)
 		return;
 	}
 	if (req->error) {
-		pcsi_op_fail(&op->base, pcsi_status_from_errno(req->error), "%s",
-			     req->msg[0] ? req->msg : strerror(-req->error));
+		pcsi_op_fail_errno(&op->base, req->error, NULL, req->msg);
 		return;
 	}
 	op->bad.dev = req->vol.path;
