@@ -92,9 +92,10 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 
 const char *pcsi_mode_name(enum pcsi_mode m);
 
-/* Whether volumes of -deviceManager can grow (not direct: an fsdax namespace
- * cannot). The controller role announces expansion by it: it has no backend
- * of its own, the flag names the nodes' one. */
+/* Whether volumes of -deviceManager grow in place, online (not direct: an
+ * fsdax namespace keeps its size, and a volume grows offline by copying,
+ * daemon/node/regrow.h). The controller role announces ONLINE or OFFLINE
+ * expansion by it: it has no backend of its own, the flag names the nodes'. */
 bool pcsi_config_volumes_grow(const struct pcsi_config *cfg);
 
 /* The peer name this role expects from the other role's certificate, and the

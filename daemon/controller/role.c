@@ -144,7 +144,6 @@ int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi
 	pcsi_registry_init(&r->registry, &r->cluster);
 	pcsi_controller_init(&r->controller, &r->cluster, cfg->driver_name,
 			     (uint64_t)cfg->registration_grace_s * 1000);
-	r->controller.expand = pcsi_config_volumes_grow(cfg);
 	r->started = true;
 	r->csi[0] = pcsi_identity_service(env->identity);
 	r->csi[1] = pcsi_controller_service(&r->controller);
@@ -156,7 +155,7 @@ int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi
 		pcsi_warn("no -registryEndpoint: nodes cannot register", "%s", "");
 	else if (pcsi_role_listen(env, "registry", cfg->registry_endpoint, r->reg, 2) < 0)
 		return -1;
-	pcsi_identity_set_expansion(env->identity, r->controller.expand);
+	pcsi_identity_set_expansion(env->identity, pcsi_config_volumes_grow(cfg));
 	pcsi_identity_set_ready(env->identity, true);
 	kube_start(r);
 	return 0;

@@ -872,11 +872,6 @@ static void ctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 	uint64_t size, limit;
 	struct fanout *f;
 
-	if (!c->expand) {
-		pcsi_call_fail(call, PCSI_UNIMPLEMENTED,
-			       "volumes of the direct device manager (-deviceManager) cannot grow");
-		return;
-	}
 	if (!pcsi_expand_begin(call, in, &c->busy, &size, &limit))
 		return;
 	f = fanout_new(c, call, in->volume_id, "ControllerExpandVolume", "expanded");
@@ -1754,7 +1749,7 @@ static void ctl_controller_get_capabilities(
 	Csi__V1__Controller_Service *svc, const Csi__V1__ControllerGetCapabilitiesRequest *in,
 	Csi__V1__ControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
-	pcsi_reply_controller_capabilities(PCSI_OP_NOW(call), true, from_svc(svc)->expand);
+	pcsi_reply_controller_capabilities(PCSI_OP_NOW(call), true, true);
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)

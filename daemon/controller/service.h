@@ -34,7 +34,6 @@ struct pcsi_controller {
 	struct pcsi_cluster *cluster; /* borrowed */
 	char topology_key[160];
 	uint64_t grace_ms;	   /* -registrationGrace: see grace_left_s() in service.c */
-	bool expand;		   /* the nodes' volumes can grow (announced, served) */
 	struct pcsi_inflight busy; /* names and ids with a call in progress */
 	/* CreateVolume calls waiting for the grace period (service.c) */
 	struct create_op *waiting;

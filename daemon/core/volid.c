@@ -9,6 +9,7 @@
 #define PREFIX_MAX 6
 
 #define SNAP_PREFIX "snap."
+#define GROW_PREFIX "grow."
 
 /* |prefix_len| bytes of |prefix|, then the hex digest of |name|. */
 static void derive(const char *name, const char *prefix, size_t prefix_len,
@@ -54,17 +55,32 @@ static bool all_hex(const char *s, size_t n)
 	return true;
 }
 
-bool pcsi_snapshot_id_is(const char *id)
+static bool has_shape(const char *id, const char *prefix)
 {
-	size_t plen = strlen(SNAP_PREFIX);
+	size_t plen = strlen(prefix);
 
 	return id && strnlen(id, PCSI_VOLUME_ID_MAX + 1) == plen + HEX_LEN &&
-	       !strncmp(id, SNAP_PREFIX, plen) && all_hex(id + plen, HEX_LEN);
+	       !strncmp(id, prefix, plen) && all_hex(id + plen, HEX_LEN);
+}
+
+bool pcsi_snapshot_id_is(const char *id)
+{
+	return has_shape(id, SNAP_PREFIX);
+}
+
+void pcsi_grow_id(const char *id, char out[PCSI_VOLUME_ID_MAX + 1])
+{
+	derive(id, GROW_PREFIX, strlen(GROW_PREFIX), out);
+}
+
+bool pcsi_grow_id_is(const char *id)
+{
+	return has_shape(id, GROW_PREFIX);
 }
 
 bool pcsi_volume_id_ok(const char *id)
 {
-	return pcsi_volume_id_valid(id) && !pcsi_snapshot_id_is(id);
+	return pcsi_volume_id_valid(id) && !pcsi_snapshot_id_is(id) && !pcsi_grow_id_is(id);
 }
 
 bool pcsi_volume_id_valid(const char *id)

@@ -33,8 +33,16 @@ void pcsi_snapshot_id(const char *name, char out[PCSI_VOLUME_ID_MAX + 1]);
 /* True when |id| has the shape of a snapshot id. */
 bool pcsi_snapshot_id_is(const char *id);
 
-/* True when |id| may name a volume in a CSI call: valid, and not a
- * snapshot's (volume calls never reach a snapshot's copy). */
+/* The name of the copy a volume is saved in while it grows by copying
+ * (daemon/node/regrow.h): "grow." + 56 hex digits of sha224(id), 61 bytes;
+ * like a snapshot's, never the shape of a volume id. */
+void pcsi_grow_id(const char *id, char out[PCSI_VOLUME_ID_MAX + 1]);
+
+/* True when |id| has the shape of a saved copy's id. */
+bool pcsi_grow_id_is(const char *id);
+
+/* True when |id| may name a volume in a CSI call: valid, and neither a
+ * snapshot's nor a saved copy's (volume calls never reach those). */
 bool pcsi_volume_id_ok(const char *id);
 
 /* True when |id| has the shape of a derived id: up to six bytes of prefix, a

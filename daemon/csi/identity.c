@@ -51,7 +51,7 @@ static void identity_get_plugin_capabilities(Csi__V1__Identity_Service *svc,
 		capp[i] = &caps[i];
 	}
 	if (from_svc(svc)->expansion) {
-		exp.type = CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__ONLINE;
+		exp.type = from_svc(svc)->expansion;
 		csi__v1__plugin_capability__init(&caps[i]);
 		caps[i].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_VOLUME_EXPANSION;
 		caps[i].volume_expansion = &exp;
@@ -81,12 +81,13 @@ void pcsi_identity_init(struct pcsi_identity *id, const char *driver_name)
 	id->svc = svc;
 	id->driver_name = driver_name;
 	id->ready = false;
-	id->expansion = false;
+	id->expansion = CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__UNKNOWN;
 }
 
 void pcsi_identity_set_expansion(struct pcsi_identity *id, bool online)
 {
-	id->expansion = online;
+	id->expansion = online ? CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__ONLINE
+			       : CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__OFFLINE;
 }
 
 void pcsi_identity_set_ready(struct pcsi_identity *id, bool ready)

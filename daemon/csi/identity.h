@@ -3,8 +3,9 @@
  * GetPluginInfo answers the driver name and version; GetPluginCapabilities
  * announces CONTROLLER_SERVICE and VOLUME_ACCESSIBILITY_CONSTRAINTS (both roles
  * serve a Controller service: the central one, or a node's own), and
- * VolumeExpansion ONLINE once pcsi_identity_set_expansion() says volumes can
- * grow (the lvm backend, or the central controller); Probe answers
+ * VolumeExpansion once pcsi_identity_set_expansion() says how volumes grow:
+ * ONLINE where they grow in place (lvm), OFFLINE where they grow by copying
+ * while no pod uses them (direct, daemon/node/regrow.h); Probe answers
  * ready=false until pcsi_identity_set_ready(), i.e. until the role's start-up
  * is complete. The service is stateless apart from that flag and may be
  * registered on every listener. */
@@ -19,7 +20,7 @@ struct pcsi_identity {
 	Csi__V1__Identity_Service svc;
 	const char *driver_name; /* borrowed */
 	bool ready;
-	bool expansion;
+	Csi__V1__PluginCapability__VolumeExpansion__Type expansion; /* UNKNOWN: not yet said */
 };
 
 void pcsi_identity_init(struct pcsi_identity *id, const char *driver_name);

@@ -16,6 +16,7 @@
 #include "daemon/csi/params.h"
 #include "backends/badblocks.h"
 #include "daemon/node/copy.h"
+#include "daemon/node/regrow.h"
 
 static struct pcsi_node_controller *from_svc(Csi__V1__Controller_Service *svc)
 {
@@ -696,7 +697,7 @@ static void on_listed(struct pcsi_backend_req *req, void *data)
 	}
 	items = pcsi_xcalloc(req->n_vols + 1, sizeof(*items));
 	for (i = 0; i < req->n_vols; i++)
-		if (!pcsi_snapshot_id_is(req->vols[i].id))
+		if (pcsi_volume_id_ok(req->vols[i].id))
 			items[k++] =
 				(struct pcsi_list_item){ req->vols[i].id,
 							 (int64_t)req->vols[i].size, &node_id, 1 };
@@ -957,7 +958,7 @@ static void health_list_after(uv_work_t *w, int status)
 	(void)status;
 	for (i = 0; i < n; i++) {
 		const struct pcsi_volume *v = &op->breq.vols[i];
-		if (pcsi_snapshot_id_is(v->id))
+		if (!pcsi_volume_id_ok(v->id))
 			continue;
 		pcsi_health_add_media(&h[k], op->err[i], &op->bb[i], v->path);
 		if (h[k].n) {
@@ -1126,6 +1127,7 @@ struct expand_op {
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	uint64_t limit;
 	struct pcsi_backend_req breq;
+	struct pcsi_regrow *regrow; /* a backend that cannot grow in place (regrow.h) */
 };
 
 static void expand_release(struct pcsi_op *base)
@@ -1133,6 +1135,7 @@ static void expand_release(struct pcsi_op *base)
 	struct expand_op *op = (struct expand_op *)base;
 
 	pcsi_inflight_drop(&op->nc->node->busy, op->id);
+	free(op->regrow);
 	free(op);
 }
 
@@ -1158,6 +1161,21 @@ static void on_expanded(struct pcsi_backend_req *req, void *data)
 	}
 }
 
+/* Offline: the same answers from a growth by copying. */
+static void on_regrown(struct pcsi_regrow *g, void *data)
+{
+	struct expand_op *op = data;
+
+	op->breq.error = g->error;
+	op->breq.existed = g->existed;
+	op->breq.vol.size = g->size;
+	snprintf(op->breq.msg, sizeof(op->breq.msg), "%s", g->msg);
+	if (g->error == -EBUSY)
+		pcsi_op_fail(&op->base, PCSI_FAILED_PRECONDITION, "%s", g->msg);
+	else
+		on_expanded(&op->breq, op);
+}
+
 static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 					  const Csi__V1__ControllerExpandVolumeRequest *in,
 					  Csi__V1__ControllerExpandVolumeResponse_Closure closure,
@@ -1173,7 +1191,9 @@ static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 				       "volumes grow on their node (NodeExpandVolume)");
 		else
 			pcsi_call_fail(call, PCSI_UNIMPLEMENTED,
-				       "volumes of -deviceManager=%s cannot grow",
+				       "volumes of -deviceManager=%s grow offline through the "
+				       "controller of their node, which distributed mode's "
+				       "resizer does not reach",
 				       pcsi_backend_name(nc->node->be));
 		return;
 	}
@@ -1186,6 +1206,11 @@ static void nctl_controller_expand_volume(Csi__V1__Controller_Service *svc,
 	op->limit = limit;
 	op->breq.size = size;
 	snprintf(op->id, sizeof(op->id), "%s", in->volume_id);
+	if (!pcsi_backend_can_expand(nc->node->be)) {
+		op->regrow = pcsi_xcalloc(1, sizeof(*op->regrow));
+		pcsi_regrow_start(nc->node, op->regrow, op->id, size, on_regrown, op);
+		return;
+	}
 	op->breq.id = op->id;
 	pcsi_backend_expand(nc->node->be, &op->breq, on_expanded, op);
 	cancel_with(call, &op->breq);
@@ -1538,7 +1563,9 @@ static void nctl_controller_get_capabilities(
 	if (nc->for_resizer)
 		pcsi_reply_controller_capabilities(PCSI_OP_NOW(call), false, !can);
 	else
-		pcsi_reply_controller_capabilities(PCSI_OP_NOW(call), true, can);
+		pcsi_reply_controller_capabilities(
+			PCSI_OP_NOW(call), true,
+			true); /* offline by copying where not in place (regrow.h) */
 }
 
 PCSI_CONTROLLER_UNIMPLEMENTED(nctl_)

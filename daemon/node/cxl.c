@@ -212,7 +212,7 @@ static struct idx read_idx(const uint8_t *lsa, size_t len, uint64_t off)
 static bool ours(const char *name)
 {
 	return !strcmp(name, PCSI_LVM_NS_NAME) || pcsi_volume_id_is_derived(name) ||
-	       pcsi_snapshot_id_is(name);
+	       pcsi_snapshot_id_is(name) || pcsi_grow_id_is(name);
 }
 
 int pcsi_cxl_lsa_check(const uint8_t *lsa, size_t len)

@@ -9,6 +9,7 @@
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
 #include "daemon/node/copy.h"
+#include "daemon/node/regrow.h"
 
 int pcsi_node_role_init(struct pcsi_node_role *r, const struct pcsi_role_env *env, char *err,
 			size_t errlen)
@@ -50,6 +51,7 @@ static void on_open_retry(uv_timer_t *t)
 }
 
 static void on_recovered(void *data);
+static void on_copies_recovered(void *data);
 
 static void on_backend_open(struct pcsi_backend_req *req, void *data)
 {
@@ -69,7 +71,20 @@ static void on_backend_open(struct pcsi_backend_req *req, void *data)
 	}
 	pcsi_info(1, "device manager ready", "deviceManager=%s", pcsi_backend_name(r->backend));
 	r->recovering = true;
-	pcsi_copy_recover(&r->node, on_recovered, r);
+	pcsi_copy_recover(&r->node, on_copies_recovered, r);
+}
+
+/* Half-made copies first: a saved copy cut short goes with them, and an
+ * expansion cut after its save is then finished (regrow.h). */
+static void on_copies_recovered(void *data)
+{
+	struct pcsi_node_role *r = data;
+
+	if (r->stopping) {
+		on_recovered(r);
+		return;
+	}
+	pcsi_regrow_recover(&r->node, on_recovered, r);
 }
 
 static void on_recovered(void *data)

@@ -1223,15 +1223,14 @@ static void node_node_get_capabilities(Csi__V1__Node_Service *svc,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_HEALTH,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_STORAGE_HEALTH,
 		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__SINGLE_NODE_MULTI_WRITER,
-		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME, /* last */
+		CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__EXPAND_VOLUME,
 	};
 	Csi__V1__NodeGetCapabilitiesResponse out = CSI__V1__NODE_GET_CAPABILITIES_RESPONSE__INIT;
 	Csi__V1__NodeServiceCapability caps[PCSI_ARRAY_SIZE(types)], *capp[PCSI_ARRAY_SIZE(types)];
 	Csi__V1__NodeServiceCapability__RPC rpcs[PCSI_ARRAY_SIZE(types)];
 	size_t i, n = PCSI_ARRAY_SIZE(types);
 
-	if (!pcsi_backend_can_expand(from_svc(svc)->node->be))
-		n--;
+	(void)svc;
 	for (i = 0; i < n; i++) {
 		csi__v1__node_service_capability__rpc__init(&rpcs[i]);
 		rpcs[i].type = types[i];
@@ -1338,10 +1337,12 @@ static void expand_found(struct pcsi_backend_req *req, void *data)
 		return;
 	}
 	if (!pcsi_backend_can_expand(op->ns->node->be)) {
-		pcsi_op_fail(&op->base, PCSI_OUT_OF_RANGE,
-			     "volume %s has %llu bytes and cannot grow to %llu (-deviceManager=%s)",
-			     op->id, (unsigned long long)op->size, (unsigned long long)op->want,
-			     pcsi_backend_name(op->ns->node->be));
+		pcsi_op_fail(
+			&op->base, PCSI_OUT_OF_RANGE,
+			"volume %s has %llu bytes; a volume of -deviceManager=%s cannot grow to "
+			"%llu while it is staged: it grows offline (ControllerExpandVolume)",
+			op->id, (unsigned long long)op->size, pcsi_backend_name(op->ns->node->be),
+			(unsigned long long)op->want);
 		return;
 	}
 	op->breq.id = op->id;

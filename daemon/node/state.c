@@ -102,6 +102,14 @@ static void do_store(struct job *j)
 	}
 	if (j->rec.pending)
 		json_object_object_add(o, "pending", json_object_new_boolean(true));
+	if (j->rec.regrow) {
+		json_object *g = json_object_new_object();
+
+		json_object_object_add(g, "size", json_object_new_int64((int64_t)j->rec.grow_to));
+		json_object_object_add(
+			g, "medium", json_object_new_string(pcsi_medium_name(j->rec.grow_medium)));
+		json_object_object_add(o, "regrow", g);
+	}
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
 	j->rc = pcsi_write_file_atomic(j->path, text, strlen(text));
 	json_object_put(o);
@@ -151,6 +159,20 @@ static int read_rec(const char *path, struct pcsi_volrec *out)
 		out->created_s = json_object_get_int64(v);
 	if (json_object_object_get_ex(o, "created_ns", &v))
 		out->created_ns = json_object_get_int(v);
+	if (json_object_object_get_ex(o, "regrow", &v) &&
+	    json_object_is_type(v, json_type_object)) {
+		json_object *f;
+		const char *m = "";
+
+		if (json_object_object_get_ex(v, "size", &f))
+			out->grow_to = (uint64_t)json_object_get_int64(f);
+		if (json_object_object_get_ex(v, "medium", &f))
+			m = json_object_get_string(f);
+		out->grow_medium = !strcmp(m, "nvdimm") ? PCSI_MEDIUM_NVDIMM
+				   : !strcmp(m, "cxl")	? PCSI_MEDIUM_CXL
+							: PCSI_MEDIUM_ANY;
+		out->regrow = out->grow_to > 0;
+	}
 	json_object_put(o);
 	return 0;
 }

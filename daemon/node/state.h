@@ -36,6 +36,11 @@ struct pcsi_volrec {
 	bool pending;	   /* the copy into this volume has not completed */
 	int64_t created_s; /* a snapshot's creation time (Unix time) */
 	int32_t created_ns;
+	/* Growing by copying (regrow.h): the volume is saved in its copy and
+	 * is made again with |grow_to| bytes on |grow_medium|. */
+	bool regrow;
+	uint64_t grow_to;
+	enum pcsi_medium grow_medium;
 };
 
 /* One record of pcsi_volrec_list(). */

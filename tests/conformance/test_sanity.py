@@ -162,7 +162,7 @@ try:
                     "-keyFile=" + os.path.join(certs, leaf + ".key")]
         reg = pt.free_port()
         ctl_sock = os.path.join(WORK, "controller.sock")
-        # -deviceManager: the nodes' one (expansion is announced for lvm only).
+        # -deviceManager: the nodes' one (expansion ONLINE for lvm, OFFLINE for direct).
         ctl = start(["-mode=controller", "-endpoint=unix://" + ctl_sock, "-deviceManager=" + BACKEND,
                      "-registryEndpoint=tcp://127.0.0.1:%d" % reg, "-registrationGrace=" + os.environ.get("PCSI_SANITY_GRACE", "0"),
                      "-v=5"] + tls("pmem-registry"), "controller")

@@ -557,6 +557,36 @@ START_TEST(copy_fields_round_trip)
 }
 END_TEST
 
+/* regrow.h's step 2: the new size and medium; cleared, the key goes. */
+START_TEST(regrow_round_trip)
+{
+	struct pcsi_volrec rec, out;
+
+	memset(&rec, 0, sizeof(rec));
+	rec.regrow = true;
+	rec.grow_to = 3ull << 30;
+	rec.grow_medium = PCSI_MEDIUM_CXL;
+	ck_assert_int_eq(store("grown", &rec), 0);
+	garbage(&out);
+	ck_assert_int_eq(load("grown", &out), 0);
+	ck_assert(out.regrow);
+	ck_assert_uint_eq(out.grow_to, 3ull << 30);
+	ck_assert_int_eq(out.grow_medium, PCSI_MEDIUM_CXL);
+	rec.regrow = false;
+	ck_assert_int_eq(store("grown", &rec), 0);
+	garbage(&out);
+	ck_assert_int_eq(load("grown", &out), 0);
+	ck_assert(!out.regrow);
+	/* A regrow without a size is no regrow; an unknown medium is any. */
+	write_record("odd", "{\"regrow\":{\"size\":0,\"medium\":\"cxl\"}}");
+	ck_assert_int_eq(load("odd", &out), 0);
+	ck_assert(!out.regrow);
+	write_record("odd2", "{\"regrow\":{\"size\":4096,\"medium\":\"x\"}}");
+	ck_assert_int_eq(load("odd2", &out), 0);
+	ck_assert(out.regrow && out.grow_medium == PCSI_MEDIUM_ANY);
+}
+END_TEST
+
 struct listed {
 	int error, calls;
 	struct pcsi_volrec_entry *recs;
@@ -625,6 +655,7 @@ static Suite *state_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, init_sets_up);
 	tcase_add_test(tc, copy_fields_round_trip);
+	tcase_add_test(tc, regrow_round_trip);
 	tcase_add_test(tc, list_all_records);
 	tcase_add_test(tc, init_nested_and_existing);
 	tcase_add_test(tc, init_fails_under_a_file);

@@ -195,6 +195,25 @@ START_TEST(snapshot_ids)
 }
 END_TEST
 
+START_TEST(grow_ids)
+{
+	char id[PCSI_VOLUME_ID_MAX + 1], g[PCSI_VOLUME_ID_MAX + 1];
+
+	pcsi_volume_id("pvc-1", id);
+	pcsi_grow_id(id, g);
+	ck_assert_uint_eq(strlen(g), 61);
+	ck_assert(!strncmp(g, "grow.", 5));
+	ck_assert(pcsi_grow_id_is(g));
+	ck_assert(pcsi_volume_id_valid(g)); /* a name the backends accept */
+	ck_assert(!pcsi_volume_id_ok(g));   /* never a volume in a CSI call */
+	ck_assert(!pcsi_snapshot_id_is(g) && !pcsi_volume_id_is_derived(g));
+	ck_assert(!pcsi_grow_id_is(id));
+	g[60] = 'G';
+	ck_assert(!pcsi_grow_id_is(g));
+	ck_assert(!pcsi_grow_id_is(NULL));
+}
+END_TEST
+
 static Suite *volid_suite(void)
 {
 	Suite *s = suite_create("volid");
@@ -207,6 +226,7 @@ static Suite *volid_suite(void)
 	tcase_add_test(tc, derived_ids_are_valid_and_derived);
 	tcase_add_test(tc, not_derived);
 	tcase_add_test(tc, snapshot_ids);
+	tcase_add_test(tc, grow_ids);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -240,30 +240,37 @@ def lifecycle(name, st, tg):
         with open(data) as f:
             pt.check(f.read() == name, "data after the expansion")
 
-    # Expansion (lvm only: the direct backend cannot grow a namespace).
-    expand = [
-        ("expand", "Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
-            volume_id=vid, capacity_range=csi.CapacityRange(required_bytes=2 * VOL_SIZE),
-            volume_capability=mount_cap()), None),
-        ("node-expand", "Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
-            volume_id=vid, volume_path=tg, staging_target_path=st,
-            capacity_range=csi.CapacityRange(required_bytes=2 * VOL_SIZE)), grown),
-    ] if BACKEND == "lvm" else []
-    return [
-        ("create", "Controller", "CreateVolume", csi.CreateVolumeRequest(
-            name=name, capacity_range=csi.CapacityRange(required_bytes=VOL_SIZE),
-            volume_capabilities=[mount_cap()]), None),
-        ("stage", "Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
-            volume_id=vid, staging_target_path=st, volume_capability=mount_cap()), None),
-        ("publish", "Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
-            volume_id=vid, staging_target_path=st, target_path=tg, volume_capability=mount_cap()), write),
-    ] + expand + [
-        ("unpublish", "Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(
-            volume_id=vid, target_path=tg), None),
-        ("unstage", "Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(
-            volume_id=vid, staging_target_path=st), None),
-        ("delete", "Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid), None),
-    ]
+    def read_back(_):
+        with open(data) as f:
+            pt.check(f.read() == name, "data after the offline expansion")
+
+    def call(label, service, method, req, after=None):
+        return (label, service, method, req, after)
+
+    create = call("create", "Controller", "CreateVolume", csi.CreateVolumeRequest(
+        name=name, capacity_range=csi.CapacityRange(required_bytes=VOL_SIZE), volume_capabilities=[mount_cap()]))
+    stage = lambda label: call(label, "Node", "NodeStageVolume", csi.NodeStageVolumeRequest(  # noqa: E731
+        volume_id=vid, staging_target_path=st, volume_capability=mount_cap()))
+    publish = lambda label, after: call(label, "Node", "NodePublishVolume", csi.NodePublishVolumeRequest(  # noqa: E731
+        volume_id=vid, staging_target_path=st, target_path=tg, volume_capability=mount_cap()), after)
+    unpublish = lambda label: call(label, "Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(  # noqa: E731
+        volume_id=vid, target_path=tg))
+    unstage = lambda label: call(label, "Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(  # noqa: E731
+        volume_id=vid, staging_target_path=st))
+    expand = call("expand", "Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+        volume_id=vid, capacity_range=csi.CapacityRange(required_bytes=2 * VOL_SIZE), volume_capability=mount_cap()))
+    node_expand = call("node-expand", "Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
+        volume_id=vid, volume_path=tg, staging_target_path=st,
+        capacity_range=csi.CapacityRange(required_bytes=2 * VOL_SIZE)), grown)
+    delete = call("delete", "Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
+    if BACKEND == "lvm":  # grows in place while published
+        return [create, stage("stage"), publish("publish", write), expand, node_expand, unpublish("unpublish"),
+                unstage("unstage"), delete]
+    # direct grows offline, by copying (regrow.h): a kill inside the expand
+    # lands in the save, the delete, the new namespace or the write back.
+    return [create, stage("stage"), publish("publish", write), unpublish("unpublish"), unstage("unstage"), expand,
+            stage("stage-2"), publish("publish-2", read_back), node_expand, unpublish("unpublish-2"),
+            unstage("unstage-2"), delete]
 
 
 stats = {"kills": 0, "mid": 0, "lost": 0, "leaked_par": 0, "by_op": {}}

@@ -5,14 +5,17 @@ file is being written through DAX (ControllerExpandVolume: lvextend;
 NodeExpandVolume: resize2fs / xfs_growfs on the mount), and the data is
 checked afterwards. Distributed mode's way: the -resizerEndpoint socket
 (the cluster-wide csi-resizer's) leaves the growing to NodeExpandVolume,
-which grows the LV and then the filesystem. The direct backend cannot grow
-an fsdax namespace: it announces no expansion and refuses with
-UNIMPLEMENTED, the volume intact.
+which grows the LV and then the filesystem. The direct backend grows a
+volume offline, by copying (daemon/node/regrow.h): refused while published,
+grown once unpublished, with kills at random instants inside it.
 Ends with a benchmark next to the raw tools. TAP output.
 
 usage: test_expand.py PATH-TO-pmem-csi-driver direct|lvm
 """
+import concurrent.futures
+import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -274,40 +277,127 @@ if LVM:
         t.diag("benchmark (%s, ext4 64 -> 128 MiB, median of 5): pmem-csi %.3f s, raw lvextend + resize2fs "
                "%.3f s, ratio %.2f" % (BACKEND, ours[2], raw[2], ours[2] / raw[2]))
 else:
-    @t.test("direct: no expansion announced; ControllerExpandVolume is UNIMPLEMENTED and the volume is intact; "
-            "on the resizer socket too, and NodeExpandVolume to a larger size is OUT_OF_RANGE")
+    def namespaces():
+        out = subprocess.run(["ndctl", "list", "-N"], capture_output=True, text=True, check=True).stdout
+        got = json.loads(out) if out.strip() else []
+        return [n.get("name", "") for n in (got if isinstance(got, list) else [got])]
+
+    def unpublished(v):
+        ok_call("Node", "NodeUnpublishVolume", csi.NodeUnpublishVolumeRequest(volume_id=v.id, target_path=v.target))
+        ok_call("Node", "NodeUnstageVolume", csi.NodeUnstageVolumeRequest(volume_id=v.id,
+                                                                          staging_target_path=v.staging))
+
+    def republished(v):
+        ok_call("Node", "NodeStageVolume", csi.NodeStageVolumeRequest(
+            volume_id=v.id, staging_target_path=v.staging, volume_capability=v.cap))
+        ok_call("Node", "NodePublishVolume", csi.NodePublishVolumeRequest(
+            volume_id=v.id, staging_target_path=v.staging, target_path=v.target, volume_capability=v.cap))
+
+    @t.test("direct: VolumeExpansion OFFLINE and EXPAND_VOLUME announced; a published volume is refused "
+            "FAILED_PRECONDITION, intact; unpublished it grows by copying (64 -> 160 MiB), the filesystem "
+            "after NodeExpandVolume, the data intact, no saved copy left; the resizer socket refuses")
     def _():
         c = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest())
-        pt.check(csi.ControllerServiceCapability.RPC.EXPAND_VOLUME not in [x.rpc.type for x in c.capabilities],
-                 str(c))
+        pt.check(csi.ControllerServiceCapability.RPC.EXPAND_VOLUME in [x.rpc.type for x in c.capabilities], str(c))
         n = ok_call("Node", "NodeGetCapabilities", csi.NodeGetCapabilitiesRequest())
-        pt.check(csi.NodeServiceCapability.RPC.EXPAND_VOLUME not in [x.rpc.type for x in n.capabilities], str(n))
+        pt.check(csi.NodeServiceCapability.RPC.EXPAND_VOLUME in [x.rpc.type for x in n.capabilities], str(n))
         p = ok_call("Identity", "GetPluginCapabilities", csi.GetPluginCapabilitiesRequest())
-        pt.check(not any(x.HasField("volume_expansion") for x in p.capabilities), str(p))
+        exp = [x.volume_expansion.type for x in p.capabilities if x.HasField("volume_expansion")]
+        pt.check(exp == [csi.PluginCapability.VolumeExpansion.OFFLINE], str(p))
         v = Published("grow-direct", 64 * MiB)
-        with open(os.path.join(v.target, "f"), "w") as f:
-            f.write("kept")
-        code, details, _ = rpc("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
-            volume_id=v.id, capacity_range=csi.CapacityRange(required_bytes=128 * MiB)))
-        pt.check(code == SC.UNIMPLEMENTED and "cannot grow" in details, "%s %s" % (code, details))
-        rch = pt.unix_channel(RESIZER_SOCK)
-        c = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest(), channel=rch)
-        pt.check([x.rpc.type for x in c.capabilities] == [csi.ControllerServiceCapability.RPC.EXPAND_VOLUME],
-                 str(c))
-        code, details, _ = rpc("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
-            volume_id=v.id, capacity_range=csi.CapacityRange(required_bytes=128 * MiB)), channel=rch)
-        pt.check(code == SC.UNIMPLEMENTED and "cannot grow" in details, "resizer socket: %s %s" % (code, details))
-        rch.close()
+        w = Writer(os.path.join(v.target, "data"), limit=24, once=True)
+        w.run()
+        pt.check(w.error is None, "writer: %s" % w.error)
+        before = v.fs_bytes()
+        req = csi.ControllerExpandVolumeRequest(volume_id=v.id, capacity_range=csi.CapacityRange(
+            required_bytes=160 * MiB), volume_capability=v.cap)
+        code, details, _ = rpc("Controller", "ControllerExpandVolume", req)
+        pt.check(code == SC.FAILED_PRECONDITION and "offline" in details, "while published: %s %s" % (code, details))
         code, details, _ = rpc("Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
             volume_id=v.id, volume_path=v.target, staging_target_path=v.staging,
-            capacity_range=csi.CapacityRange(required_bytes=v.vol.capacity_bytes + 64 * MiB)))
-        pt.check(code == SC.OUT_OF_RANGE and "cannot grow" in details, "NodeExpandVolume: %s %s" % (code, details))
-        with open(os.path.join(v.target, "f")) as f:
-            pt.check(f.read() == "kept", "data changed")
+            capacity_range=csi.CapacityRange(required_bytes=160 * MiB)))
+        pt.check(code == SC.OUT_OF_RANGE and "offline" in details, "NodeExpandVolume: %s %s" % (code, details))
+        rch = pt.unix_channel(RESIZER_SOCK)
+        code, details, _ = rpc("Controller", "ControllerExpandVolume", req, channel=rch)
+        pt.check(code == SC.UNIMPLEMENTED and "resizer" in details, "resizer socket: %s %s" % (code, details))
+        rch.close()
+        pt.check(not w.verify(), "the data changed while refused")
+        unpublished(v)
+        t0 = time.monotonic()
+        r = ok_call("Controller", "ControllerExpandVolume", req)
+        took = time.monotonic() - t0
+        pt.check(r.capacity_bytes == 160 * MiB and r.node_expansion_required, "ControllerExpandVolume: %r" % r)
+        again = ok_call("Controller", "ControllerExpandVolume", req)
+        pt.check(again.capacity_bytes == 160 * MiB, "the retry: %r" % again)
+        names = namespaces()
+        pt.check(names.count(v.id) == 1 and not any(x.startswith("grow.") for x in names),
+                 "namespaces after the expansion: %r" % names)
         listed = [e.volume.capacity_bytes for e in ok_call("Controller", "ListVolumes",
                                                            csi.ListVolumesRequest()).entries
                   if e.volume.volume_id == v.id]
-        pt.check(listed == [v.vol.capacity_bytes], "ListVolumes: %r, created with %d" % (listed, v.vol.capacity_bytes))
+        pt.check(listed == [160 * MiB], "ListVolumes: %r" % listed)
+        republished(v)
+        pt.check(not w.verify(), "the data after the copy")
+        nr = ok_call("Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
+            volume_id=v.id, volume_path=v.target, staging_target_path=v.staging,
+            capacity_range=csi.CapacityRange(required_bytes=160 * MiB)))
+        pt.check(nr.capacity_bytes == 160 * MiB, "NodeExpandVolume: %r" % nr)
+        after = v.fs_bytes()
+        pt.check(after > before + 80 * MiB, "ext4: %d bytes before, %d after" % (before, after))
+        big = Writer(os.path.join(v.target, "big"), limit=96, once=True)
+        big.run()
+        pt.check(big.error is None and not big.verify(), "96 MiB in the grown filesystem: %s" % big.error)
+        line = [ln for ln in open("/proc/self/mountinfo") if ln.split()[4] == v.staging]
+        pt.check(line and "dax" in line[0], "staging mount lost dax: %r" % line)
+        t.diag("direct: ext4 64 -> 160 MiB offline (save, delete, make again, write back): %.2f s" % took)
+        v.done()
+        pt.check(not [x for x in namespaces() if x == v.id or x.startswith("grow.")], "left: %r" % namespaces())
+
+    @t.test("direct: killed inside the offline expansion at random instants, restarted: the volume is whole "
+            "with its data, old size or new, never missing; no saved copy left; the retry grows it")
+    def _():
+        global daemon, ch
+        seed = int(os.environ.get("PCSI_CRASH_SEED") or random.SystemRandom().randrange(1 << 32))
+        rng = random.Random(seed)
+        v = Published("grow-kill", 32 * MiB)
+        with open(os.path.join(v.target, "f"), "w") as f:
+            f.write("kept")
+            f.flush()
+            os.fsync(f.fileno())
+        unpublished(v)
+        size = 32 * MiB
+        t0 = time.monotonic()
+        ok_call("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+            volume_id=v.id, capacity_range=csi.CapacityRange(required_bytes=48 * MiB)))
+        took = time.monotonic() - t0
+        size, outcomes = 48 * MiB, []
+        for i in range(4):
+            want = size + 16 * MiB
+            req = csi.ControllerExpandVolumeRequest(volume_id=v.id, capacity_range=csi.CapacityRange(
+                required_bytes=want))
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+            mid = pt.kill_inside(pool, lambda: rpc("Controller", "ControllerExpandVolume", req),
+                                 rng.uniform(0, took), daemon.kill)
+            pool.shutdown()
+            ch.close()
+            daemon = daemon.start(timeout=120)
+            ch = pt.unix_channel(SOCK)
+            names = namespaces()
+            got = [e.volume.capacity_bytes for e in ok_call("Controller", "ListVolumes",
+                                                            csi.ListVolumesRequest()).entries
+                   if e.volume.volume_id == v.id]
+            pt.check(len(got) == 1 and got[0] in (size, want), "round %d: listed %r (was %d, asked %d)"
+                     % (i, got, size, want))
+            pt.check(names.count(v.id) == 1 and not any(x.startswith("grow.") for x in names),
+                     "round %d after the restart: %r" % (i, names))
+            outcomes.append("%s:%s" % ("mid" if mid else "after", "new" if got[0] == want else "old"))
+            r = ok_call("Controller", "ControllerExpandVolume", req)
+            pt.check(r.capacity_bytes == want, "round %d retry: %r" % (i, r))
+            size = want
+        republished(v)
+        with open(os.path.join(v.target, "f")) as f:
+            pt.check(f.read() == "kept", "the data after the kills")
+        t.diag("direct: seed %d (PCSI_CRASH_SEED); a grow took %.2f s; rounds: %s" % (seed, took, " ".join(outcomes)))
         v.done()
 
 

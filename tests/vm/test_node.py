@@ -125,14 +125,14 @@ def _():
               R.GET_STORAGE_HEALTH} <= types, str(caps))
     cc = ok_call("Controller", "ControllerGetCapabilities", csi.ControllerGetCapabilitiesRequest())
     C = csi.ControllerServiceCapability.RPC
-    # Volumes grow on lvm only (an fsdax namespace cannot, see test_expand.py).
-    grow = {C.EXPAND_VOLUME} if BACKEND == "lvm" else set()
+    # Volumes grow on both (lvm in place; direct offline, by copying: see test_expand.py).
+    grow = {C.EXPAND_VOLUME}
     pt.check({c.rpc.type for c in cc.capabilities} == {C.CREATE_DELETE_VOLUME, C.LIST_VOLUMES, C.GET_CAPACITY,
                                                        C.GET_VOLUME, C.VOLUME_CONDITION, C.GET_VOLUME_HEALTH,
                                                        C.LIST_VOLUME_HEALTH, C.MODIFY_VOLUME, C.GET_SNAPSHOT,
                                                        C.SINGLE_NODE_MULTI_WRITER, C.CREATE_DELETE_SNAPSHOT,
                                                        C.LIST_SNAPSHOTS, C.CLONE_VOLUME} | grow, str(cc))
-    pt.check((R.EXPAND_VOLUME in types) == (BACKEND == "lvm"), str(caps))
+    pt.check(R.EXPAND_VOLUME in types, str(caps))
 
 
 @t.test("GetCapacity: available and maximum; another node's topology gives 0")
