@@ -546,6 +546,30 @@ void pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id, const c
 	list_page(r);
 }
 
+size_t pcsi_cluster_forget_node(struct pcsi_cluster *cl, const char *node_id,
+				void (*lost)(const struct pcsi_cvol *v, void *data), void *data)
+{
+	struct pcsi_list *p, *t;
+	size_t n = 0;
+
+	pcsi_cluster_unregister(cl, node_id);
+	pcsi_list_foreach_safe (p, t, &cl->maybe) {
+		struct maybe *m = pcsi_list_entry(p, struct maybe, link);
+		if (!strcmp(m->node, node_id))
+			pcsi_cluster_maybe_clear(cl, m->id, node_id);
+	}
+	pcsi_list_foreach_safe (p, t, &cl->vols) {
+		struct pcsi_cvol *v = pcsi_list_entry(p, struct pcsi_cvol, link);
+		if (!pcsi_cvol_on(v, node_id))
+			continue;
+		n++;
+		if (v->n_nodes == 1 && lost)
+			lost(v, data);
+		pcsi_cluster_remove(cl, v->id, node_id);
+	}
+	return n;
+}
+
 void pcsi_cluster_unregister(struct pcsi_cluster *cl, const char *node_id)
 {
 	struct pcsi_cnode *n = pcsi_cluster_node(cl, node_id);

@@ -91,8 +91,17 @@ struct pcsi_cnode_capacity {
 void pcsi_cluster_register(struct pcsi_cluster *cl, const char *node_id, const char *endpoint,
 			   const struct pcsi_cnode_capacity *cap, pcsi_cluster_cb cb, void *data);
 
-/* Forgets a node (its volumes keep their other nodes). */
+/* Forgets a node's registration (a clean shutdown: it comes back, its
+ * volumes stay known on it). */
 void pcsi_cluster_unregister(struct pcsi_cluster *cl, const char *node_id);
+
+/* Forgets a node for good (its Node object was deleted: the machine is
+ * gone): its registration, its place among the holders of every volume and
+ * snapshot, and what it may hold. |lost| (may be NULL) runs for each volume
+ * or snapshot that no other node holds, before it goes. Returns how many
+ * holders were removed. */
+size_t pcsi_cluster_forget_node(struct pcsi_cluster *cl, const char *node_id,
+				void (*lost)(const struct pcsi_cvol *v, void *data), void *data);
 
 /* Look-ups; NULL when unknown. See the contract for how long they are valid. */
 struct pcsi_cnode *pcsi_cluster_node(struct pcsi_cluster *cl, const char *node_id);

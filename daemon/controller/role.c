@@ -133,6 +133,85 @@ static void kube_start(struct pcsi_controller_role *r)
 	uv_timer_start(&r->kube_timer, on_kube_timer, 0, KUBE_POLL_MS);
 }
 
+/* ---- nodes deleted for good ------------------------------------------------------- */
+
+/* An item per Node: its node id (the topology label's value), "" when it
+ * has none. Every Node is kept, so that a label removed is a change, not a
+ * deletion. */
+static void *node_take(json_object *obj, void *data)
+{
+	struct pcsi_controller_role *r = data;
+	char path[200];
+	const char *id;
+
+	snprintf(path, sizeof(path), "metadata.labels[%s]", r->controller.topology_key);
+	id = pcsi_kube_str(obj, path);
+	return pcsi_xstrdup(id ? id : "");
+}
+
+static void node_drop(void *item, void *data)
+{
+	(void)data;
+	free(item);
+}
+
+static void report_lost(const char *id, const char *msg, void *data)
+{
+	struct pcsi_controller_role *r = data;
+
+	pcsi_warn("volume lost with its node", "volume=%s reason=\"%s\"", id, msg);
+	if (!pcsi_snapshot_id_is(id))
+		pcsi_volume_events_report(r->events, id, true, msg);
+}
+
+static void node_changed(const char *key, void *before, void *now, void *data)
+{
+	struct pcsi_controller_role *r = data;
+	const char *id = before;
+
+	if (now || !id || !*id)
+		return; /* new, changed, or not a node of the driver */
+	pcsi_info(1, "Node object deleted", "node=%s name=%s", id, key);
+	pcsi_controller_node_deleted(&r->controller, id, report_lost, r);
+}
+
+static const struct pcsi_informer_ops node_ops = {
+	.take = node_take,
+	.drop = node_drop,
+	.changed = node_changed,
+};
+
+static void watch_start(struct pcsi_controller_role *r)
+{
+	const struct pcsi_config *cfg = r->env->cfg;
+	struct pcsi_kube_opts o = { .sa_dir = cfg->service_account_dir,
+				    .qps = cfg->kube_api_qps,
+				    .burst = cfg->kube_api_burst };
+	char err[256];
+	int rc = pcsi_kube_open(r->env->loop, &o, &r->watch_kube, err, sizeof(err));
+
+	if (rc == -ENOENT)
+		return; /* not in a pod: said by kube_start() */
+	if (rc < 0) {
+		pcsi_warn("Kubernetes API: cannot use it; deleted nodes are not noticed",
+			  "error=\"%s\"", err);
+		return;
+	}
+	r->nodes = pcsi_informer_start(r->watch_kube, "/api/v1/nodes", &node_ops, r);
+	r->events =
+		pcsi_volume_events_new(r->env->loop, &o, cfg->driver_name, "pmem-csi-controller");
+}
+
+static void watch_stop(struct pcsi_controller_role *r)
+{
+	pcsi_informer_stop(r->nodes);
+	r->nodes = NULL;
+	pcsi_volume_events_free(r->events);
+	r->events = NULL;
+	pcsi_kube_close(r->watch_kube);
+	r->watch_kube = NULL;
+}
+
 /* ---- start and close ---------------------------------------------------------------- */
 
 int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi_role_env *env)
@@ -158,6 +237,7 @@ int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi
 	pcsi_identity_set_expansion(env->identity, pcsi_config_volumes_grow(cfg));
 	pcsi_identity_set_ready(env->identity, true);
 	kube_start(r);
+	watch_start(r);
 	return 0;
 }
 
@@ -167,6 +247,7 @@ void pcsi_controller_role_close(struct pcsi_controller_role *r)
 		return;
 	r->started = false;
 	kube_stop(r);
+	watch_stop(r);
 	pcsi_controller_done(&r->controller);
 	pcsi_cluster_done(&r->cluster);
 }

@@ -3,7 +3,11 @@
  * Serves Identity and the central Controller on -endpoint (the provisioner's
  * unix socket) and the Registry (with Identity) on -registryEndpoint (TCP,
  * mutual TLS), where nodes register. Ready as soon as it listens: the picture
- * of the cluster is rebuilt from the nodes as they register (cluster.h). */
+ * of the cluster is rebuilt from the nodes as they register (cluster.h).
+ * In a pod it watches the Node objects: a node whose Node object is deleted
+ * (the machine is gone for good) is forgotten with what it held
+ * (pcsi_controller_node_deleted), and each volume lost with it is reported
+ * as a Warning event (VolumeConditionAbnormal) on its PVC. */
 #ifndef PCSI_CONTROLLER_ROLE_H
 #define PCSI_CONTROLLER_ROLE_H
 
@@ -12,6 +16,8 @@
 #include "daemon/controller/service.h"
 #include "daemon/csi/role.h"
 #include "daemon/kube/client.h"
+#include "daemon/kube/events.h"
+#include "daemon/kube/informer.h"
 
 struct pcsi_controller_role {
 	const struct pcsi_role_env *env; /* borrowed */
@@ -26,6 +32,10 @@ struct pcsi_controller_role {
 	struct pcsi_kube_call *kube_call; /* the node list in flight */
 	uv_timer_t kube_timer;
 	bool kube_timer_open;
+	/* Node objects, for deletions (a client of their own, kept open). */
+	struct pcsi_kube *watch_kube;
+	struct pcsi_informer *nodes;
+	struct pcsi_volume_events *events;
 	bool started;
 };
 

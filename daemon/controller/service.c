@@ -77,6 +77,13 @@ static uint64_t grace_left_s(const struct pcsi_controller *c)
 	return up < c->grace_ms ? (c->grace_ms - up + 999) / 1000 : 0;
 }
 
+/* Volumes lost with a deleted node (below). */
+struct lost;
+static struct lost *lost_find(struct pcsi_controller *c, const char *id);
+static void lost_forget(struct pcsi_controller *c, struct lost *l);
+static bool reply_lost(struct pcsi_controller *c, struct pcsi_call *call, const char *method,
+		       const char *id);
+
 struct create_op {
 	struct pcsi_op base; /* the call; ends as messages.h says */
 	struct pcsi_controller *c;
@@ -535,6 +542,8 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 
 	if (!pcsi_create_begin(call, in, &c->busy, &params, &size, &limit, id))
 		return;
+	if (lost_find(c, id)) /* made anew: the lost one is no more */
+		lost_forget(c, lost_find(c, id));
 	op = pcsi_xcalloc(1, sizeof(*op));
 	pcsi_op_init(&op->base, call, NULL, create_release);
 	op->c = c;
@@ -807,11 +816,21 @@ static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
 	struct pcsi_controller *c = from_svc(svc);
 	struct pcsi_cluster *cl = c->cluster;
 	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
+	struct lost *l;
 	struct fanout *f;
 
 	if (!in->volume_id || !*in->volume_id) {
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
 		return;
+	}
+	l = lost_find(c, in->volume_id);
+	if (l) {
+		lost_forget(c, l);
+		if (!known(c, in->volume_id, false)) { /* its node is gone, and it with it */
+			pcsi_info(2, "lost volume forgotten", "volume=%s", in->volume_id);
+			pcsi_call_reply(call, &out.base);
+			return;
+		}
 	}
 	if (!pcsi_volume_id_is_derived(in->volume_id)) {
 		/* Not an id this driver makes: no node can hold it, at any time. */
@@ -1481,7 +1500,8 @@ ask_holders(struct pcsi_controller *c, struct pcsi_call *call, const char *id, c
 	}
 	v = known(c, id, false);
 	if (!v) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", id);
+		if (!reply_lost(c, call, method, id))
+			pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", id);
 		return;
 	}
 	a = ask_new(c, call, method, req, v->n_nodes);
@@ -1754,6 +1774,106 @@ static void ctl_controller_get_capabilities(
 
 PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)
 
+/* ---- volumes lost with a deleted node ------------------------------------------------ */
+
+struct lost {
+	struct pcsi_list link;
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	int64_t size;
+	char msg[320];
+};
+
+static struct lost *lost_find(struct pcsi_controller *c, const char *id)
+{
+	struct pcsi_list *p;
+
+	pcsi_list_foreach (p, &c->lost) {
+		struct lost *l = pcsi_list_entry(p, struct lost, link);
+		if (!strcmp(l->id, id))
+			return l;
+	}
+	return NULL;
+}
+
+static void lost_forget(struct pcsi_controller *c, struct lost *l)
+{
+	pcsi_list_remove(&l->link);
+	c->n_lost--;
+	free(l);
+}
+
+struct node_gone {
+	struct pcsi_controller *c;
+	const char *node;
+	void (*cb)(const char *id, const char *msg, void *data);
+	void *data;
+	size_t n;
+};
+
+static void remember_lost(const struct pcsi_cvol *v, void *data)
+{
+	struct node_gone *g = data;
+	struct pcsi_controller *c = g->c;
+	struct lost *l = lost_find(c, v->id);
+
+	if (!l) {
+		if (c->n_lost >= PCSI_CONTROLLER_LOST_MAX)
+			lost_forget(c, pcsi_list_entry(c->lost.next, struct lost, link));
+		l = pcsi_xcalloc(1, sizeof(*l));
+		pcsi_list_add_tail(&c->lost, &l->link);
+		c->n_lost++;
+	}
+	snprintf(l->id, sizeof(l->id), "%s", v->id);
+	l->size = v->size;
+	snprintf(l->msg, sizeof(l->msg),
+		 "node %.128s, the only one that held this %s, was deleted from the cluster: its "
+		 "data is gone with the node",
+		 g->node, pcsi_snapshot_id_is(v->id) ? "snapshot" : "volume");
+	g->n++;
+	if (g->cb)
+		g->cb(l->id, l->msg, g->data);
+}
+
+/* ControllerGetVolume of a lost volume: abnormal, no topology;
+ * ControllerGetVolumeHealth: DATA_LOSS "NodeDeleted". False when |id| is
+ * not lost. */
+static bool reply_lost(struct pcsi_controller *c, struct pcsi_call *call, const char *method,
+		       const char *id)
+{
+	const struct lost *l = lost_find(c, id);
+	Csi__V1__ControllerGetVolumeHealthResponse out =
+		CSI__V1__CONTROLLER_GET_VOLUME_HEALTH_RESPONSE__INIT;
+	struct pcsi_health h = { 0 };
+	struct pcsi_health_parts parts;
+
+	if (!l)
+		return false;
+	if (!strcmp(method, "ControllerGetVolume")) {
+		pcsi_reply_volume(PCSI_OP_NOW(call),
+				  &(struct pcsi_list_item){ l->id, l->size, NULL, 0 },
+				  c->topology_key, l->msg);
+		return true;
+	}
+	pcsi_health_add(&h, CSI__V1__VOLUME_HEALTH_ERROR_TYPE__DATA_LOSS, "NodeDeleted", l->msg);
+	out.volume_health = pcsi_health_msg(&parts, &h, l->id);
+	pcsi_call_reply(call, &out.base);
+	return true;
+}
+
+size_t pcsi_controller_node_deleted(struct pcsi_controller *c, const char *node_id,
+				    void (*lost)(const char *id, const char *msg, void *data),
+				    void *data)
+{
+	struct node_gone g = { c, node_id, lost, data, 0 };
+	size_t held = pcsi_cluster_forget_node(c->cluster, node_id, remember_lost, &g);
+
+	pcsi_warn("node deleted from the cluster: forgotten with what it held",
+		  "node=%s held=%zu "
+		  "lost=%zu",
+		  node_id, held, g.n);
+	return g.n;
+}
+
 void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluster,
 			  const char *driver_name, uint64_t grace_ms)
 {
@@ -1764,6 +1884,7 @@ void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluste
 	c->cluster = cluster;
 	c->grace_ms = grace_ms;
 	pcsi_inflight_init(&c->busy);
+	pcsi_list_init(&c->lost);
 	uv_timer_init(cluster->loop, &c->wait_timer);
 	c->wait_timer_open = true;
 	snprintf(c->topology_key, sizeof(c->topology_key), "%s/node", driver_name);
@@ -1800,4 +1921,6 @@ void pcsi_controller_done(struct pcsi_controller *c)
 		uv_close((uv_handle_t *)&c->wait_timer, NULL);
 	}
 	pcsi_inflight_done(&c->busy);
+	while (c->n_lost)
+		lost_forget(c, pcsi_list_entry(c->lost.next, struct lost, link));
 }

@@ -19,15 +19,23 @@
  *   re-registered yet) it is UNAVAILABLE, so the provisioner retries.
  * ListVolumes (pagination), GetCapacity (one node's segment, or the sum),
  * ValidateVolumeCapabilities, ControllerGetCapabilities. Calls for a name or
- * id already in progress get ABORTED. */
+ * id already in progress get ABORTED.
+ * A node deleted for good (pcsi_controller_node_deleted): what only it held
+ * is lost; ControllerGetVolume answers such a volume with an abnormal
+ * condition that says so, and DeleteVolume is OK at once (nothing is left
+ * to delete) and forgets it. */
 #ifndef PCSI_CONTROLLER_H
 #define PCSI_CONTROLLER_H
 
 #include <uv.h>
 
 #include "daemon/controller/cluster.h"
+#include "daemon/core/list.h"
 #include "daemon/csi/inflight.h"
 #include "proto/csi.pb-c.h"
+
+/* At most this many lost volumes are remembered (the oldest go first). */
+#define PCSI_CONTROLLER_LOST_MAX 4096
 
 struct pcsi_controller {
 	Csi__V1__Controller_Service svc;
@@ -39,6 +47,8 @@ struct pcsi_controller {
 	struct create_op *waiting;
 	uv_timer_t wait_timer; /* looks at them again, every second while any wait */
 	bool wait_timer_open;
+	struct pcsi_list lost; /* volumes lost with a deleted node (service.c) */
+	size_t n_lost;
 };
 
 /* Uses the cluster's loop (a timer). */
@@ -56,6 +66,14 @@ bool pcsi_controller_in_grace(const struct pcsi_controller *c);
  * registered (|why| is logged); the waiting creates go on (on a later loop
  * turn). */
 void pcsi_controller_end_grace(struct pcsi_controller *c, const char *why);
+
+/* Node |node_id| was deleted from the cluster for good: the cluster forgets
+ * it (pcsi_cluster_forget_node), the volumes and snapshots only it held are
+ * remembered as lost, and |lost| (may be NULL) runs for each with a message
+ * for people. Returns how many were lost. */
+size_t pcsi_controller_node_deleted(struct pcsi_controller *c, const char *node_id,
+				    void (*lost)(const char *id, const char *msg, void *data),
+				    void *data);
 
 static inline ProtobufCService *pcsi_controller_service(struct pcsi_controller *c)
 {

@@ -27,6 +27,7 @@ import pcsi_test as pt
 # collection path -> (kind name in the store, namespaced)
 COLLECTIONS = {
     "/api/v1/persistentvolumeclaims": ("persistentvolumeclaims", True),
+    "/api/v1/persistentvolumes": ("persistentvolumes", False),
     "/api/v1/nodes": ("nodes", False),
     "/apis/storage.k8s.io/v1/storageclasses": ("storageclasses", False),
     "/apis/storage.k8s.io/v1/csinodes": ("csinodes", False),

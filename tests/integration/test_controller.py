@@ -27,6 +27,7 @@ t = pt.TAP()
 SC = grpc.StatusCode
 MiB = 1 << 20
 KEY = "pmem-csi.intel.com/node"
+DRV = "pmem-csi.intel.com"
 P = pt.protos()
 csi = P.csi
 C = pt.certs()
@@ -79,12 +80,15 @@ api = pt.Lazy(FakeAPIServer)
 
 
 def start_controller(grace=0, kube=False):
-    """kube: True (the fake API server at 127.0.0.1) or the host name to
-    reach it by (KUBERNETES_SERVICE_HOST)."""
+    """kube: True (the fake API server at 127.0.0.1), the host name to
+    reach it by (KUBERNETES_SERVICE_HOST), or a fake_kube.FakeKube."""
     args = ["-mode=controller", "-endpoint=unix://" + CTL_SOCK,
             "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT, "-registrationGrace=%d" % grace,
             "-metricsListen=127.0.0.1:%d" % METRICS_PORT, "-v=4"] + C.server_flags(C.registry)
-    if kube:
+    if hasattr(kube, "env"):
+        args.append("-serviceAccountDir=" + kube.sa_dir)
+        os.environ.update(kube.env())
+    elif kube:
         args.append("-serviceAccountDir=" + api.get().dir)
         os.environ.update(KUBERNETES_SERVICE_HOST=kube if isinstance(kube, str) else "127.0.0.1",
                           KUBERNETES_SERVICE_PORT=str(api.get().port))
@@ -960,6 +964,63 @@ def _():
     r = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=csi.Topology(segments={KEY: "n3"})))
     pt.check(r.available_capacity == 0, "n3 still registered")
     pt.check("unregistered" in ctl.stderr_text() or "node unregistered" in ctl.stderr_text(), "no log line")
+
+
+@t.test("a node deleted for good (its Node object deleted, the machine gone): the controller forgets it, a volume "
+        "only it held is lost (ControllerGetVolume abnormal, health DATA_LOSS, a Warning event on the PVC, "
+        "DeleteVolume OK at once), a cache volume keeps its other copy")
+def _():
+    import fake_kube
+    global ctl, ch
+    kube = fake_kube.FakeKube(C)
+    for n in CAPS:
+        kube.put("nodes", {"metadata": {"name": "k8s-" + n, "labels": {KEY: n}}})
+    ch.close()
+    ctl.kill()
+    ctl = start_controller(kube=kube)
+    ch = pt.unix_channel(CTL_SOCK)
+    nodes["n3"] = start_node("n3")
+    wait_registered(list(CAPS))
+    only = ok_call("CreateVolume", create("pvc-on-n3", 16 * MiB, requisite=["n3"])).volume
+    cache = ok_call("CreateVolume", create("pvc-cache-gone", 16 * MiB, params={"persistencyModel": "cache",
+                                                                              "cacheSize": "2"},
+                                           requisite=["n2", "n3"])).volume
+    pt.check(holders(cache) == ["n2", "n3"], "cache copies: %r" % holders(cache))
+    kube.put("persistentvolumeclaims", {"metadata": {"name": "claim-n3", "namespace": "apps", "uid": "pvc-uid-n3"},
+                                        "spec": {"volumeName": "pv-n3"}})
+    kube.put("persistentvolumes", {"metadata": {"name": "pv-n3"}, "spec": {
+        "csi": {"driver": DRV, "volumeHandle": only.volume_id},
+        "claimRef": {"namespace": "apps", "name": "claim-n3", "uid": "pvc-uid-n3"}}, "status": {"phase": "Bound"}})
+    nodes["n3"].kill()  # the machine is gone
+    kube.delete("nodes", "k8s-n3")
+    deadline = time.monotonic() + 15
+    while "Node object deleted" not in ctl.stderr_text():
+        pt.check(time.monotonic() < deadline, "the deletion was not noticed\n%s" % pt._tail(ctl.stderr_text()))
+        time.sleep(0.2)
+    g = ok_call("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=only.volume_id))
+    pt.check(g.status.volume_condition.abnormal and "deleted from the cluster" in g.status.volume_condition.message,
+             "ControllerGetVolume: %r" % g)
+    h = ok_call("ControllerGetVolumeHealth", csi.ControllerGetVolumeHealthRequest(volume_id=only.volume_id))
+    pt.check([s.reason for s in h.volume_health.health_statuses] == ["NodeDeleted"], "health: %r" % h)
+    c = ok_call("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=cache.volume_id))
+    pt.check(not c.status.volume_condition.abnormal and
+             [s.segments[KEY] for s in c.volume.accessible_topology] == ["n2"], "the cache volume: %r" % c)
+    r = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=csi.Topology(segments={KEY: "n3"})))
+    pt.check(r.available_capacity == 0, "n3's capacity still counted")
+    while not [e for e in kube.events if e.get("reason") == "VolumeConditionAbnormal"]:
+        pt.check(time.monotonic() < deadline + 15, "no event: %r" % kube.events)
+        time.sleep(0.2)
+    ev = [e for e in kube.events if e.get("reason") == "VolumeConditionAbnormal"][0]
+    pt.check(ev["involvedObject"]["name"] == "claim-n3" and ev["type"] == "Warning" and
+             "deleted from the cluster" in ev["message"], "event: %r" % ev)
+    t0 = time.monotonic()
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=only.volume_id))
+    pt.check(time.monotonic() - t0 < 2, "DeleteVolume of the lost volume took %.1f s" % (time.monotonic() - t0))
+    code, _, _ = rpc("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=only.volume_id))
+    pt.check(code == SC.NOT_FOUND, "after the delete: %s" % code)
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=cache.volume_id))
+    pt.check(cache.volume_id not in node_ids("n2"), "the cache volume's copy on n2 stayed")
+    kube.stop()
 
 
 def teardown():
