@@ -168,8 +168,8 @@ void pcsi_copy_start(struct pcsi_node *n, struct pcsi_copy *c, const char *dst, 
 
 struct recovery {
 	struct pcsi_node *n;
-	struct pcsi_volrec_entry *recs;
-	size_t n_recs, i;
+	struct pcsi_volrec_walk *w;
+	const struct pcsi_volrec_entry *e; /* the record being recovered */
 	struct pcsi_backend_req breq;
 	struct pcsi_proc proc;
 	char mnt[PATH_MAX];
@@ -177,42 +177,35 @@ struct recovery {
 	void *data;
 };
 
-static void recover_next(struct recovery *r);
-
 static void on_rec_dropped(int error, void *data)
 {
 	struct recovery *r = data;
 
 	if (error)
 		pcsi_warn("cannot remove the record of a half-made copy", "volume=%s err=%s",
-			  r->recs[r->i].id, strerror(-error));
-	r->i++;
-	recover_next(r);
+			  r->e->id, strerror(-error));
+	pcsi_volrec_walk_next(r->w);
 }
 
 static void on_half_made_deleted(struct pcsi_backend_req *req, void *data)
 {
 	struct recovery *r = data;
-	const char *id = r->recs[r->i].id;
 
 	if (req->error) {
 		pcsi_err("cannot remove a half-made copy; will retry at the next start",
-			 "volume=%s err=\"%s\"", id, req->msg);
-		r->i++;
-		recover_next(r);
+			 "volume=%s err=\"%s\"", r->e->id, req->msg);
+		pcsi_volrec_walk_next(r->w);
 		return;
 	}
-	pcsi_info(1, "removed a copy that never completed", "volume=%s source=%s found=%s", id,
-		  r->recs[r->i].rec.source, req->existed ? "yes" : "no");
-	pcsi_volrec_store(r->n, id, NULL, on_rec_dropped, r);
+	pcsi_info(1, "removed a copy that never completed", "volume=%s source=%s found=%s",
+		  r->e->id, r->e->rec.source, req->existed ? "yes" : "no");
+	pcsi_volrec_store(r->n, r->e->id, NULL, on_rec_dropped, r);
 }
 
 static void delete_half_made(struct recovery *r)
 {
-	struct pcsi_volrec_entry *e = &r->recs[r->i];
-
-	r->breq.id = e->id;
-	r->breq.erase = e->rec.erase_after;
+	r->breq.id = r->e->id;
+	r->breq.erase = r->e->rec.erase_after;
 	pcsi_backend_delete(r->n->be, &r->breq, on_half_made_deleted, r);
 }
 
@@ -238,35 +231,29 @@ static void on_recover_source(struct pcsi_backend_req *req, void *data)
 	delete_half_made(r);
 }
 
-static void recover_next(struct recovery *r)
-{
-	for (; r->i < r->n_recs; r->i++) {
-		struct pcsi_volrec_entry *e = &r->recs[r->i];
-		if (!e->rec.pending)
-			continue;
-		if (e->rec.source[0]) {
-			r->breq.id = e->rec.source;
-			pcsi_backend_get(r->n->be, &r->breq, on_recover_source, r);
-		} else {
-			delete_half_made(r);
-		}
-		return;
-	}
-	free(r->recs);
-	r->cb(r->data);
-	free(r);
-}
-
-static void on_recs(int error, struct pcsi_volrec_entry *recs, size_t n, void *data)
+static bool recover_one(struct pcsi_volrec_walk *w, const struct pcsi_volrec_entry *e, void *data)
 {
 	struct recovery *r = data;
 
-	if (error)
-		pcsi_warn("cannot read the volume records; half-made copies stay", "err=%s",
-			  strerror(-error));
-	r->recs = recs;
-	r->n_recs = n;
-	recover_next(r);
+	if (!e->rec.pending)
+		return false;
+	r->w = w;
+	r->e = e;
+	if (e->rec.source[0]) {
+		r->breq.id = e->rec.source;
+		pcsi_backend_get(r->n->be, &r->breq, on_recover_source, r);
+	} else {
+		delete_half_made(r);
+	}
+	return true;
+}
+
+static void recovered(void *data)
+{
+	struct recovery *r = data;
+
+	r->cb(r->data);
+	free(r);
 }
 
 void pcsi_copy_recover(struct pcsi_node *n, void (*cb)(void *data), void *data)
@@ -276,5 +263,5 @@ void pcsi_copy_recover(struct pcsi_node *n, void (*cb)(void *data), void *data)
 	r->n = n;
 	r->cb = cb;
 	r->data = data;
-	pcsi_volrec_list(n, on_recs, r);
+	pcsi_volrec_walk(n, "half-made copies", recover_one, recovered, r);
 }

@@ -401,14 +401,11 @@ void pcsi_regrow_start(struct pcsi_node *n, struct pcsi_regrow *g, const char *i
 
 struct recovery {
 	struct pcsi_node *n;
-	struct pcsi_volrec_entry *recs;
-	size_t n_recs, i;
+	struct pcsi_volrec_walk *w;
 	struct pcsi_regrow g;
 	void (*cb)(void *data);
 	void *data;
 };
-
-static void recover_next(struct recovery *r);
 
 static void on_recovered_one(struct pcsi_regrow *g, void *data)
 {
@@ -421,36 +418,28 @@ static void on_recovered_one(struct pcsi_regrow *g, void *data)
 		pcsi_info(1, "finished an expansion cut short", "volume=%s size=%llu%s%s", g->id,
 			  (unsigned long long)g->size, g->error ? " err=" : "",
 			  g->error ? g->msg : "");
-	r->i++;
-	recover_next(r);
+	pcsi_volrec_walk_next(r->w);
 }
 
-static void recover_next(struct recovery *r)
-{
-	for (; r->i < r->n_recs; r->i++) {
-		struct pcsi_volrec_entry *e = &r->recs[r->i];
-		if (!e->rec.regrow || !pcsi_volume_id_ok(e->id))
-			continue;
-		regrow_init(r->n, &r->g, e->id, on_recovered_one, r);
-		r->g.rec = e->rec;
-		finish(&r->g);
-		return;
-	}
-	free(r->recs);
-	r->cb(r->data);
-	free(r);
-}
-
-static void on_recs(int error, struct pcsi_volrec_entry *recs, size_t n, void *data)
+static bool recover_one(struct pcsi_volrec_walk *w, const struct pcsi_volrec_entry *e, void *data)
 {
 	struct recovery *r = data;
 
-	if (error)
-		pcsi_warn("cannot read the volume records; cut expansions stay", "err=%s",
-			  strerror(-error));
-	r->recs = recs;
-	r->n_recs = n;
-	recover_next(r);
+	if (!e->rec.regrow || !pcsi_volume_id_ok(e->id))
+		return false;
+	r->w = w;
+	regrow_init(r->n, &r->g, e->id, on_recovered_one, r);
+	r->g.rec = e->rec;
+	finish(&r->g);
+	return true;
+}
+
+static void recovered(void *data)
+{
+	struct recovery *r = data;
+
+	r->cb(r->data);
+	free(r);
 }
 
 void pcsi_regrow_recover(struct pcsi_node *n, void (*cb)(void *data), void *data)
@@ -460,5 +449,5 @@ void pcsi_regrow_recover(struct pcsi_node *n, void (*cb)(void *data), void *data
 	r->n = n;
 	r->cb = cb;
 	r->data = data;
-	pcsi_volrec_list(n, on_recs, r);
+	pcsi_volrec_walk(n, "expansions cut short", recover_one, recovered, r);
 }

@@ -371,3 +371,53 @@ void pcsi_volrec_list(struct pcsi_node *n, pcsi_volrec_list_cb cb, void *data)
 	j->data = data;
 	uv_queue_work(n->loop, &j->work, on_list_job, on_list_job_done);
 }
+
+/* ---- walks at start-up ---------------------------------------------------------------- */
+
+struct pcsi_volrec_walk {
+	const char *what;
+	struct pcsi_volrec_entry *recs;
+	size_t n, i;
+	pcsi_volrec_visit visit;
+	void (*done)(void *data);
+	void *data;
+};
+
+static void walk_on(struct pcsi_volrec_walk *w)
+{
+	while (w->i < w->n)
+		if (w->visit(w, &w->recs[w->i++], w->data))
+			return;
+	free(w->recs);
+	w->done(w->data);
+	free(w);
+}
+
+void pcsi_volrec_walk_next(struct pcsi_volrec_walk *w)
+{
+	walk_on(w);
+}
+
+static void on_walk_list(int error, struct pcsi_volrec_entry *recs, size_t n, void *data)
+{
+	struct pcsi_volrec_walk *w = data;
+
+	if (error)
+		pcsi_warn("cannot read the volume records", "for=\"%s\" err=%s", w->what,
+			  strerror(-error));
+	w->recs = recs;
+	w->n = error ? 0 : n;
+	walk_on(w);
+}
+
+void pcsi_volrec_walk(struct pcsi_node *n, const char *what, pcsi_volrec_visit visit,
+		      void (*done)(void *data), void *data)
+{
+	struct pcsi_volrec_walk *w = pcsi_xcalloc(1, sizeof(*w));
+
+	w->what = what;
+	w->visit = visit;
+	w->done = done;
+	w->data = data;
+	pcsi_volrec_list(n, on_walk_list, w);
+}

@@ -82,4 +82,16 @@ typedef void (*pcsi_volrec_list_cb)(int error, struct pcsi_volrec_entry *recs, s
  * warning). |cb| gets an array it must free, or -errno and NULL. */
 void pcsi_volrec_list(struct pcsi_node *n, pcsi_volrec_list_cb cb, void *data);
 
+/* Start-up recoveries go through every record, one at a time: |visit| gets
+ * each entry (valid until the walk moves on) and returns false to pass it
+ * by, or true when it started work on it, which then calls
+ * pcsi_volrec_walk_next() (on a later turn) when done. |done| runs once,
+ * after the last; unreadable records are logged with |what|. */
+struct pcsi_volrec_walk;
+typedef bool (*pcsi_volrec_visit)(struct pcsi_volrec_walk *w, const struct pcsi_volrec_entry *e,
+				  void *data);
+void pcsi_volrec_walk(struct pcsi_node *n, const char *what, pcsi_volrec_visit visit,
+		      void (*done)(void *data), void *data);
+void pcsi_volrec_walk_next(struct pcsi_volrec_walk *w);
+
 #endif

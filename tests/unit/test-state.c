@@ -646,6 +646,68 @@ START_TEST(list_all_records)
 }
 END_TEST
 
+/* A walk: every record is visited once; one whose work is asynchronous
+ * holds the walk until it calls next; done comes once, after the last. */
+struct walked {
+	int visits, busy, done;
+	bool done_before_next;
+	struct pcsi_volrec_walk *w;
+	uv_timer_t timer;
+};
+
+static void on_walk_timer(uv_timer_t *t)
+{
+	struct walked *k = t->data;
+
+	k->done_before_next = k->done > 0;
+	k->busy--;
+	pcsi_volrec_walk_next(k->w);
+}
+
+static bool visit(struct pcsi_volrec_walk *w, const struct pcsi_volrec_entry *e, void *data)
+{
+	struct walked *k = data;
+
+	k->visits++;
+	ck_assert_int_eq(k->busy, 0); /* one at a time */
+	if (!e->rec.pending)
+		return false;
+	k->busy++;
+	k->w = w;
+	uv_timer_start(&k->timer, on_walk_timer, 1, 0);
+	return true;
+}
+
+static void walk_done(void *data)
+{
+	struct walked *k = data;
+
+	k->done++;
+	uv_close((uv_handle_t *)&k->timer, NULL);
+}
+
+START_TEST(walk_all_records)
+{
+	struct pcsi_volrec rec;
+	struct walked k = { 0 };
+
+	memset(&rec, 0, sizeof(rec));
+	rec.pending = true;
+	ck_assert_int_eq(store("vol-a", &rec), 0);
+	ck_assert_int_eq(store("vol-b", &rec), 0);
+	rec.pending = false;
+	ck_assert_int_eq(store("vol-c", &rec), 0);
+	uv_timer_init(&loop, &k.timer);
+	k.timer.data = &k;
+	pcsi_volrec_walk(&node, "a test", visit, walk_done, &k);
+	ck_assert_int_eq(k.visits, 0); /* later turns only */
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(k.visits, 3);
+	ck_assert_int_eq(k.done, 1);
+	ck_assert(!k.done_before_next);
+}
+END_TEST
+
 static Suite *state_suite(void)
 {
 	Suite *s = suite_create("state");
@@ -657,6 +719,7 @@ static Suite *state_suite(void)
 	tcase_add_test(tc, copy_fields_round_trip);
 	tcase_add_test(tc, regrow_round_trip);
 	tcase_add_test(tc, list_all_records);
+	tcase_add_test(tc, walk_all_records);
 	tcase_add_test(tc, init_nested_and_existing);
 	tcase_add_test(tc, init_fails_under_a_file);
 	tcase_add_test(tc, init_refuses_a_file_as_state_dir);
