@@ -985,9 +985,10 @@ static void snap_reply(struct fanout *f)
 	}
 	pcsi_info(2, "snapshot ready", "snapshot=%s source=%s node=%s", v->id, v->source,
 		  v->nodes[0]);
-	pcsi_reply_snapshot(&f->base, &(struct pcsi_snapshot_item){
-					      v->id, v->source, v->size, v->created_s,
-					      v->created_ns, v->nodes[0], f->c->topology_key });
+	pcsi_reply_snapshot(&f->base,
+			    &(struct pcsi_snapshot_item){ v->id, v->source, v->size, v->created_s,
+							  v->created_ns, v->nodes[0],
+							  f->c->topology_key, NULL });
 }
 
 static void ctl_create_snapshot(Csi__V1__Controller_Service *svc,
@@ -1122,7 +1123,7 @@ static void ctl_get_snapshot(Csi__V1__Controller_Service *svc,
 	pcsi_reply_get_snapshot(PCSI_OP_NOW(call),
 				&(struct pcsi_snapshot_item){
 					v->id, v->source, v->size, v->created_s, v->created_ns,
-					v->n_nodes ? v->nodes[0] : NULL, c->topology_key });
+					v->n_nodes ? v->nodes[0] : NULL, c->topology_key, NULL });
 }
 
 struct snap_items {
@@ -1137,9 +1138,9 @@ static void collect_snapshot(const struct pcsi_cvol *v, void *data)
 
 	if (pcsi_snapshot_id_is(v->id))
 		l->v[l->n++] = (struct pcsi_snapshot_item){
-			v->id,		v->source,     v->size,
-			v->created_s,	v->created_ns, v->n_nodes ? v->nodes[0] : NULL,
-			l->topology_key
+			v->id,		 v->source,	v->size,
+			v->created_s,	 v->created_ns, v->n_nodes ? v->nodes[0] : NULL,
+			l->topology_key, NULL
 		};
 }
 

@@ -8,19 +8,21 @@
 #define HEX_LEN	   56 /* sha224: 28 bytes */
 #define PREFIX_MAX 6
 
-#define SNAP_PREFIX "snap."
-#define GROW_PREFIX "grow."
+#define SNAP_PREFIX  "snap."
+#define GROW_PREFIX  "grow."
+#define GROUP_PREFIX "group."
 
-/* |prefix_len| bytes of |prefix|, then the hex digest of |name|. */
-static void derive(const char *name, const char *prefix, size_t prefix_len,
-		   char out[PCSI_VOLUME_ID_MAX + 1])
+/* |prefix_len| bytes of |prefix|, then the hex digest of the |len| bytes at
+ * |data|. */
+static void derive_bytes(const void *data, size_t len, const char *prefix, size_t prefix_len,
+			 char out[PCSI_VOLUME_ID_MAX + 1])
 {
 	static const char hex[] = "0123456789abcdef";
 	uint8_t md[PCSI_SHA224_LEN];
 	char *o = out;
 	size_t i;
 
-	pcsi_sha224(name, strlen(name), md);
+	pcsi_sha224(data, len, md);
 	memcpy(o, prefix, prefix_len);
 	o += prefix_len;
 	for (i = 0; i < sizeof(md); i++) {
@@ -28,6 +30,12 @@ static void derive(const char *name, const char *prefix, size_t prefix_len,
 		*o++ = hex[md[i] & 15];
 	}
 	*o = '\0';
+}
+
+static void derive(const char *name, const char *prefix, size_t prefix_len,
+		   char out[PCSI_VOLUME_ID_MAX + 1])
+{
+	derive_bytes(name, strlen(name), prefix, prefix_len, out);
 }
 
 void pcsi_volume_id(const char *name, char out[PCSI_VOLUME_ID_MAX + 1])
@@ -78,9 +86,35 @@ bool pcsi_grow_id_is(const char *id)
 	return has_shape(id, GROW_PREFIX);
 }
 
+void pcsi_group_snapshot_id(const char *name, char out[PCSI_VOLUME_ID_MAX + 1])
+{
+	derive(name, GROUP_PREFIX, strlen(GROUP_PREFIX), out);
+}
+
+bool pcsi_group_snapshot_id_is(const char *id)
+{
+	return has_shape(id, GROUP_PREFIX);
+}
+
+void pcsi_group_member_id(const char *group_id, const char *volume_id,
+			  char out[PCSI_VOLUME_ID_MAX + 1])
+{
+	/* "<group id>\0<volume id>": no name hashes to it, as a name is a C
+	 * string and never holds a NUL. */
+	char buf[2 * (PCSI_VOLUME_ID_MAX + 1)];
+	size_t g = strnlen(group_id, PCSI_VOLUME_ID_MAX),
+	       v = strnlen(volume_id, PCSI_VOLUME_ID_MAX);
+
+	memcpy(buf, group_id, g);
+	buf[g] = '\0';
+	memcpy(buf + g + 1, volume_id, v);
+	derive_bytes(buf, g + 1 + v, SNAP_PREFIX, strlen(SNAP_PREFIX), out);
+}
+
 bool pcsi_volume_id_ok(const char *id)
 {
-	return pcsi_volume_id_valid(id) && !pcsi_snapshot_id_is(id) && !pcsi_grow_id_is(id);
+	return pcsi_volume_id_valid(id) && !pcsi_snapshot_id_is(id) && !pcsi_grow_id_is(id) &&
+	       !pcsi_group_snapshot_id_is(id);
 }
 
 bool pcsi_volume_id_valid(const char *id)

@@ -41,8 +41,23 @@ void pcsi_grow_id(const char *id, char out[PCSI_VOLUME_ID_MAX + 1]);
 /* True when |id| has the shape of a saved copy's id. */
 bool pcsi_grow_id_is(const char *id);
 
+/* A group snapshot's id (CSI GroupController): "group." + 56 hex digits of
+ * sha224(name), 62 bytes. Only a record on the node carries it; its members
+ * are snapshots. */
+void pcsi_group_snapshot_id(const char *name, char out[PCSI_VOLUME_ID_MAX + 1]);
+
+/* True when |id| has the shape of a group snapshot id. */
+bool pcsi_group_snapshot_id_is(const char *id);
+
+/* The id of the snapshot of volume |volume_id| in group |group_id|: a
+ * snapshot id ("snap." + sha224 of the two ids joined by a NUL byte), which
+ * no snapshot name can derive, so a member never meets a CreateSnapshot. */
+void pcsi_group_member_id(const char *group_id, const char *volume_id,
+			  char out[PCSI_VOLUME_ID_MAX + 1]);
+
 /* True when |id| may name a volume in a CSI call: valid, and neither a
- * snapshot's nor a saved copy's (volume calls never reach those). */
+ * snapshot's, a group's nor a saved copy's (volume calls never reach
+ * those). */
 bool pcsi_volume_id_ok(const char *id);
 
 /* True when |id| has the shape of a derived id: up to six bytes of prefix, a

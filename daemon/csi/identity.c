@@ -35,16 +35,18 @@ static void identity_get_plugin_capabilities(Csi__V1__Identity_Service *svc,
 	};
 	Csi__V1__GetPluginCapabilitiesResponse out =
 		CSI__V1__GET_PLUGIN_CAPABILITIES_RESPONSE__INIT;
-	Csi__V1__PluginCapability caps[PCSI_ARRAY_SIZE(types) + 1];
-	Csi__V1__PluginCapability *capp[PCSI_ARRAY_SIZE(types) + 1];
-	Csi__V1__PluginCapability__Service services[PCSI_ARRAY_SIZE(types)];
+	Csi__V1__PluginCapability caps[PCSI_ARRAY_SIZE(types) + 2];
+	Csi__V1__PluginCapability *capp[PCSI_ARRAY_SIZE(types) + 2];
+	Csi__V1__PluginCapability__Service services[PCSI_ARRAY_SIZE(types) + 1];
 	Csi__V1__PluginCapability__VolumeExpansion exp =
 		CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__INIT;
-	size_t i;
+	size_t i, n = PCSI_ARRAY_SIZE(types);
 
-	for (i = 0; i < PCSI_ARRAY_SIZE(types); i++) {
+	for (i = 0; i < n + from_svc(svc)->group_snapshots; i++) {
 		csi__v1__plugin_capability__service__init(&services[i]);
-		services[i].type = types[i];
+		services[i].type =
+			i < n ? types[i]
+			      : CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__GROUP_CONTROLLER_SERVICE;
 		csi__v1__plugin_capability__init(&caps[i]);
 		caps[i].type_case = CSI__V1__PLUGIN_CAPABILITY__TYPE_SERVICE;
 		caps[i].service = &services[i];
@@ -82,12 +84,18 @@ void pcsi_identity_init(struct pcsi_identity *id, const char *driver_name)
 	id->driver_name = driver_name;
 	id->ready = false;
 	id->expansion = CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__UNKNOWN;
+	id->group_snapshots = false;
 }
 
 void pcsi_identity_set_expansion(struct pcsi_identity *id, bool online)
 {
 	id->expansion = online ? CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__ONLINE
 			       : CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__OFFLINE;
+}
+
+void pcsi_identity_set_group_snapshots(struct pcsi_identity *id)
+{
+	id->group_snapshots = true;
 }
 
 void pcsi_identity_set_ready(struct pcsi_identity *id, bool ready)

@@ -689,6 +689,8 @@ static void snapshot_msg(const struct pcsi_snapshot_item *it, struct snapshot_pa
 	p->snap.source_volume_id = (char *)it->source;
 	p->snap.creation_time = &p->ts;
 	p->snap.ready_to_use = true;
+	if (it->group && *it->group)
+		p->snap.group_snapshot_id = (char *)it->group;
 	if (it->node && it->topology_key) {
 		csi__v1__topology__segments_entry__init(&p->seg);
 		p->seg.key = (char *)it->topology_key;
@@ -749,6 +751,124 @@ void pcsi_reply_get_snapshot(struct pcsi_op *op, const struct pcsi_snapshot_item
 	snapshot_msg(it, &p);
 	out.snapshot = &p.snap;
 	pcsi_op_reply(op, &out.base);
+}
+
+/* ---- GroupController ---------------------------------------------------------------- */
+
+void pcsi_reply_group_capabilities(struct pcsi_op *op)
+{
+	Csi__V1__GroupControllerGetCapabilitiesResponse out =
+		CSI__V1__GROUP_CONTROLLER_GET_CAPABILITIES_RESPONSE__INIT;
+	Csi__V1__GroupControllerServiceCapability cap =
+		CSI__V1__GROUP_CONTROLLER_SERVICE_CAPABILITY__INIT;
+	Csi__V1__GroupControllerServiceCapability__RPC rpc =
+		CSI__V1__GROUP_CONTROLLER_SERVICE_CAPABILITY__RPC__INIT;
+	Csi__V1__GroupControllerServiceCapability *capp = &cap;
+
+	rpc.type =
+		CSI__V1__GROUP_CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT;
+	cap.type_case = CSI__V1__GROUP_CONTROLLER_SERVICE_CAPABILITY__TYPE_RPC;
+	cap.rpc = &rpc;
+	out.n_capabilities = 1;
+	out.capabilities = &capp;
+	pcsi_op_reply(op, &out.base);
+}
+
+bool pcsi_group_snapshot_begin(struct pcsi_call *call,
+			       const Csi__V1__CreateVolumeGroupSnapshotRequest *in,
+			       char id[PCSI_VOLUME_ID_MAX + 1])
+{
+	size_t i, j;
+
+	if (!in->name || !*in->name) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "name is required");
+		return false;
+	}
+	if (!in->n_source_volume_ids) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "source_volume_ids is required");
+		return false;
+	}
+	if (in->n_source_volume_ids > PCSI_GROUP_MAX) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+			       "a group snapshot holds at most %d volumes, not %zu", PCSI_GROUP_MAX,
+			       in->n_source_volume_ids);
+		return false;
+	}
+	for (i = 0; i < in->n_source_volume_ids; i++) {
+		const char *v = in->source_volume_ids[i];
+		if (!*v) {
+			pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+				       "source_volume_ids[%zu] is empty", i);
+			return false;
+		}
+		if (!pcsi_volume_id_ok(v)) {
+			pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %.80s does not exist", v);
+			return false;
+		}
+		for (j = 0; j < i; j++)
+			if (!strcmp(v, in->source_volume_ids[j])) {
+				pcsi_call_fail(call, PCSI_INVALID_ARGUMENT,
+					       "volume %s is named twice in source_volume_ids", v);
+				return false;
+			}
+	}
+	pcsi_group_snapshot_id(in->name, id);
+	return true;
+}
+
+bool pcsi_group_id_begin(struct pcsi_call *call, const char *group_snapshot_id)
+{
+	if (!group_snapshot_id || !*group_snapshot_id) {
+		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "group_snapshot_id is required");
+		return false;
+	}
+	return true;
+}
+
+bool pcsi_same_ids(const char *const *a, size_t n, const char *const *b, size_t m)
+{
+	size_t i, j;
+
+	if (n != m)
+		return false;
+	for (i = 0; i < n; i++) {
+		for (j = 0; j < m && strcmp(a[i], b[j]); j++)
+			;
+		if (j == m)
+			return false;
+	}
+	return true;
+}
+
+void pcsi_reply_group_snapshot(struct pcsi_op *op, bool created, const char *id, int64_t created_s,
+			       int32_t created_ns, const struct pcsi_snapshot_item *items, size_t n)
+{
+	Csi__V1__CreateVolumeGroupSnapshotResponse cout =
+		CSI__V1__CREATE_VOLUME_GROUP_SNAPSHOT_RESPONSE__INIT;
+	Csi__V1__GetVolumeGroupSnapshotResponse gout =
+		CSI__V1__GET_VOLUME_GROUP_SNAPSHOT_RESPONSE__INIT;
+	Csi__V1__VolumeGroupSnapshot g = CSI__V1__VOLUME_GROUP_SNAPSHOT__INIT;
+	Google__Protobuf__Timestamp ts = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+	struct snapshot_parts *p = pcsi_xcalloc(n + 1, sizeof(*p));
+	Csi__V1__Snapshot **snaps = pcsi_xcalloc(n + 1, sizeof(*snaps));
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		snapshot_msg(&items[i], &p[i]);
+		snaps[i] = &p[i].snap;
+	}
+	ts.seconds = created_s;
+	ts.nanos = created_ns;
+	g.group_snapshot_id = (char *)id;
+	g.n_snapshots = n;
+	g.snapshots = snaps;
+	g.creation_time = &ts;
+	g.ready_to_use = true;
+	cout.group_snapshot = &g;
+	gout.group_snapshot = &g;
+	pcsi_op_reply(op, created ? &cout.base : &gout.base);
+	free(snaps);
+	free(p);
 }
 
 bool pcsi_get_snapshot_begin(struct pcsi_call *call, const Csi__V1__GetSnapshotRequest *in)

@@ -241,6 +241,7 @@ struct pcsi_snapshot_item {
 	int64_t created_s;
 	int32_t created_ns;
 	const char *node, *topology_key;
+	const char *group; /* a group snapshot's member: the group's id; else NULL or "" */
 };
 
 /* The start of every CreateSnapshot: a name and a source_volume_id (else
@@ -253,6 +254,36 @@ void pcsi_reply_snapshot(struct pcsi_op *op, const struct pcsi_snapshot_item *it
 
 /* Replies to GetSnapshot with |it|. */
 void pcsi_reply_get_snapshot(struct pcsi_op *op, const struct pcsi_snapshot_item *it);
+
+/* ---- GroupController -------------------------------------------------------------- */
+
+/* Most members of one group snapshot (both roles refuse more). */
+#define PCSI_GROUP_MAX 64
+
+/* GroupControllerGetCapabilities: CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT. */
+void pcsi_reply_group_capabilities(struct pcsi_op *op);
+
+/* The start of every CreateVolumeGroupSnapshot: a name, 1..PCSI_GROUP_MAX
+ * distinct source_volume_ids (else INVALID_ARGUMENT), each a volume id
+ * (else NOT_FOUND); false when the call has been ended. The group's id in
+ * |id|. */
+bool pcsi_group_snapshot_begin(struct pcsi_call *call,
+			       const Csi__V1__CreateVolumeGroupSnapshotRequest *in,
+			       char id[PCSI_VOLUME_ID_MAX + 1]);
+
+/* The start of Delete/GetVolumeGroupSnapshot: a group_snapshot_id (else
+ * INVALID_ARGUMENT, ended, false). */
+bool pcsi_group_id_begin(struct pcsi_call *call, const char *group_snapshot_id);
+
+/* True when the |n| strings at |a| and the |m| at |b| are the same set
+ * (each list without repeats). */
+bool pcsi_same_ids(const char *const *a, size_t n, const char *const *b, size_t m);
+
+/* A complete group snapshot's answer to CreateVolumeGroupSnapshot
+ * (|created|) or GetVolumeGroupSnapshot: its |n| members, ready to use. */
+void pcsi_reply_group_snapshot(struct pcsi_op *op, bool created, const char *id, int64_t created_s,
+			       int32_t created_ns, const struct pcsi_snapshot_item *items,
+			       size_t n);
 
 /* The start of every GetSnapshot: a snapshot_id (else INVALID_ARGUMENT) of
  * this driver's scheme (else NOT_FOUND). Ends the call and returns false

@@ -590,8 +590,17 @@ static void delete_run(struct delete_op *op)
 
 static void on_rec_loaded(int error, void *data)
 {
+	struct delete_op *op = data;
+
 	(void)error; /* no record: defaults, erase included */
-	delete_run(data);
+	if (op->snapshot && op->rec.group[0]) {
+		pcsi_op_fail(&op->base, PCSI_INVALID_ARGUMENT,
+			     "snapshot %s is part of group snapshot %s: it goes with the group "
+			     "(DeleteVolumeGroupSnapshot)",
+			     op->id, op->rec.group);
+		return;
+	}
+	delete_run(op);
 }
 
 /* Deletes volume or snapshot |id| (valid) with the erase its record asks for. */
@@ -1252,7 +1261,8 @@ static void snap_reply(struct snap_op *op)
 					 op->rec.created_s,
 					 op->rec.created_ns,
 					 n->cfg->node_id,
-					 n->topology_key };
+					 n->topology_key,
+					 NULL };
 
 	pcsi_reply_snapshot(&op->base, &it);
 }
@@ -1456,7 +1466,7 @@ static void on_get_snap_rec(int error, void *data)
 					&(struct pcsi_snapshot_item){
 						op->id, op->rec.source, (int64_t)op->breq.vol.size,
 						op->rec.created_s, op->rec.created_ns,
-						n->cfg->node_id, n->topology_key });
+						n->cfg->node_id, n->topology_key, op->rec.group });
 }
 
 static void on_get_snap_found(struct pcsi_backend_req *req, void *data)
@@ -1499,6 +1509,17 @@ static const struct pcsi_volume *find_listed(const struct pcsi_backend_req *req,
 	return NULL;
 }
 
+/* True when |recs| hold the complete record of group snapshot |id|. */
+static bool group_complete(const struct pcsi_volrec_entry *recs, size_t n, const char *id)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (!strcmp(recs[i].id, id))
+			return !recs[i].rec.pending;
+	return false;
+}
+
 static void on_snap_recs(int error, struct pcsi_volrec_entry *recs, size_t n, void *data)
 {
 	struct simple_op *op = data;
@@ -1510,12 +1531,14 @@ static void on_snap_recs(int error, struct pcsi_volrec_entry *recs, size_t n, vo
 		pcsi_op_fail_errno(&op->base, error, "reading the records", NULL);
 		return;
 	}
-	/* Complete snapshots that are on the medium. */
+	/* Complete snapshots that are on the medium (a group's members once the
+	 * group is complete: group.h). */
 	items = pcsi_xcalloc(n + 1, sizeof(*items));
 	for (i = 0; i < n; i++) {
 		const struct pcsi_volrec_entry *e = &recs[i];
 		const struct pcsi_volume *v;
 		if (!e->rec.snapshot || e->rec.pending || !pcsi_snapshot_id_is(e->id) ||
+		    (e->rec.group[0] && !group_complete(recs, n, e->rec.group)) ||
 		    !(v = find_listed(&op->breq, e->id)))
 			continue;
 		items[k++] = (struct pcsi_snapshot_item){ e->id,
@@ -1524,7 +1547,8 @@ static void on_snap_recs(int error, struct pcsi_volrec_entry *recs, size_t n, vo
 							  e->rec.created_s,
 							  e->rec.created_ns,
 							  op->nc->node->cfg->node_id,
-							  op->nc->node->topology_key };
+							  op->nc->node->topology_key,
+							  e->rec.group };
 	}
 	pcsi_reply_list_snapshots(&op->base, op->in, items, k);
 	free(items);

@@ -37,18 +37,33 @@ static void fsfreeze(struct pcsi_node *n, struct pcsi_proc *p, const char *how, 
 	pcsi_proc_run(n->loop, p, argv, &o, cb, data);
 }
 
-/* ---- one copy ---------------------------------------------------------------- */
+/* ---- copies at one instant ------------------------------------------------------ *
+ *
+ * The pairs go through four rounds, each pair in turn (c->i): look up and
+ * check each source; freeze each mounted one; copy each; thaw each frozen
+ * one (always, whatever failed before). The first failure skips to the
+ * thaw round. */
 
-static void copy_end(struct pcsi_copy *c, int error)
+static void copy_end(struct pcsi_copy *c)
 {
-	c->error = error;
+	c->size = c->pairs[0].size;
 	c->elapsed_ms = pcsi_now_ms() - c->start_ms;
 	c->cb(c, c->data);
 }
 
+/* Fails the copy with the first error, keeping its message. */
+static void copy_error(struct pcsi_copy *c, int error)
+{
+	if (!c->error)
+		c->error = error;
+}
+
+static void thaw_next(struct pcsi_copy *c);
+
 static void on_thawed(struct pcsi_proc *p, void *data)
 {
 	struct pcsi_copy *c = data;
+	struct pcsi_copy_pair *pr = &c->pairs[c->i];
 	char why[256];
 
 	if (!pcsi_proc_ok(p)) {
@@ -56,82 +71,128 @@ static void on_thawed(struct pcsi_proc *p, void *data)
 		 * so that the caller retries (the next copy thaws again). */
 		pcsi_proc_describe(p, why, sizeof(why));
 		pcsi_err("cannot thaw a filesystem after a copy", "volume=%s mount=%s err=\"%s\"",
-			 c->src, c->mnt, why);
-		if (!c->error) {
-			snprintf(c->msg, sizeof(c->msg), "thawing %.100s: %.140s", c->mnt, why);
-			c->error = -EIO;
-		}
+			 pr->src, pr->mnt, why);
+		if (!c->error)
+			snprintf(c->msg, sizeof(c->msg), "thawing %.100s: %.140s", pr->mnt, why);
+		copy_error(c, -EIO);
 	}
 	pcsi_proc_done(p);
-	copy_end(c, c->error);
+	c->i++;
+	thaw_next(c);
 }
+
+static void thaw_next(struct pcsi_copy *c)
+{
+	for (; c->i < c->n_pairs; c->i++)
+		if (c->pairs[c->i].frozen) {
+			fsfreeze(c->n, &c->proc, "-u", c->pairs[c->i].mnt, on_thawed, c);
+			return;
+		}
+	copy_end(c);
+}
+
+static void thaw_all(struct pcsi_copy *c)
+{
+	c->i = 0;
+	thaw_next(c);
+}
+
+static void copy_next(struct pcsi_copy *c);
 
 static void on_copied(struct pcsi_backend_req *req, void *data)
 {
 	struct pcsi_copy *c = data;
 
-	c->error = req->error;
-	if (req->error)
+	if (req->error) {
 		snprintf(c->msg, sizeof(c->msg), "%s", req->msg);
-	c->size = req->from.size;
-	if (c->frozen)
-		fsfreeze(c->n, &c->proc, "-u", c->mnt, on_thawed, c);
-	else
-		copy_end(c, c->error);
+		copy_error(c, req->error);
+		thaw_all(c);
+		return;
+	}
+	c->pairs[c->i].size = req->from.size;
+	c->i++;
+	copy_next(c);
 }
 
-static void run_copy(struct pcsi_copy *c)
+static void copy_next(struct pcsi_copy *c)
 {
-	c->breq.id = c->dst;
-	c->breq.src = c->src;
+	if (c->i == c->n_pairs) {
+		thaw_all(c);
+		return;
+	}
+	c->breq.id = c->pairs[c->i].dst;
+	c->breq.src = c->pairs[c->i].src;
 	pcsi_backend_copy(c->n->be, &c->breq, on_copied, c);
 }
+
+static void freeze_next(struct pcsi_copy *c);
 
 static void on_frozen(struct pcsi_proc *p, void *data)
 {
 	struct pcsi_copy *c = data;
+	struct pcsi_copy_pair *pr = &c->pairs[c->i];
 	char why[256];
 
+	/* A freeze cut short by its time limit may still take effect: thaw it
+	 * either way. */
+	pr->frozen = true;
+	c->frozen = true;
 	if (!pcsi_proc_ok(p)) {
 		pcsi_proc_describe(p, why, sizeof(why));
-		snprintf(c->msg, sizeof(c->msg), "freezing %.100s: %.140s", c->mnt, why);
+		snprintf(c->msg, sizeof(c->msg), "freezing %.100s: %.140s", pr->mnt, why);
 		pcsi_proc_done(p);
-		/* A freeze cut short by its time limit may still take effect. */
-		c->error = -EIO;
-		c->frozen = true;
-		fsfreeze(c->n, &c->proc, "-u", c->mnt, on_thawed, c);
+		copy_error(c, -EIO);
+		thaw_all(c);
 		return;
 	}
 	pcsi_proc_done(p);
-	c->frozen = true;
-	run_copy(c);
+	c->i++;
+	freeze_next(c);
 }
+
+static void freeze_next(struct pcsi_copy *c)
+{
+	for (; c->i < c->n_pairs; c->i++) {
+		struct pcsi_copy_pair *pr = &c->pairs[c->i];
+		if (pr->mnt[0]) {
+			pcsi_info(3, "freezing a filesystem for a copy", "volume=%s mount=%s",
+				  pr->src, pr->mnt);
+			fsfreeze(c->n, &c->proc, "-f", pr->mnt, on_frozen, c);
+			return;
+		}
+	}
+	c->i = 0;
+	copy_next(c);
+}
+
+static void check_next(struct pcsi_copy *c);
 
 static void on_source_checked(struct pcsi_badblocks_job *j, void *data)
 {
 	struct pcsi_copy *c = data;
+	struct pcsi_copy_pair *pr = &c->pairs[c->i];
 	char what[160];
 	int rc;
 
 	if (j->error || j->bb.n_ranges) {
 		pcsi_badblocks_job_describe(j, what, sizeof(what));
-		snprintf(c->msg, sizeof(c->msg), "volume %s is not copied: %s", c->src, what);
-		copy_end(c, j->error ? -EIO : -EHWPOISON);
+		snprintf(c->msg, sizeof(c->msg), "volume %s is not copied: %s", pr->src, what);
+		copy_error(c, j->error ? -EIO : -EHWPOISON);
+		copy_end(c);
 		return;
 	}
-	rc = mounted_at(c->breq.vol.path, c->mnt, sizeof(c->mnt));
+	rc = mounted_at(c->breq.vol.path, pr->mnt, sizeof(pr->mnt));
 	if (rc < 0) {
 		snprintf(c->msg, sizeof(c->msg), "cannot tell whether %s is mounted: %s",
 			 c->breq.vol.path, strerror(-rc));
-		copy_end(c, -EIO);
+		copy_error(c, -EIO);
+		copy_end(c);
 		return;
 	}
-	if (rc == 0) {
-		run_copy(c);
-		return;
-	}
-	pcsi_info(3, "freezing a filesystem for a copy", "volume=%s mount=%s", c->src, c->mnt);
-	fsfreeze(c->n, &c->proc, "-f", c->mnt, on_frozen, c);
+	if (rc == 0)
+		pr->mnt[0] = '\0';
+	c->i++;
+	check_next(c);
 }
 
 static void on_source(struct pcsi_backend_req *req, void *data)
@@ -140,16 +201,30 @@ static void on_source(struct pcsi_backend_req *req, void *data)
 
 	if (req->error) {
 		snprintf(c->msg, sizeof(c->msg), "%s", req->msg);
-		copy_end(c, req->error);
+		copy_error(c, req->error);
+		copy_end(c);
 		return;
 	}
 	c->bad.dev = req->vol.path;
 	pcsi_badblocks_check(c->n->loop, &c->bad, on_source_checked, c);
 }
 
-void pcsi_copy_start(struct pcsi_node *n, struct pcsi_copy *c, const char *dst, const char *src,
-		     pcsi_copy_cb cb, void *data)
+static void check_next(struct pcsi_copy *c)
 {
+	if (c->i == c->n_pairs) {
+		c->i = 0;
+		freeze_next(c);
+		return;
+	}
+	c->breq.id = c->pairs[c->i].src;
+	pcsi_backend_get(c->n->be, &c->breq, on_source, c);
+}
+
+void pcsi_copy_many(struct pcsi_node *n, struct pcsi_copy *c, struct pcsi_copy_pair *pairs,
+		    size_t n_pairs, pcsi_copy_cb cb, void *data)
+{
+	size_t i;
+
 	c->n = n;
 	c->cb = cb;
 	c->data = data;
@@ -158,10 +233,23 @@ void pcsi_copy_start(struct pcsi_node *n, struct pcsi_copy *c, const char *dst, 
 	c->size = 0;
 	c->frozen = false;
 	c->start_ms = pcsi_now_ms();
-	snprintf(c->dst, sizeof(c->dst), "%s", dst);
-	snprintf(c->src, sizeof(c->src), "%s", src);
-	c->breq.id = c->src;
-	pcsi_backend_get(n->be, &c->breq, on_source, c);
+	c->pairs = pairs;
+	c->n_pairs = n_pairs;
+	for (i = 0; i < n_pairs; i++) {
+		pairs[i].size = 0;
+		pairs[i].mnt[0] = '\0';
+		pairs[i].frozen = false;
+	}
+	c->i = 0;
+	check_next(c);
+}
+
+void pcsi_copy_start(struct pcsi_node *n, struct pcsi_copy *c, const char *dst, const char *src,
+		     pcsi_copy_cb cb, void *data)
+{
+	snprintf(c->one.dst, sizeof(c->one.dst), "%s", dst);
+	snprintf(c->one.src, sizeof(c->one.src), "%s", src);
+	pcsi_copy_many(n, c, &c->one, 1, cb, data);
 }
 
 /* ---- recovery at start-up ------------------------------------------------------ */
@@ -235,8 +323,8 @@ static bool recover_one(struct pcsi_volrec_walk *w, const struct pcsi_volrec_ent
 {
 	struct recovery *r = data;
 
-	if (!e->rec.pending)
-		return false;
+	if (!e->rec.pending || pcsi_group_snapshot_id_is(e->id))
+		return false; /* a group's own record: group.h */
 	r->w = w;
 	r->e = e;
 	if (e->rec.source[0]) {

@@ -18,6 +18,11 @@
  * A source with media errors (backends/badblocks.h) is not copied: its bad
  * blocks cannot be read, and a copy would be reported as a clean one.
  *
+ * Several pairs copied together (a group snapshot) share one instant: every
+ * source is looked up and checked first, then every mounted source frozen,
+ * then the devices copied one after the other, then every frozen
+ * filesystem thawed; what any one of them hits fails the whole copy.
+ *
  * Errors (-errno, with a message in c->msg): -ENOENT (the source or the
  * destination is missing), -EINVAL (the destination is smaller), -EHWPOISON
  * (the source has media errors), -EIO (a tool failed). */
@@ -34,17 +39,25 @@
 struct pcsi_copy;
 typedef void (*pcsi_copy_cb)(struct pcsi_copy *c, void *data);
 
+/* One source and its destination. */
+struct pcsi_copy_pair {
+	char dst[PCSI_VOLUME_ID_MAX + 1], src[PCSI_VOLUME_ID_MAX + 1];
+	uint64_t size;	    /* result: bytes copied, the source's size */
+	char mnt[PATH_MAX]; /* private: the source's mounted filesystem, or "" */
+	bool frozen;	    /* private */
+};
+
 struct pcsi_copy {
 	/* results */
 	int error;
 	char msg[256];
-	uint64_t size; /* bytes copied: the source's size */
+	uint64_t size; /* bytes copied: the (first) source's size */
 	bool frozen;   /* a mounted filesystem was frozen for the copy */
 	uint64_t elapsed_ms;
 	/* private */
 	struct pcsi_node *n;
-	char dst[PCSI_VOLUME_ID_MAX + 1], src[PCSI_VOLUME_ID_MAX + 1];
-	char mnt[PATH_MAX]; /* the mount that is frozen */
+	struct pcsi_copy_pair one, *pairs;
+	size_t n_pairs, i;
 	struct pcsi_backend_req breq;
 	struct pcsi_badblocks_job bad;
 	struct pcsi_proc proc;
@@ -58,6 +71,12 @@ struct pcsi_copy {
  * caller holds both volumes in n->busy. */
 void pcsi_copy_start(struct pcsi_node *n, struct pcsi_copy *c, const char *dst, const char *src,
 		     pcsi_copy_cb cb, void *data);
+
+/* Copies |n_pairs| (>= 1) pairs at one instant, as above; |pairs| (dst and
+ * src filled in) is caller-owned until |cb| and gets each pair's size. The
+ * caller holds every volume in n->busy. */
+void pcsi_copy_many(struct pcsi_node *n, struct pcsi_copy *c, struct pcsi_copy_pair *pairs,
+		    size_t n_pairs, pcsi_copy_cb cb, void *data);
 
 /* At start-up, before any call is served: removes every volume and snapshot
  * whose record is pending (and the record), after thawing its source's

@@ -52,6 +52,7 @@ static void on_open_retry(uv_timer_t *t)
 
 static void on_recovered(void *data);
 static void on_copies_recovered(void *data);
+static void on_groups_recovered(void *data);
 
 static void on_backend_open(struct pcsi_backend_req *req, void *data)
 {
@@ -74,9 +75,21 @@ static void on_backend_open(struct pcsi_backend_req *req, void *data)
 	pcsi_copy_recover(&r->node, on_copies_recovered, r);
 }
 
-/* Half-made copies first: a saved copy cut short goes with them, and an
- * expansion cut after its save is then finished (regrow.h). */
+/* Half-made copies first (their sources thawed): a saved copy cut short
+ * goes with them; then the groups cut short (group.h); then an expansion
+ * cut after its save is finished (regrow.h). */
 static void on_copies_recovered(void *data)
+{
+	struct pcsi_node_role *r = data;
+
+	if (r->stopping) {
+		on_recovered(r);
+		return;
+	}
+	pcsi_group_recover(&r->node, on_groups_recovered, r);
+}
+
+static void on_groups_recovered(void *data)
 {
 	struct pcsi_node_role *r = data;
 
@@ -100,6 +113,7 @@ static void on_recovered(void *data)
 		return;
 	}
 	pcsi_identity_set_expansion(r->env->identity, pcsi_backend_can_expand(r->backend));
+	pcsi_identity_set_group_snapshots(r->env->identity);
 	pcsi_identity_set_ready(r->env->identity, true);
 	if (cfg->media_scan_interval_s) {
 		struct pcsi_kube_opts o = { .sa_dir = cfg->service_account_dir,
@@ -139,15 +153,18 @@ int pcsi_node_role_start(struct pcsi_node_role *r)
 	r->csi[0] = pcsi_identity_service(r->env->identity);
 	r->csi[1] = pcsi_node_service(&r->node_svc);
 	r->csi[2] = pcsi_node_controller_service(&r->node_ctrl);
+	pcsi_group_controller_init(&r->group_ctrl, &r->node);
+	r->csi[3] = pcsi_group_controller_service(&r->group_ctrl);
 	r->resizer[0] = r->csi[0];
 	r->resizer[1] = r->csi[1];
 	r->resizer[2] = pcsi_node_controller_service(&r->resizer_ctrl);
 	r->tcp[0] = pcsi_identity_service(r->env->identity);
 	r->tcp[1] = pcsi_node_controller_service(&r->node_ctrl);
-	if (pcsi_role_listen(r->env, "csi", cfg->endpoint, r->csi, 3) < 0)
+	r->tcp[2] = r->csi[3];
+	if (pcsi_role_listen(r->env, "csi", cfg->endpoint, r->csi, 4) < 0)
 		return -1;
 	if (cfg->controller_endpoint &&
-	    pcsi_role_listen(r->env, "controller", cfg->controller_endpoint, r->tcp, 2) < 0)
+	    pcsi_role_listen(r->env, "controller", cfg->controller_endpoint, r->tcp, 3) < 0)
 		return -1;
 	if (cfg->resizer_endpoint &&
 	    pcsi_role_listen(r->env, "resizer", cfg->resizer_endpoint, r->resizer, 3) < 0)

@@ -22,6 +22,7 @@
 #include "daemon/csi/role.h"
 #include "daemon/node/controller.h"
 #include "daemon/node/cxl.h"
+#include "daemon/node/group.h"
 #include "daemon/node/kubelet.h"
 #include "daemon/node/media.h"
 #include "daemon/node/registration.h"
@@ -35,6 +36,7 @@ struct pcsi_node_role {
 	struct pcsi_node node;
 	struct pcsi_node_service node_svc;
 	struct pcsi_node_controller node_ctrl, resizer_ctrl;
+	struct pcsi_group_controller group_ctrl;
 	struct pcsi_registration registration;
 	struct pcsi_kubelet_reg kubelet;
 	struct pcsi_cxl cxl;		   /* -cxlRegions=auto */
@@ -47,7 +49,7 @@ struct pcsi_node_role {
 	uv_timer_t open_timer;
 	uint32_t open_delay_ms;
 	char open_error[256];
-	ProtobufCService *csi[3], *tcp[2], *resizer[3], *kubelet_svc[1];
+	ProtobufCService *csi[4], *tcp[3], *resizer[3], *kubelet_svc[1];
 };
 
 /* Creates the backend named by -deviceManager. Returns 0, or -EINVAL /

@@ -95,8 +95,11 @@ static void do_store(struct job *j)
 		json_object_object_add(o, "kata", json_object_new_boolean(true));
 	if (j->rec.source[0])
 		json_object_object_add(o, "source", json_object_new_string(j->rec.source));
-	if (j->rec.snapshot) {
+	if (j->rec.snapshot)
 		json_object_object_add(o, "snapshot", json_object_new_boolean(true));
+	if (j->rec.group[0])
+		json_object_object_add(o, "group", json_object_new_string(j->rec.group));
+	if (j->rec.snapshot || j->rec.created_s) {
 		json_object_object_add(o, "created", json_object_new_int64(j->rec.created_s));
 		json_object_object_add(o, "created_ns", json_object_new_int(j->rec.created_ns));
 	}
@@ -153,6 +156,9 @@ static int read_rec(const char *path, struct pcsi_volrec *out)
 		snprintf(out->source, sizeof(out->source), "%s", json_object_get_string(v));
 	if (json_object_object_get_ex(o, "snapshot", &v))
 		out->snapshot = json_object_get_boolean(v);
+	if (json_object_object_get_ex(o, "group", &v) &&
+	    pcsi_group_snapshot_id_is(json_object_get_string(v)))
+		snprintf(out->group, sizeof(out->group), "%s", json_object_get_string(v));
 	if (json_object_object_get_ex(o, "pending", &v))
 		out->pending = json_object_get_boolean(v);
 	if (json_object_object_get_ex(o, "created", &v))

@@ -33,14 +33,18 @@ struct pcsi_volrec {
 	 * volume was made from; "" for an empty volume. */
 	char source[PCSI_VOLUME_ID_MAX + 1];
 	bool snapshot;
-	bool pending;	   /* the copy into this volume has not completed */
-	int64_t created_s; /* a snapshot's creation time (Unix time) */
+	bool pending;	   /* the copy into this volume has not completed; on a
+			    * group snapshot's record: the group is being made
+			    * or removed (group.h) */
+	int64_t created_s; /* a snapshot's or group's creation time (Unix time) */
 	int32_t created_ns;
 	/* Growing by copying (regrow.h): the volume is saved in its copy and
 	 * is made again with |grow_to| bytes on |grow_medium|. */
 	bool regrow;
 	uint64_t grow_to;
 	enum pcsi_medium grow_medium;
+	/* A snapshot taken as a member of a group snapshot: the group's id. */
+	char group[PCSI_VOLUME_ID_MAX + 1];
 };
 
 /* One record of pcsi_volrec_list(). */

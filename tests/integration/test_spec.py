@@ -455,6 +455,107 @@ def _():
 
 
 
+def group_spec(where, ctl, grp, ident):
+    """Group snapshots through |grp| (GroupController calls) with volumes made through |ctl|."""
+    caps = expect(ident("GetPluginCapabilities", csi.GetPluginCapabilitiesRequest()), SC.OK, "caps")
+    pt.check(any(c.service.type == csi.PluginCapability.Service.GROUP_CONTROLLER_SERVICE
+                 for c in caps.capabilities), "no GROUP_CONTROLLER_SERVICE in %r" % caps)
+    gc = expect(grp("GroupControllerGetCapabilities", csi.GroupControllerGetCapabilitiesRequest()), SC.OK,
+                "group caps")
+    pt.check([c.rpc.type for c in gc.capabilities] ==
+             [csi.GroupControllerServiceCapability.RPC.CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT], "%r" % gc)
+    a = expect(ctl("CreateVolume", create(where + "grp-a")), SC.OK, "a").volume
+    b = expect(ctl("CreateVolume", create(where + "grp-b")), SC.OK, "b").volume
+    G = csi.CreateVolumeGroupSnapshotRequest
+    expect(grp("CreateVolumeGroupSnapshot", G(source_volume_ids=[a.volume_id])), SC.INVALID_ARGUMENT, "no name")
+    expect(grp("CreateVolumeGroupSnapshot", G(name="g")), SC.INVALID_ARGUMENT, "no sources")
+    expect(grp("CreateVolumeGroupSnapshot", G(name="g", source_volume_ids=[a.volume_id, a.volume_id])),
+           SC.INVALID_ARGUMENT, "a source twice")
+    expect(grp("CreateVolumeGroupSnapshot", G(name="g", source_volume_ids=[a.volume_id, "pvc-99-" + "0" * 56])),
+           SC.NOT_FOUND, "unknown source")
+    expect(grp("CreateVolumeGroupSnapshot", G(name="g", source_volume_ids=[a.volume_id, "../x"])),
+           SC.NOT_FOUND, "not a volume id")
+    expect(grp("CreateVolumeGroupSnapshot", G(name="g", source_volume_ids=["v%d" % i for i in range(65)])),
+           SC.INVALID_ARGUMENT, "65 sources")
+    g = expect(grp("CreateVolumeGroupSnapshot", G(name=where + "g1", source_volume_ids=[a.volume_id, b.volume_id],
+                                                  parameters={"anything": "ignored"})),
+               SC.OK, "create").group_snapshot
+    gid = g.group_snapshot_id
+    pt.check(gid.startswith("group.") and g.ready_to_use and g.creation_time.seconds > 0 and
+             sorted(s.source_volume_id for s in g.snapshots) == sorted([a.volume_id, b.volume_id]) and
+             all(s.group_snapshot_id == gid and s.ready_to_use and s.size_bytes == a.capacity_bytes and
+                 s.creation_time == g.creation_time for s in g.snapshots), "group %r" % g)
+    ids = sorted(s.snapshot_id for s in g.snapshots)
+    again = expect(grp("CreateVolumeGroupSnapshot", G(name=where + "g1", source_volume_ids=[b.volume_id, a.volume_id])),
+                   SC.OK, "again").group_snapshot
+    pt.check(again.group_snapshot_id == gid and sorted(s.snapshot_id for s in again.snapshots) == ids and
+             again.creation_time == g.creation_time, "again %r" % again)
+    expect(grp("CreateVolumeGroupSnapshot", G(name=where + "g1", source_volume_ids=[a.volume_id])),
+           SC.ALREADY_EXISTS, "same name, other sources")
+    listed = expect(ctl("ListSnapshots", csi.ListSnapshotsRequest()), SC.OK, "list").entries
+    pt.check(sorted(e.snapshot.snapshot_id for e in listed if e.snapshot.group_snapshot_id == gid) == ids,
+             "ListSnapshots %r" % listed)
+    one = expect(ctl("GetSnapshot", csi.GetSnapshotRequest(snapshot_id=ids[0])), SC.OK, "GetSnapshot").snapshot
+    pt.check(one.group_snapshot_id == gid, "GetSnapshot %r" % one)
+    expect(ctl("DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=ids[0])), SC.INVALID_ARGUMENT,
+           "DeleteSnapshot of a member")
+    r = create(where + "grp-restored")
+    r.volume_content_source.snapshot.snapshot_id = ids[1]
+    r = expect(ctl("CreateVolume", r), SC.OK, "restore a member").volume
+    Get, Del = csi.GetVolumeGroupSnapshotRequest, csi.DeleteVolumeGroupSnapshotRequest
+    got = expect(grp("GetVolumeGroupSnapshot", Get(group_snapshot_id=gid)), SC.OK, "get").group_snapshot
+    pt.check(got == g or (got.group_snapshot_id == gid and sorted(s.snapshot_id for s in got.snapshots) == ids),
+             "get %r" % got)
+    expect(grp("GetVolumeGroupSnapshot", Get(group_snapshot_id=gid, snapshot_ids=ids)), SC.OK, "get, ids")
+    expect(grp("GetVolumeGroupSnapshot", Get(group_snapshot_id=gid, snapshot_ids=ids[:1])), SC.INVALID_ARGUMENT,
+           "get, one id missing")
+    expect(grp("GetVolumeGroupSnapshot", Get()), SC.INVALID_ARGUMENT, "get, no id")
+    expect(grp("GetVolumeGroupSnapshot", Get(group_snapshot_id="group." + "0" * 56)), SC.NOT_FOUND, "get unknown")
+    expect(grp("GetVolumeGroupSnapshot", Get(group_snapshot_id="../x")), SC.NOT_FOUND, "get, not an id")
+    expect(grp("DeleteVolumeGroupSnapshot", Del()), SC.INVALID_ARGUMENT, "delete, no id")
+    expect(grp("DeleteVolumeGroupSnapshot", Del(group_snapshot_id=gid, snapshot_ids=[ids[0], "snap.x"])),
+           SC.INVALID_ARGUMENT, "delete, other ids")
+    expect(grp("GetVolumeGroupSnapshot", Get(group_snapshot_id=gid)), SC.OK, "kept after a refused delete")
+    expect(grp("DeleteVolumeGroupSnapshot", Del(group_snapshot_id=gid, snapshot_ids=ids)), SC.OK, "delete")
+    expect(grp("DeleteVolumeGroupSnapshot", Del(group_snapshot_id=gid, snapshot_ids=ids)), SC.OK, "delete again")
+    expect(grp("DeleteVolumeGroupSnapshot", Del(group_snapshot_id="../x")), SC.OK, "delete, not an id")
+    expect(grp("GetVolumeGroupSnapshot", Get(group_snapshot_id=gid)), SC.NOT_FOUND, "get after delete")
+    left = expect(ctl("ListSnapshots", csi.ListSnapshotsRequest()), SC.OK, "list after").entries
+    pt.check(not any(e.snapshot.group_snapshot_id == gid for e in left), "members left: %r" % left)
+    for vid in (a.volume_id, b.volume_id, r.volume_id):
+        expect(ctl("DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid)), SC.OK, "cleanup")
+
+
+@t.test("group snapshots (a node's GroupController): one snapshot per source, idempotent by name and sources, "
+        "members listed with their group and deleted only with it, Get/Delete check snapshot_ids")
+def _():
+    group_spec("", lambda m, r: on_node("Controller", m, r), lambda m, r: on_node("GroupController", m, r),
+               lambda m, r: on_node("Identity", m, r))
+
+
+@t.test("group snapshots: a group cut short (pending record) is removed whole at the next start, members too")
+def _():
+    state = os.path.join(WORK, "state-cut", "volumes")
+    os.makedirs(state)
+    gid = "group." + "1" * 56
+    member = "snap." + "2" * 56
+    with open(os.path.join(state, gid + ".json"), "w") as f:
+        json.dump({"name": "cut", "pending": True, "created": 1}, f)
+    with open(os.path.join(state, member + ".json"), "w") as f:
+        json.dump({"name": "cut", "snapshot": True, "group": gid, "source": "pvc-00-" + "3" * 56,
+                   "created": 1}, f)
+    args = ["-mode=node", "-nodeid=n3", "-endpoint=unix://" + os.path.join(WORK, "cut.sock"),
+            "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.dirname(state), "-v=4"]
+    d = pt.Daemon(DRIVER, args, name="node-cut", workdir=WORK).start(wait=False)
+    try:
+        d.wait_ready()
+        left = [x for x in os.listdir(state) if x.startswith((gid, member))]
+        pt.check(not left, "left after the start: %r" % left)
+        pt.check("removed a group snapshot that never completed" in d.stderr_text(), "no log line")
+    finally:
+        d.stop()
+
+
 @t.test("GetCapacity: maximum_volume_size and minimum_volume_size")
 def _():
     r = expect(on_node("Controller", "GetCapacity", csi.GetCapacityRequest()), SC.OK, "GetCapacity")
