@@ -243,6 +243,8 @@ void pcsi_cluster_add_snapshot(struct pcsi_cluster *cl, const Csi__V1__Snapshot 
 	pcsi_cluster_add(cl, snap->snapshot_id, snap->size_bytes, node_id);
 	v = pcsi_cluster_volume(cl, snap->snapshot_id);
 	snprintf(v->source, sizeof(v->source), "%s", snap->source_volume_id);
+	if (snap->group_snapshot_id && pcsi_group_snapshot_id_is(snap->group_snapshot_id))
+		snprintf(v->group, sizeof(v->group), "%s", snap->group_snapshot_id);
 	if (snap->creation_time) {
 		v->created_s = snap->creation_time->seconds;
 		v->created_ns = snap->creation_time->nanos;

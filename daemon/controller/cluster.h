@@ -53,7 +53,8 @@ struct pcsi_cvol {
 	char source[PCSI_VOLUME_ID_MAX + 1];
 	int64_t created_s;
 	int32_t created_ns;
-	char **nodes; /* ids of the nodes that hold it */
+	char group[PCSI_VOLUME_ID_MAX + 1]; /* a group snapshot's member: the group's id */
+	char **nodes;			    /* ids of the nodes that hold it */
 	size_t n_nodes;
 	struct pcsi_list link; /* private */
 };

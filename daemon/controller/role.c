@@ -226,15 +226,17 @@ int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi
 	r->started = true;
 	r->csi[0] = pcsi_identity_service(env->identity);
 	r->csi[1] = pcsi_controller_service(&r->controller);
+	r->csi[2] = pcsi_controller_group_service(&r->controller);
 	r->reg[0] = pcsi_registry_service(&r->registry);
 	r->reg[1] = pcsi_identity_service(env->identity);
-	if (pcsi_role_listen(env, "csi", cfg->endpoint, r->csi, 2) < 0)
+	if (pcsi_role_listen(env, "csi", cfg->endpoint, r->csi, 3) < 0)
 		return -1;
 	if (!cfg->registry_endpoint)
 		pcsi_warn("no -registryEndpoint: nodes cannot register", "%s", "");
 	else if (pcsi_role_listen(env, "registry", cfg->registry_endpoint, r->reg, 2) < 0)
 		return -1;
 	pcsi_identity_set_expansion(env->identity, pcsi_config_volumes_grow(cfg));
+	pcsi_identity_set_group_snapshots(env->identity);
 	pcsi_identity_set_ready(env->identity, true);
 	kube_start(r);
 	watch_start(r);

@@ -24,7 +24,7 @@ struct pcsi_controller_role {
 	struct pcsi_cluster cluster;
 	struct pcsi_registry registry;
 	struct pcsi_controller controller;
-	ProtobufCService *csi[2], *reg[2];
+	ProtobufCService *csi[3], *reg[2];
 	/* While the registration grace period lasts, the Kubernetes API is
 	 * asked which nodes may hold volumes; the period ends as soon as all of
 	 * them have registered. */

@@ -628,7 +628,8 @@ struct fanout {
 	int unreachable;
 	enum pcsi_status fatal;
 	char msg[300];
-	const char *method, *done; /* "DeleteVolume", "deleted" */
+	const ProtobufCServiceDescriptor *service; /* the nodes' service called */
+	const char *method, *done;		   /* "DeleteVolume", "deleted" */
 	const ProtobufCMessage *req;
 	/* A node answered OK. */
 	void (*on_ok)(struct fanout *f, const char *node, const ProtobufCMessage *reply);
@@ -636,6 +637,8 @@ struct fanout {
 	void (*reply)(struct fanout *f);
 	const Csi__V1__ControllerExpandVolumeRequest *expand;
 	int64_t size; /* expand: the smallest size a node reported */
+	int64_t created_s; /* a group snapshot's creation time */
+	int32_t created_ns;
 	Csi__V1__DeleteVolumeRequest del;
 	struct pcsi_client_call ccall;
 };
@@ -702,7 +705,10 @@ static void fanout_next(struct fanout *f)
 			continue;
 		}
 		f->asking = true;
-		pcsi_channel_call(n->chan, &f->ccall, SVC, method(f->method), f->req,
+		pcsi_channel_call(n->chan, &f->ccall, f->service->name,
+				  protobuf_c_service_descriptor_get_method_by_name(f->service,
+										   f->method),
+				  f->req,
 				  node_timeout(cl, f->base.call, true), on_fanout_reply, f);
 		return;
 	}
@@ -746,6 +752,7 @@ static struct fanout *fanout_new(struct pcsi_controller *c, struct pcsi_call *ca
 
 	pcsi_op_init(&f->base, call, NULL, fanout_release);
 	f->c = c;
+	f->service = &csi__v1__controller__descriptor;
 	f->method = method;
 	f->done = done;
 	snprintf(f->id, sizeof(f->id), "%s", id);
@@ -1123,7 +1130,7 @@ static void ctl_get_snapshot(Csi__V1__Controller_Service *svc,
 	pcsi_reply_get_snapshot(PCSI_OP_NOW(call),
 				&(struct pcsi_snapshot_item){
 					v->id, v->source, v->size, v->created_s, v->created_ns,
-					v->n_nodes ? v->nodes[0] : NULL, c->topology_key, NULL });
+					v->n_nodes ? v->nodes[0] : NULL, c->topology_key, v->group });
 }
 
 struct snap_items {
@@ -1140,7 +1147,7 @@ static void collect_snapshot(const struct pcsi_cvol *v, void *data)
 		l->v[l->n++] = (struct pcsi_snapshot_item){
 			v->id,		 v->source,	v->size,
 			v->created_s,	 v->created_ns, v->n_nodes ? v->nodes[0] : NULL,
-			l->topology_key, NULL
+			l->topology_key, v->group
 		};
 }
 
@@ -1773,6 +1780,299 @@ static void ctl_controller_get_capabilities(
 	pcsi_reply_controller_capabilities(PCSI_OP_NOW(call), true, true);
 }
 
+/* ---- group snapshots -------------------------------------------------------------- *
+ *
+ * A group snapshot is taken by one node that holds every source volume (the
+ * copies are local and frozen together: daemon/node/group.h). The index
+ * learns its members, each with the group's id, from the node's answer, and
+ * after a restart from the node's ListSnapshots. */
+
+static struct pcsi_controller *from_group_svc(Csi__V1__GroupController_Service *svc)
+{
+	return pcsi_container_of(svc, struct pcsi_controller, group_svc);
+}
+
+/* The members of group |id| the index knows. */
+struct group_members {
+	const char *id, *topology_key;
+	struct pcsi_snapshot_item v[PCSI_GROUP_MAX];
+	size_t n;
+	const struct pcsi_cvol *first;
+};
+
+static void collect_member(const struct pcsi_cvol *v, void *data)
+{
+	struct group_members *m = data;
+
+	if (strcmp(v->group, m->id) || m->n == PCSI_GROUP_MAX)
+		return;
+	if (!m->first)
+		m->first = v;
+	m->v[m->n++] = (struct pcsi_snapshot_item){ v->id,
+						    v->source,
+						    v->size,
+						    v->created_s,
+						    v->created_ns,
+						    v->n_nodes ? v->nodes[0] : NULL,
+						    m->topology_key,
+						    v->group };
+}
+
+static void group_members(struct pcsi_controller *c, const char *id, struct group_members *m)
+{
+	m->id = id;
+	m->topology_key = c->topology_key;
+	m->n = 0;
+	m->first = NULL;
+	pcsi_cluster_foreach_volume(c->cluster, collect_member, m);
+}
+
+static bool group_created(const struct fanout *f)
+{
+	return !strcmp(f->method, "CreateVolumeGroupSnapshot");
+}
+
+/* Create and Get: the node's answer (the same VolumeGroupSnapshot in field 1
+ * of both replies) teaches the index the members. */
+static void group_on_ok(struct fanout *f, const char *node, const ProtobufCMessage *reply)
+{
+	const Csi__V1__VolumeGroupSnapshot *g =
+		group_created(f) ? ((const Csi__V1__CreateVolumeGroupSnapshotResponse *)reply)
+					   ->group_snapshot
+				 : ((const Csi__V1__GetVolumeGroupSnapshotResponse *)reply)
+					   ->group_snapshot;
+	size_t i;
+
+	if (!g)
+		return;
+	for (i = 0; i < g->n_snapshots; i++)
+		pcsi_cluster_add_snapshot(f->c->cluster, g->snapshots[i], node);
+	if (g->creation_time) {
+		f->created_s = g->creation_time->seconds;
+		f->created_ns = g->creation_time->nanos;
+	}
+}
+
+static void group_reply(struct fanout *f)
+{
+	struct group_members m;
+
+	group_members(f->c, f->id, &m);
+	if (!m.n) {
+		pcsi_op_fail(&f->base, PCSI_INTERNAL, "node %s answered without group snapshot %s",
+			     f->nodes[0], f->id);
+		return;
+	}
+	if (group_created(f))
+		pcsi_info(2, "group snapshot ready", "group=%s members=%zu node=%s", f->id, m.n,
+			  f->nodes[0]);
+	pcsi_reply_group_snapshot(&f->base, group_created(f), f->id, f->created_s, f->created_ns,
+				  m.v, m.n);
+}
+
+static struct fanout *group_fanout(struct pcsi_controller *c, struct pcsi_call *call,
+				   const char *id, const char *method, const char *done,
+				   const ProtobufCMessage *req)
+{
+	struct fanout *f = fanout_new(c, call, id, method, done);
+
+	f->service = &csi__v1__group_controller__descriptor;
+	f->req = req;
+	f->any_time = true;
+	f->nodes = pcsi_xcalloc(pcsi_cluster_n_nodes(c->cluster) + 1, sizeof(*f->nodes));
+	return f;
+}
+
+/* The node to ask for group |id|: the one that holds its members, or
+ * else a node that holds every source (NULL: none; |*unknown| names a
+ * source the index does not know). */
+static const char *group_node(struct pcsi_controller *c, const char *id,
+			      const Csi__V1__CreateVolumeGroupSnapshotRequest *in,
+			      const char **unknown)
+{
+	struct group_members m;
+	const struct pcsi_cvol *first;
+	size_t i, j, k;
+
+	group_members(c, id, &m);
+	if (m.first && m.first->n_nodes)
+		return m.first->nodes[0];
+	*unknown = NULL;
+	for (i = 0; i < in->n_source_volume_ids; i++)
+		if (!known(c, in->source_volume_ids[i], false)) {
+			*unknown = in->source_volume_ids[i];
+			return NULL;
+		}
+	first = known(c, in->source_volume_ids[0], false);
+	for (j = 0; j < first->n_nodes; j++) {
+		const char *node = first->nodes[j];
+		for (i = 1; i < in->n_source_volume_ids; i++) {
+			const struct pcsi_cvol *v = known(c, in->source_volume_ids[i], false);
+			for (k = 0; k < v->n_nodes && strcmp(v->nodes[k], node); k++)
+				;
+			if (k == v->n_nodes)
+				break;
+		}
+		if (i == in->n_source_volume_ids)
+			return node;
+	}
+	return NULL;
+}
+
+static void gctl_create_volume_group_snapshot(
+	Csi__V1__GroupController_Service *svc, const Csi__V1__CreateVolumeGroupSnapshotRequest *in,
+	Csi__V1__CreateVolumeGroupSnapshotResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_group_svc(svc);
+	char id[PCSI_VOLUME_ID_MAX + 1];
+	const char *node, *unknown = NULL;
+	const struct pcsi_cnode *n;
+	struct fanout *f;
+
+	if (!pcsi_group_snapshot_begin(call, in, id))
+		return;
+	node = group_node(c, id, in, &unknown);
+	if (unknown) {
+		if (grace_left_s(c))
+			pcsi_call_fail(call, PCSI_UNAVAILABLE,
+				       "volume %s is unknown and the controller started recently; "
+				       "nodes may not have re-registered yet (%llu s left)",
+				       unknown, (unsigned long long)grace_left_s(c));
+		else
+			pcsi_call_fail(call, PCSI_NOT_FOUND, "volume %s does not exist", unknown);
+		return;
+	}
+	if (!node) {
+		pcsi_call_fail(call, PCSI_FAILED_PRECONDITION,
+			       "no node holds all %zu volumes: a group snapshot is taken on one "
+			       "node, so its volumes must share one",
+			       in->n_source_volume_ids);
+		return;
+	}
+	n = pcsi_cluster_node(c->cluster, node);
+	if (!n || !n->ready) {
+		pcsi_call_fail(call, PCSI_UNAVAILABLE, "node %s, which holds the volumes, is not "
+			       "registered", node);
+		return;
+	}
+	if (pcsi_inflight_take(&c->busy, id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED,
+			       "an operation on group snapshot \"%s\" is in progress", in->name);
+		return;
+	}
+	f = group_fanout(c, call, id, "CreateVolumeGroupSnapshot", "created", &in->base);
+	f->on_ok = group_on_ok;
+	f->reply = group_reply;
+	f->nodes[f->n_nodes++] = pcsi_xstrdup(node);
+	fanout_start(f);
+}
+
+static void gctl_get_volume_group_snapshot(Csi__V1__GroupController_Service *svc,
+					   const Csi__V1__GetVolumeGroupSnapshotRequest *in,
+					   Csi__V1__GetVolumeGroupSnapshotResponse_Closure closure,
+					   void *call)
+{
+	struct pcsi_controller *c = from_group_svc(svc);
+	struct group_members m;
+	struct fanout *f;
+
+	if (!pcsi_group_id_begin(call, in->group_snapshot_id))
+		return;
+	group_members(c, in->group_snapshot_id, &m);
+	if (!m.first || !m.first->n_nodes) {
+		if (grace_left_s(c) && pcsi_group_snapshot_id_is(in->group_snapshot_id))
+			pcsi_call_fail(call, PCSI_UNAVAILABLE,
+				       "group snapshot %s is unknown and the controller started "
+				       "recently; nodes may not have re-registered yet (%llu s left)",
+				       in->group_snapshot_id, (unsigned long long)grace_left_s(c));
+		else
+			pcsi_call_fail(call, PCSI_NOT_FOUND, "group snapshot %.80s does not exist",
+				       in->group_snapshot_id);
+		return;
+	}
+	if (pcsi_inflight_take(&c->busy, in->group_snapshot_id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on group snapshot %s is in progress",
+			       in->group_snapshot_id);
+		return;
+	}
+	f = group_fanout(c, call, in->group_snapshot_id, "GetVolumeGroupSnapshot", "found",
+			 &in->base);
+	f->on_ok = group_on_ok;
+	f->reply = group_reply;
+	f->nodes[f->n_nodes++] = pcsi_xstrdup(m.first->nodes[0]);
+	fanout_start(f);
+}
+
+static void group_delete_on_ok(struct fanout *f, const char *node, const ProtobufCMessage *reply)
+{
+	struct group_members m;
+	size_t i;
+
+	(void)reply;
+	group_members(f->c, f->id, &m);
+	for (i = 0; i < m.n; i++)
+		pcsi_cluster_remove(f->c->cluster, m.v[i].id, node);
+}
+
+static void group_delete_reply(struct fanout *f)
+{
+	Csi__V1__DeleteVolumeGroupSnapshotResponse out =
+		CSI__V1__DELETE_VOLUME_GROUP_SNAPSHOT_RESPONSE__INIT;
+
+	if (f->known)
+		pcsi_info(2, "group snapshot deleted", "group=%s", f->id);
+	pcsi_op_reply(&f->base, &out.base);
+}
+
+static void gctl_delete_volume_group_snapshot(
+	Csi__V1__GroupController_Service *svc, const Csi__V1__DeleteVolumeGroupSnapshotRequest *in,
+	Csi__V1__DeleteVolumeGroupSnapshotResponse_Closure closure, void *call)
+{
+	struct pcsi_controller *c = from_group_svc(svc);
+	Csi__V1__DeleteVolumeGroupSnapshotResponse out =
+		CSI__V1__DELETE_VOLUME_GROUP_SNAPSHOT_RESPONSE__INIT;
+	struct group_members m;
+	struct fanout *f;
+
+	if (!pcsi_group_id_begin(call, in->group_snapshot_id))
+		return;
+	if (!pcsi_group_snapshot_id_is(in->group_snapshot_id)) {
+		pcsi_call_reply(call, &out.base); /* not ours: nothing to delete */
+		return;
+	}
+	group_members(c, in->group_snapshot_id, &m);
+	if (!m.first && grace_left_s(c)) {
+		pcsi_call_fail(call, PCSI_UNAVAILABLE,
+			       "group snapshot %s is unknown and the controller started recently; "
+			       "nodes may not have re-registered yet (%llu s left)",
+			       in->group_snapshot_id, (unsigned long long)grace_left_s(c));
+		return;
+	}
+	if (pcsi_inflight_take(&c->busy, in->group_snapshot_id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED, "an operation on group snapshot %s is in progress",
+			       in->group_snapshot_id);
+		return;
+	}
+	f = group_fanout(c, call, in->group_snapshot_id, "DeleteVolumeGroupSnapshot", "deleted",
+			 &in->base);
+	f->on_ok = group_delete_on_ok;
+	f->reply = group_delete_reply;
+	if (m.first && m.first->n_nodes) {
+		f->known = true;
+		f->nodes[f->n_nodes++] = pcsi_xstrdup(m.first->nodes[0]);
+	} else { /* unknown: every node answers OK for what it does not hold */
+		pcsi_cluster_foreach_node(c->cluster, add_delete_node, f);
+	}
+	fanout_start(f);
+}
+
+static void gctl_group_controller_get_capabilities(
+	Csi__V1__GroupController_Service *svc, const Csi__V1__GroupControllerGetCapabilitiesRequest *in,
+	Csi__V1__GroupControllerGetCapabilitiesResponse_Closure closure, void *call)
+{
+	pcsi_reply_group_capabilities(PCSI_OP_NOW(call));
+}
+
 PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)
 
 /* ---- volumes lost with a deleted node ------------------------------------------------ */
@@ -1879,9 +2179,11 @@ void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluste
 			  const char *driver_name, uint64_t grace_ms)
 {
 	Csi__V1__Controller_Service svc = CSI__V1__CONTROLLER__INIT(ctl_);
+	Csi__V1__GroupController_Service group_svc = CSI__V1__GROUP_CONTROLLER__INIT(gctl_);
 
 	memset(c, 0, sizeof(*c));
 	c->svc = svc;
+	c->group_svc = group_svc;
 	c->cluster = cluster;
 	c->grace_ms = grace_ms;
 	pcsi_inflight_init(&c->busy);

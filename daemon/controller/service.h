@@ -39,6 +39,7 @@
 
 struct pcsi_controller {
 	Csi__V1__Controller_Service svc;
+	Csi__V1__GroupController_Service group_svc;
 	struct pcsi_cluster *cluster; /* borrowed */
 	char topology_key[160];
 	uint64_t grace_ms;	   /* -registrationGrace: see grace_left_s() in service.c */
@@ -74,6 +75,14 @@ void pcsi_controller_end_grace(struct pcsi_controller *c, const char *why);
 size_t pcsi_controller_node_deleted(struct pcsi_controller *c, const char *node_id,
 				    void (*lost)(const char *id, const char *msg, void *data),
 				    void *data);
+
+/* csi.v1.GroupController: a group snapshot is taken by the one node that
+ * holds every source volume (daemon/node/group.h); sources on different
+ * nodes are FAILED_PRECONDITION. */
+static inline ProtobufCService *pcsi_controller_group_service(struct pcsi_controller *c)
+{
+	return &c->group_svc.base;
+}
 
 static inline ProtobufCService *pcsi_controller_service(struct pcsi_controller *c)
 {

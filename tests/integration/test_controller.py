@@ -403,6 +403,69 @@ def from_source(name, size, snap=None, vol=None, requisite=(), params=None):
     return req
 
 
+def grpc_(method, req):
+    path, _, resp = pt.rpc(csi, "GroupController", method)
+    return pt.call_code(ch, path, req, resp, timeout=60)
+
+
+@t.test("group snapshots in central mode: taken on the node that holds every source (FAILED_PRECONDITION when "
+        "none does), members carry the group, found again after a controller restart, deleted there")
+def _():
+    global ctl, ch
+    a = ok_call("CreateVolume", create("pvc-grp-a", 16 * MiB, requisite=["n1"])).volume
+    b = ok_call("CreateVolume", create("pvc-grp-b", 16 * MiB, requisite=["n1"])).volume
+    c = ok_call("CreateVolume", create("pvc-grp-c", 16 * MiB, requisite=["n2"])).volume
+    G = csi.CreateVolumeGroupSnapshotRequest
+    code, details, _ = grpc_("CreateVolumeGroupSnapshot", G(name="grp-x", source_volume_ids=[a.volume_id, c.volume_id]))
+    pt.check(code == SC.FAILED_PRECONDITION, "sources on two nodes: %s %s" % (code, details))
+    code, details, _ = grpc_("CreateVolumeGroupSnapshot", G(name="grp-x", source_volume_ids=[a.volume_id,
+                                                                                            "pvc-xx-" + "0" * 56]))
+    pt.check(code == SC.NOT_FOUND, "unknown source: %s %s" % (code, details))
+    code, details, r = grpc_("CreateVolumeGroupSnapshot", G(name="grp-1", source_volume_ids=[a.volume_id, b.volume_id]))
+    pt.check(code == SC.OK, "create: %s %s" % (code, details))
+    g = r.group_snapshot
+    ids = sorted(s.snapshot_id for s in g.snapshots)
+    pt.check(g.ready_to_use and len(ids) == 2 and
+             all(s.group_snapshot_id == g.group_snapshot_id and
+                 [dict(x.segments) for x in s.accessible_topology] == [{KEY: "n1"}] for s in g.snapshots),
+             "group %r" % g)
+    pt.check(node_snapshots("n1") == ids and not node_snapshots("n2"), "on the nodes: %r %r"
+             % (node_snapshots("n1"), node_snapshots("n2")))
+    code, details, again = grpc_("CreateVolumeGroupSnapshot", G(name="grp-1", source_volume_ids=[b.volume_id,
+                                                                                                 a.volume_id]))
+    pt.check(code == SC.OK and sorted(s.snapshot_id for s in again.group_snapshot.snapshots) == ids and
+             again.group_snapshot.creation_time == g.creation_time, "again: %s %s %r" % (code, details, again))
+    code, details, _ = rpc("DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=ids[0]))
+    pt.check(code == SC.INVALID_ARGUMENT, "DeleteSnapshot of a member: %s %s" % (code, details))
+    listed = ok_call("ListSnapshots", csi.ListSnapshotsRequest()).entries
+    pt.check(sorted(e.snapshot.snapshot_id for e in listed
+                    if e.snapshot.group_snapshot_id == g.group_snapshot_id) == ids, "listed %r" % listed)
+    # A restarted controller learns the group from its node.
+    ch.close()
+    pt.check(ctl.stop() == 0, "controller exit code")
+    ctl = start_controller()
+    ch = pt.unix_channel(CTL_SOCK)
+    wait_registered(list(CAPS))
+    code, details, got = grpc_("GetVolumeGroupSnapshot", csi.GetVolumeGroupSnapshotRequest(
+        group_snapshot_id=g.group_snapshot_id, snapshot_ids=ids))
+    pt.check(code == SC.OK and sorted(s.snapshot_id for s in got.group_snapshot.snapshots) == ids and
+             got.group_snapshot.creation_time == g.creation_time, "get after restart: %s %s %r" % (code, details, got))
+    Del = csi.DeleteVolumeGroupSnapshotRequest
+    code, details, _ = grpc_("DeleteVolumeGroupSnapshot", Del(group_snapshot_id=g.group_snapshot_id,
+                                                              snapshot_ids=ids[:1]))
+    pt.check(code == SC.INVALID_ARGUMENT, "delete with one id: %s %s" % (code, details))
+    for what in ("delete", "delete again"):
+        code, details, _ = grpc_("DeleteVolumeGroupSnapshot", Del(group_snapshot_id=g.group_snapshot_id,
+                                                                  snapshot_ids=ids))
+        pt.check(code == SC.OK, "%s: %s %s" % (what, code, details))
+    pt.check(not node_snapshots("n1"), "n1 keeps %r" % node_snapshots("n1"))
+    code, details, _ = grpc_("GetVolumeGroupSnapshot", csi.GetVolumeGroupSnapshotRequest(
+        group_snapshot_id=g.group_snapshot_id))
+    pt.check(code == SC.NOT_FOUND, "get after delete: %s %s" % (code, details))
+    for vid in (a.volume_id, b.volume_id, c.volume_id):
+        ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
+
+
 @t.test("snapshots in central mode: made on the source's node, restores and clones routed there, found again "
         "after a controller restart (ListSnapshots of the nodes), deleted there")
 def _():
