@@ -1071,6 +1071,23 @@ t.test("snapshots: the VolumeSnapshotClass names the driver; the example snapsho
   return p;
 });
 
+t.test("group snapshots: the VolumeGroupSnapshotClass names the driver and deletes; both modes give "
+  + "csi-snapshotter the groupsnapshot rights it needs", () => {
+  const p = [];
+  const cls = byKind(ALL, "VolumeGroupSnapshotClass");
+  if (cls.length !== 1) return [`${cls.length} VolumeGroupSnapshotClasses, want 1`];
+  if (cls[0].doc.driver !== csidriver.doc.metadata.name) p.push(`driver ${cls[0].doc.driver}`);
+  if (cls[0].doc.deletionPolicy !== "Delete") p.push(`deletionPolicy ${cls[0].doc.deletionPolicy}`);
+  for (const mode of ["central", "distributed"]) {
+    const rules = byKind(MODES[mode].objs, "ClusterRole").flatMap((d) => d.doc.rules);
+    const can = (res, verb) => rules.some((r) => (r.apiGroups || []).includes("groupsnapshot.storage.k8s.io") && r.resources.includes(res) && r.verbs.includes(verb));
+    for (const [res, verb] of [["volumegroupsnapshotclasses", "watch"], ["volumegroupsnapshotcontents", "update"], ["volumegroupsnapshotcontents/status", "update"]]) {
+      if (!can(res, verb)) p.push(`${mode}: no ${verb} on ${res}`);
+    }
+  }
+  return p;
+});
+
 // ---------------------------------------------------------------------------
 // Image: tags, Containerfile
 

@@ -169,7 +169,7 @@ function packageDir(pkg) {
 export const SNAPSHOT_CRDS = process.env.PCSI_SNAPSHOT_CRDS ||
   path.join(process.env.PCSI_CACHE || "/var/cache/pmem-csi",
     "go/mod/github.com/kubernetes-csi/external-snapshotter/client/v8@v8.7.0/config/crd");
-const CRD_GROUPS = new Set(["snapshot.storage.k8s.io"]);
+const CRD_GROUPS = new Set(["snapshot.storage.k8s.io", "groupsnapshot.storage.k8s.io"]);
 
 async function crdSchemaFor(group, version, kind) {
   const { parse } = await import(pathToFileURL(require.resolve("yaml", { paths: [HERE] })).href);

@@ -21,6 +21,7 @@ const NOT_OBJECTS = new Set(["metrics/prometheus-scrape.yaml"]);
 
 const CLUSTER_SCOPED = new Set(["Namespace", "CSIDriver", "StorageClass", "ClusterRole",
   "ClusterRoleBinding", "PersistentVolume", "ClusterIssuer", "PriorityClass", "VolumeSnapshotClass",
+  "VolumeGroupSnapshotClass",
   "VolumeAttributesClass"]);
 
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;

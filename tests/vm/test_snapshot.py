@@ -4,7 +4,9 @@
 through DAX (its filesystem frozen for the copy), the copy restores into a
 new volume with the same checksums, clones copy a volume directly, sources
 and snapshots are deleted in either order, the driver is SIGKILLed inside a
-copy and nothing half made is reported or left behind. Ends with a benchmark
+copy and nothing half made is reported or left behind; group snapshots of
+two volumes written in turn hold one instant, and a kill inside a group's
+copy leaves no member behind. Ends with a benchmark
 of the copy next to a raw dd of the same size. TAP output.
 
 usage: test_snapshot.py PATH-TO-pmem-csi-driver direct|lvm
@@ -73,7 +75,7 @@ def cap(fs="ext4", block=False):
 
 # What a test made, so that a failed test leaves nothing that the next one
 # would run out of PMEM for (cleanup(), after every test).
-made = {"published": [], "volumes": [], "snapshots": []}
+made = {"published": [], "volumes": [], "snapshots": [], "groups": []}
 
 
 def create(name, size, c, snap=None, vol=None):
@@ -101,6 +103,9 @@ def cleanup():
                                                                            staging_target_path=p.staging))
     for sid in made["snapshots"]:
         drv.call("Controller", "DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=sid))
+    for gid in made["groups"]:
+        drv.call("GroupController", "DeleteVolumeGroupSnapshot",
+                 csi.DeleteVolumeGroupSnapshotRequest(group_snapshot_id=gid))
     for vid in made["volumes"]:
         drv.call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
     for v in made.values():
@@ -381,6 +386,139 @@ def _():
     src.unpublish()
     delete(src.id)
     pt.check(capacity() == cap0, "capacity %d, was %d" % (capacity(), cap0))
+
+
+def group_id(name):
+    return "group." + hashlib.sha224(name.encode()).hexdigest()
+
+
+def member_id(gid, vid):
+    return "snap." + hashlib.sha224(gid.encode() + b"\0" + vid.encode()).hexdigest()
+
+
+def group_call(method, req):
+    return drv.call("GroupController", method, req)
+
+
+class TurnWriter(threading.Thread):
+    """Appends record k (4 KiB holding k) to a log file on each of |paths| in
+    turn, fsync after each: the first file is never behind the last one, and
+    at most one record ahead of it."""
+
+    def __init__(self, paths):
+        super().__init__(daemon=True)
+        self.paths, self.k, self.stop, self.error = paths, 0, False, None
+
+    def run(self):
+        fs = [open(p, "wb") for p in self.paths]
+        try:
+            while not self.stop:
+                self.k += 1
+                rec = (b"%012d\n" % self.k) * (4096 // 13) + b"\n" * (4096 % 13)
+                for f in fs:
+                    f.write(rec)
+                    f.flush()
+                    os.fsync(f.fileno())
+        except OSError as e:
+            self.error = e
+        finally:
+            for f in fs:
+                f.close()
+
+
+def last_record(path):
+    """The last whole record in a TurnWriter log, and whether every record
+    before it is k = 1, 2, ... in order."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = len(data) // 4096
+    ks = [int(data[i * 4096:i * 4096 + 12]) for i in range(n)]
+    return (ks[-1] if ks else 0), ks == list(range(1, n + 1))
+
+
+@test("group snapshot of two volumes written in turn: one instant (the second never behind the first by more "
+      "than the record in flight), frozen, fsck clean; members listed with their group, deleted only with it")
+def _():
+    cap0 = capacity()
+    c = cap()
+    vols = [Published(create("grp-" + x, 64 * MiB, c), c, "grp-" + x) for x in "ab"]
+    w = TurnWriter([os.path.join(p.target, "log") for p in vols])
+    w.start()
+    time.sleep(1)
+    gid = group_id("grp-1")
+    code, details, r = group_call("CreateVolumeGroupSnapshot", csi.CreateVolumeGroupSnapshotRequest(
+        name="grp-1", source_volume_ids=[p.id for p in vols]))
+    w.stop = True
+    w.join(60)
+    pt.check(code == SC.OK, "CreateVolumeGroupSnapshot: %s %s" % (code, details))
+    made["groups"].append(gid)
+    g = r.group_snapshot
+    pt.check(w.error is None and w.k > 2, "writer: %s after %d records" % (w.error, w.k))
+    by_src = {s.source_volume_id: s for s in g.snapshots}
+    pt.check(g.group_snapshot_id == gid and g.ready_to_use and sorted(by_src) == sorted(p.id for p in vols) and
+             all(s.snapshot_id == member_id(gid, s.source_volume_id) and s.group_snapshot_id == gid and
+                 s.size_bytes == vols[0].vol.capacity_bytes for s in g.snapshots), "group %r" % g)
+    pt.check(re.search(r"group snapshot created.*members=2 frozen=yes", drv.d.stderr_text()),
+             "no frozen group copy in the log")
+    for s in g.snapshots:
+        bad = fsck("ext4", device(s.snapshot_id))
+        pt.check(not bad, "member %s: %s" % (s.snapshot_id, bad))
+    rest = []
+    for i, p in enumerate(vols):
+        rv = create("grp-restored-%d" % i, 64 * MiB, c, snap=by_src[p.id].snapshot_id)
+        rest.append(Published(rv, c, "grp-restored-%d" % i))
+    (ka, oka), (kb, okb) = (last_record(os.path.join(p.target, "log")) for p in rest)
+    pt.check(oka and okb, "a restored log has records out of order")
+    pt.check(ka > 0 and kb <= ka <= kb + 1, "restored logs end at record %d and %d: not one instant" % (ka, kb))
+    t.diag("group snapshot while written: the writer reached record %d, the members hold %d and %d" % (w.k, ka, kb))
+    listed = ok_call("Controller", "ListSnapshots", csi.ListSnapshotsRequest()).entries
+    pt.check(sorted(e.snapshot.snapshot_id for e in listed if e.snapshot.group_snapshot_id == gid) ==
+             sorted(s.snapshot_id for s in g.snapshots), "listed %r" % listed)
+    code, details, _ = drv.call("Controller", "DeleteSnapshot", csi.DeleteSnapshotRequest(
+        snapshot_id=g.snapshots[0].snapshot_id))
+    pt.check(code == SC.INVALID_ARGUMENT, "DeleteSnapshot of a member: %s %s" % (code, details))
+    for p in rest + vols:
+        p.unpublish()
+    code, details, _ = group_call("DeleteVolumeGroupSnapshot", csi.DeleteVolumeGroupSnapshotRequest(
+        group_snapshot_id=gid, snapshot_ids=[s.snapshot_id for s in g.snapshots]))
+    pt.check(code == SC.OK, "DeleteVolumeGroupSnapshot: %s %s" % (code, details))
+    made["groups"].remove(gid)
+    pt.check(all(device(s.snapshot_id) is None for s in g.snapshots), "a member's device is left")
+    for p in rest + vols:
+        delete(p.id)
+    pt.check(capacity() == cap0, "capacity %d, was %d" % (capacity(), cap0))
+
+
+@test("SIGKILL inside a group snapshot's copy: after the restart no member is listed or left on the device, "
+      "the group is NOT_FOUND, both sources are thawed, the retry completes")
+def _():
+    cap0 = capacity()
+    c = cap()
+    vols = [Published(create("kgrp-" + x, 256 * MiB, c), c, "kgrp-" + x) for x in "ab"]
+    for p in vols:
+        with open(os.path.join(p.target, "f"), "wb") as f:
+            f.write(os.urandom(8 * MiB))
+    gid = group_id("kgrp")
+    req = csi.CreateVolumeGroupSnapshotRequest(name="kgrp", source_volume_ids=[p.id for p in vols])
+    made["groups"].append(gid)
+    inside = kill_when_copying(lambda: group_call("CreateVolumeGroupSnapshot", req))
+    pt.check(inside, "the kill came after the copy (too fast to hit)")
+    pt.check("removed a group snapshot that never completed" in drv.d.stderr_text(), "no recovery in the log")
+    members = [member_id(gid, p.id) for p in vols]
+    pt.check(not [m for m in members if m in snapshots() or device(m)], "a member is left: %r" %
+             [(m, device(m)) for m in members])
+    code, details, _ = group_call("GetVolumeGroupSnapshot", csi.GetVolumeGroupSnapshotRequest(group_snapshot_id=gid))
+    pt.check(code == SC.NOT_FOUND, "GetVolumeGroupSnapshot after the kill: %s %s" % (code, details))
+    pt.check(capacity() == cap0 - 2 * vols[0].vol.capacity_bytes, "capacity %d" % capacity())
+    for p in vols:
+        r = subprocess.run(["timeout", "20", "sh", "-c", "echo thawed > %s/after" % p.target])
+        pt.check(r.returncode == 0, "%s is still frozen (write: %d)" % (p.id, r.returncode))
+    code, details, r = group_call("CreateVolumeGroupSnapshot", req)
+    pt.check(code == SC.OK and sorted(s.snapshot_id for s in r.group_snapshot.snapshots) == sorted(members),
+             "retry: %s %s" % (code, details))
+    for p in vols:
+        p.unpublish()
+        delete(p.id)
 
 
 @test("benchmark: CreateSnapshot of an idle 256 MiB volume next to a raw dd of the same size")
