@@ -6,7 +6,8 @@ csi-provisioner and kubelet retry it (same request, backoff, ABORTED and
 UNAVAILABLE tolerated). Each round is a whole volume life: CreateVolume,
 NodeStageVolume (mkfs), NodePublishVolume, a write, (lvm:) ControllerExpandVolume
 and NodeExpandVolume, NodeUnpublishVolume, NodeUnstageVolume, DeleteVolume
-(with erase), with a kill inside each. Then rounds of parallel calls: PAR
+(with erase), with a kill inside each; while it is published, a group
+snapshot of it is taken and deleted, each killed too. Then rounds of parallel calls: PAR
 CreateVolume calls in flight at once (the backend runs several at a time),
 the driver killed at a random instant among them, restarted, each call
 retried; every volume must be there once; then their DeleteVolume calls at
@@ -263,14 +264,36 @@ def lifecycle(name, st, tg):
         volume_id=vid, volume_path=tg, staging_target_path=st,
         capacity_range=csi.CapacityRange(required_bytes=2 * VOL_SIZE)), grown)
     delete = call("delete", "Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
+    # A group snapshot of the volume while it is published (frozen, copied,
+    # thawed; group.h), then its delete: a kill inside either leaves the
+    # group whole or gone.
+    gid = "group." + hashlib.sha224((name + "-g").encode()).hexdigest()
+    member = "snap." + hashlib.sha224(gid.encode() + b"\0" + vid.encode()).hexdigest()
+
+    def grouped(_):
+        g = retry("GroupController", "GetVolumeGroupSnapshot", csi.GetVolumeGroupSnapshotRequest(
+            group_snapshot_id=gid)).group_snapshot
+        pt.check([s.snapshot_id for s in g.snapshots] == [member] and member in on_device(),
+                 "group %r, member on the device: %s" % (g, member in on_device()))
+        with open(data) as f:
+            pt.check(f.read() == name, "data after the group snapshot")
+
+    def ungrouped(_):
+        pt.check(member not in on_device(), "the member outlived its group's delete")
+
+    group = call("group", "GroupController", "CreateVolumeGroupSnapshot", csi.CreateVolumeGroupSnapshotRequest(
+        name=name + "-g", source_volume_ids=[vid]), grouped)
+    group_delete = call("group-delete", "GroupController", "DeleteVolumeGroupSnapshot",
+                        csi.DeleteVolumeGroupSnapshotRequest(group_snapshot_id=gid, snapshot_ids=[member]),
+                        ungrouped)
     if BACKEND == "lvm":  # grows in place while published
-        return [create, stage("stage"), publish("publish", write), expand, node_expand, unpublish("unpublish"),
-                unstage("unstage"), delete]
+        return [create, stage("stage"), publish("publish", write), expand, node_expand, group, group_delete,
+                unpublish("unpublish"), unstage("unstage"), delete]
     # direct grows offline, by copying (regrow.h): a kill inside the expand
     # lands in the save, the delete, the new namespace or the write back.
     return [create, stage("stage"), publish("publish", write), unpublish("unpublish"), unstage("unstage"), expand,
-            stage("stage-2"), publish("publish-2", read_back), node_expand, unpublish("unpublish-2"),
-            unstage("unstage-2"), delete]
+            stage("stage-2"), publish("publish-2", read_back), node_expand, group, group_delete,
+            unpublish("unpublish-2"), unstage("unstage-2"), delete]
 
 
 stats = {"kills": 0, "mid": 0, "lost": 0, "leaked_par": 0, "by_op": {}}
