@@ -357,15 +357,17 @@ class Cluster:
         # While the guests boot: CoreDNS, the snapshot CRDs and the
         # snapshot-controller, whose pods the scheduler places once nodes are Ready.
         self.kubectl("apply", "-f", os.path.join(HERE, "coredns.yaml"))
-        crds = sorted(f for f in os.listdir(SNAPSHOT_CRDS) if f.startswith("snapshot.storage.k8s.io_"))
-        if len(crds) != 3:
+        # The snapshot and the group snapshot CRDs (3 each).
+        groups = ("snapshot.storage.k8s.io", "groupsnapshot.storage.k8s.io")
+        crds = sorted(f for f in os.listdir(SNAPSHOT_CRDS) if f.split("_")[0] in groups)
+        if len(crds) != 6:
             raise RuntimeError("snapshot CRDs in %s: %r (go-tools.sh csi-snapshotter puts them there)"
                                % (SNAPSHOT_CRDS, crds))
         for f in crds:
             self.kubectl("apply", "-f", os.path.join(SNAPSHOT_CRDS, f))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     *("crd/" + f[len("snapshot.storage.k8s.io_"):-len(".yaml")] + ".snapshot.storage.k8s.io"
-                       for f in crds), timeout=90)
+                     *("crd/%s.%s" % (f.split("_", 1)[1][:-len(".yaml")], f.split("_")[0]) for f in crds),
+                     timeout=90)
         self.kubectl("apply", "-f", os.path.join(HERE, "snapshot-controller.yaml"))
         self.wait_nodes(self.ready_timeout)
         log("nodes Ready (%.0f s)" % (time.monotonic() - t0))

@@ -93,6 +93,12 @@ CI_SPECS = [
      r"PVC is edited while pod is using it", BOTH, CENTRAL),
     (r"\[Testpattern: Dynamic PV \(block volmode\)\(allowExpansion\)\] volume-expand Verify if offline PVC "
      r"expansion works", BOTH),
+    # Group snapshots: central mode, through testdriver-central-group.yaml
+    # (csi-snapshotter's node deployment sees no group snapshot contents).
+    (r"\[Driver: pmem-csi-one-node\] \[Testpattern: +\(delete policy\)\] volumegroupsnapshottable", CENTRAL,
+     CENTRAL),
+    (r"\[Driver: pmem-csi-one-node\] \[Testpattern: Pre-provisioned VolumeGroupSnapshot \(delete policy\)\] "
+     r"volumegroupsnapshottable", CENTRAL),
 ]
 
 
@@ -223,6 +229,9 @@ class Run:
                "-kubeconfig=" + os.path.join(self.work, "admin.kubeconfig"),
                "-kubectl-path=" + os.path.join(bindir, "kubectl"),
                "-storage.testdriver=" + os.path.join(HERE, "testdriver-%s.yaml" % mode),
+               ] + (["-storage.testdriver=" + os.path.join(HERE, "testdriver-central-group.yaml")]
+                    if mode == "central" else []) + [
+               "-repo-root=" + TOP,
                "-e2e-output-dir=" + report,
                "-node-os-distro=debian",
                ] + shlex.split(os.environ.get("PCSI_E2E_ARGS", ""))
