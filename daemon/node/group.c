@@ -40,6 +40,7 @@ static void view_done(struct group_view *v)
 	free(v->recs);
 	v->recs = NULL;
 	v->n_recs = 0;
+	pcsi_backend_req_done(&v->breq);
 }
 
 static void on_view_listed(struct pcsi_backend_req *req, void *data)

@@ -8,8 +8,9 @@
  *   csi.v1.Identity, csi.v1.Node (in the sandbox of sandbox.h), the node's
  *   csi.v1.Controller, the central csi.v1.Controller (a cluster with no
  *   nodes), registry.v1.Registry (registering a node never connects: the
- *   cluster refuses, see __wrap_pcsi_cluster_register below) and kubelet's
- *   pluginregistration.Registration.
+ *   cluster refuses, see __wrap_pcsi_cluster_register below), kubelet's
+ *   pluginregistration.Registration, and csi.v1.GroupController of the
+ *   node and of the central controller.
  * Flags: bit 0 cancels the call after the handler's first loop turn (as a
  * client reset does), bit 1 leaves the backend unopened (not ready), bit 2
  * gives the call 1 ms to its deadline, bit 3 ends the central controller's
@@ -40,6 +41,7 @@
 #include "daemon/csi/identity.h"
 #include "daemon/csi/messages.h"
 #include "daemon/node/controller.h"
+#include "daemon/node/group.h"
 #include "daemon/node/kubelet.h"
 #include "daemon/node/service.h"
 #include "daemon/node/state.h"
@@ -61,12 +63,24 @@ enum {
 
 #define VOLUME_NAME "pvc-3fa85f64-5717-4562-b3fc-2c963f66afa6"
 
-enum { S_IDENTITY, S_NODE, S_NODE_CONTROLLER, S_CONTROLLER, S_REGISTRY, S_KUBELET, S_COUNT };
+/* New services go last: a seed's first byte keeps naming the same method. */
+enum {
+	S_IDENTITY,
+	S_NODE,
+	S_NODE_CONTROLLER,
+	S_CONTROLLER,
+	S_REGISTRY,
+	S_KUBELET,
+	S_NODE_GROUP,
+	S_GROUP,
+	S_COUNT
+};
 
 static const ProtobufCServiceDescriptor *const descriptors[S_COUNT] = {
-	&csi__v1__identity__descriptor,	     &csi__v1__node__descriptor,
-	&csi__v1__controller__descriptor,    &csi__v1__controller__descriptor,
-	&registry__v1__registry__descriptor, &pluginregistration__registration__descriptor,
+	&csi__v1__identity__descriptor,		&csi__v1__node__descriptor,
+	&csi__v1__controller__descriptor,	&csi__v1__controller__descriptor,
+	&registry__v1__registry__descriptor,	&pluginregistration__registration__descriptor,
+	&csi__v1__group_controller__descriptor, &csi__v1__group_controller__descriptor,
 };
 
 static uv_loop_t loop;
@@ -250,6 +264,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct pcsi_node node;
 	struct pcsi_node_service nsvc;
 	struct pcsi_node_controller nctl;
+	struct pcsi_group_controller gctl;
 	struct pcsi_cluster cluster;
 	struct pcsi_controller ctrl;
 	struct pcsi_registry reg;
@@ -286,6 +301,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(pcsi_node_init(&node, &loop, &cfg, be, err, sizeof(err)) == 0, err);
 	pcsi_node_service_init(&nsvc, &node);
 	pcsi_node_controller_init(&nctl, &node, flags & F_RESIZER);
+	pcsi_group_controller_init(&gctl, &node);
 	pcsi_cluster_init(&cluster, &loop, NULL);
 	pcsi_controller_init(&ctrl, &cluster, cfg.driver_name, flags & F_NO_GRACE ? 0 : 90000);
 	pcsi_registry_init(&reg, &cluster);
@@ -296,6 +312,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	services[S_CONTROLLER] = pcsi_controller_service(&ctrl);
 	services[S_REGISTRY] = pcsi_registry_service(&reg);
 	services[S_KUBELET] = pcsi_kubelet_reg_service(&kreg);
+	services[S_NODE_GROUP] = pcsi_group_controller_service(&gctl);
+	services[S_GROUP] = pcsi_controller_group_service(&ctrl);
 	fuzz_run_until_idle(&loop, NULL, NULL, NULL);
 	if ((flags & F_VOLUME) && !(flags & F_NOT_READY))
 		create_volume(services[S_NODE_CONTROLLER]);

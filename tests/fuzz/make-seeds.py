@@ -106,6 +106,16 @@ REQUESTS = {
             'source_volume_id: "%s" name: "snap-1" accessibility_requirements { requisite { %s } }'
             % (VID, TOPO)],
     },
+    "csi.v1.GroupController": {
+        "GroupControllerGetCapabilities": [""],
+        "CreateVolumeGroupSnapshot": [
+            'name: "group-1" source_volume_ids: "%s"' % VID,
+            'name: "group-2" source_volume_ids: "%s" source_volume_ids: "%s"' % (VID, VID),
+            'name: "group-3" source_volume_ids: "%s" parameters { key: "k" value: "v" }' % VID],
+        "GetVolumeGroupSnapshot": ['group_snapshot_id: "group.%s" snapshot_ids: "snap.%s"' % ("0" * 56, "1" * 56)],
+        "DeleteVolumeGroupSnapshot": ['group_snapshot_id: "group.%s"' % ("0" * 56),
+                                      'group_snapshot_id: "../x" snapshot_ids: "snap.x"'],
+    },
     "csi.v1.Node": {
         "NodeStageVolume": [
             'volume_id: "%s" staging_target_path: "%s" volume_capability { %s } '
@@ -145,13 +155,14 @@ REQUESTS = {
 
 # fuzz-csi.c's order of services (its descriptors[] array).
 CSI_ORDER = ["csi.v1.Identity", "csi.v1.Node", "csi.v1.Controller", "csi.v1.Controller",
-             "registry.v1.Registry", "pluginregistration.Registration"]
+             "registry.v1.Registry", "pluginregistration.Registration", "csi.v1.GroupController",
+             "csi.v1.GroupController"]
 
 
 def csi_seeds(svcs):
     base = 0
     for idx, svc in enumerate(CSI_ORDER):
-        central = idx == 3
+        central = idx in (3, 7)
         for i, (method, in_type) in enumerate(svcs[svc]):
             for n, text in enumerate(REQUESTS.get(svc, {}).get(method, [])):
                 pb = encode(in_type, text)

@@ -21,6 +21,7 @@ missing, crashes or hangs.
 import atexit
 import importlib
 import json
+import re
 import os
 import shutil
 import signal
@@ -49,6 +50,10 @@ TEST_TIMEOUT = int(os.environ.get("PCSI_TEST_TIMEOUT", "60"))
 KEEP_TMP = bool(os.environ.get("PCSI_KEEP_TMP"))
 _tmpdirs = []
 _daemons = []
+_started = []  # every daemon started: their logs are read for sanitizer reports
+# What AddressSanitizer, LeakSanitizer and UndefinedBehaviorSanitizer print
+# (builds with -Db_sanitize: a daemon that exits normally reports its leaks).
+SANITIZER_REPORT = re.compile(r"ERROR: (Address|Leak)Sanitizer|runtime error: |SUMMARY: \w+Sanitizer")
 
 
 class TestFailure(AssertionError):
@@ -468,6 +473,7 @@ class Daemon:
         self.proc = subprocess.Popen([self.driver] + self.args, stdin=subprocess.DEVNULL,
                                      stdout=self.out_f, stderr=self.err_f)
         _daemons.append(self)
+        _started.append(self)
         if wait:
             try:
                 self.wait_ready(timeout)
@@ -1009,6 +1015,20 @@ class TAP:
             if took >= 10:  # where a slow suite's time goes
                 self.diag("%d took %.0f s" % (self.n, took))
 
+    def sanitizer_reports(self):
+        """Stops the daemons still running (SIGTERM: a sanitized build then
+        checks for leaks) and fails once for each daemon whose log holds a
+        sanitizer's report."""
+        for d in list(_daemons):
+            d.stop()
+        for d in _started:
+            text = d.stderr_text()
+            m = SANITIZER_REPORT.search(text)
+            if m:
+                start = max(0, text.rfind("\n", 0, max(0, m.start() - 200)))
+                self.not_ok("%s (%s): no sanitizer report in its log" % (d.name, d.stderr_path),
+                            text[start:start + 3000])
+
     def main(self, teardown=None):
         """Runs all tests, then `teardown`; prints the plan; returns the exit status."""
         for name, fn in self.tests:
@@ -1018,6 +1038,7 @@ class TAP:
                 teardown()
             except Exception as e:
                 self.diag("teardown: %s: %s" % (type(e).__name__, e))
+        self.sanitizer_reports()
         self._emit("1..%d" % self.n)
         self.diag("%d passed, %d failed, %d skipped" % (self.passed, self.failed, self.skipped))
         return 1 if self.failed else 0
