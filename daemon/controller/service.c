@@ -636,7 +636,7 @@ struct fanout {
 	/* Every node answered OK: end the operation with the reply. */
 	void (*reply)(struct fanout *f);
 	const Csi__V1__ControllerExpandVolumeRequest *expand;
-	int64_t size; /* expand: the smallest size a node reported */
+	int64_t size;	   /* expand: the smallest size a node reported */
 	int64_t created_s; /* a group snapshot's creation time */
 	int32_t created_ns;
 	Csi__V1__DeleteVolumeRequest del;
@@ -705,11 +705,10 @@ static void fanout_next(struct fanout *f)
 			continue;
 		}
 		f->asking = true;
-		pcsi_channel_call(n->chan, &f->ccall, f->service->name,
-				  protobuf_c_service_descriptor_get_method_by_name(f->service,
-										   f->method),
-				  f->req,
-				  node_timeout(cl, f->base.call, true), on_fanout_reply, f);
+		pcsi_channel_call(
+			n->chan, &f->ccall, f->service->name,
+			protobuf_c_service_descriptor_get_method_by_name(f->service, f->method),
+			f->req, node_timeout(cl, f->base.call, true), on_fanout_reply, f);
 		return;
 	}
 	if (f->cancelled)
@@ -1128,9 +1127,10 @@ static void ctl_get_snapshot(Csi__V1__Controller_Service *svc,
 		return;
 	}
 	pcsi_reply_get_snapshot(PCSI_OP_NOW(call),
-				&(struct pcsi_snapshot_item){
-					v->id, v->source, v->size, v->created_s, v->created_ns,
-					v->n_nodes ? v->nodes[0] : NULL, c->topology_key, v->group });
+				&(struct pcsi_snapshot_item){ v->id, v->source, v->size,
+							      v->created_s, v->created_ns,
+							      v->n_nodes ? v->nodes[0] : NULL,
+							      c->topology_key, v->group });
 }
 
 struct snap_items {
@@ -1808,14 +1808,11 @@ static void collect_member(const struct pcsi_cvol *v, void *data)
 		return;
 	if (!m->first)
 		m->first = v;
-	m->v[m->n++] = (struct pcsi_snapshot_item){ v->id,
-						    v->source,
-						    v->size,
-						    v->created_s,
-						    v->created_ns,
-						    v->n_nodes ? v->nodes[0] : NULL,
-						    m->topology_key,
-						    v->group };
+	m->v[m->n++] =
+		(struct pcsi_snapshot_item){ v->id,	      v->source,
+					     v->size,	      v->created_s,
+					     v->created_ns,   v->n_nodes ? v->nodes[0] : NULL,
+					     m->topology_key, v->group };
 }
 
 static void group_members(struct pcsi_controller *c, const char *id, struct group_members *m)
@@ -1837,10 +1834,10 @@ static bool group_created(const struct fanout *f)
 static void group_on_ok(struct fanout *f, const char *node, const ProtobufCMessage *reply)
 {
 	const Csi__V1__VolumeGroupSnapshot *g =
-		group_created(f) ? ((const Csi__V1__CreateVolumeGroupSnapshotResponse *)reply)
-					   ->group_snapshot
-				 : ((const Csi__V1__GetVolumeGroupSnapshotResponse *)reply)
-					   ->group_snapshot;
+		group_created(f)
+			? ((const Csi__V1__CreateVolumeGroupSnapshotResponse *)reply)
+				  ->group_snapshot
+			: ((const Csi__V1__GetVolumeGroupSnapshotResponse *)reply)->group_snapshot;
 	size_t i;
 
 	if (!g)
@@ -1951,8 +1948,10 @@ static void gctl_create_volume_group_snapshot(
 	}
 	n = pcsi_cluster_node(c->cluster, node);
 	if (!n || !n->ready) {
-		pcsi_call_fail(call, PCSI_UNAVAILABLE, "node %s, which holds the volumes, is not "
-			       "registered", node);
+		pcsi_call_fail(call, PCSI_UNAVAILABLE,
+			       "node %s, which holds the volumes, is not "
+			       "registered",
+			       node);
 		return;
 	}
 	if (pcsi_inflight_take(&c->busy, id) < 0) {
@@ -1981,17 +1980,19 @@ static void gctl_get_volume_group_snapshot(Csi__V1__GroupController_Service *svc
 	group_members(c, in->group_snapshot_id, &m);
 	if (!m.first || !m.first->n_nodes) {
 		if (grace_left_s(c) && pcsi_group_snapshot_id_is(in->group_snapshot_id))
-			pcsi_call_fail(call, PCSI_UNAVAILABLE,
-				       "group snapshot %s is unknown and the controller started "
-				       "recently; nodes may not have re-registered yet (%llu s left)",
-				       in->group_snapshot_id, (unsigned long long)grace_left_s(c));
+			pcsi_call_fail(
+				call, PCSI_UNAVAILABLE,
+				"group snapshot %s is unknown and the controller started "
+				"recently; nodes may not have re-registered yet (%llu s left)",
+				in->group_snapshot_id, (unsigned long long)grace_left_s(c));
 		else
 			pcsi_call_fail(call, PCSI_NOT_FOUND, "group snapshot %.80s does not exist",
 				       in->group_snapshot_id);
 		return;
 	}
 	if (pcsi_inflight_take(&c->busy, in->group_snapshot_id) < 0) {
-		pcsi_call_fail(call, PCSI_ABORTED, "an operation on group snapshot %s is in progress",
+		pcsi_call_fail(call, PCSI_ABORTED,
+			       "an operation on group snapshot %s is in progress",
 			       in->group_snapshot_id);
 		return;
 	}
@@ -2049,7 +2050,8 @@ static void gctl_delete_volume_group_snapshot(
 		return;
 	}
 	if (pcsi_inflight_take(&c->busy, in->group_snapshot_id) < 0) {
-		pcsi_call_fail(call, PCSI_ABORTED, "an operation on group snapshot %s is in progress",
+		pcsi_call_fail(call, PCSI_ABORTED,
+			       "an operation on group snapshot %s is in progress",
 			       in->group_snapshot_id);
 		return;
 	}
@@ -2067,7 +2069,8 @@ static void gctl_delete_volume_group_snapshot(
 }
 
 static void gctl_group_controller_get_capabilities(
-	Csi__V1__GroupController_Service *svc, const Csi__V1__GroupControllerGetCapabilitiesRequest *in,
+	Csi__V1__GroupController_Service *svc,
+	const Csi__V1__GroupControllerGetCapabilitiesRequest *in,
 	Csi__V1__GroupControllerGetCapabilitiesResponse_Closure closure, void *call)
 {
 	pcsi_reply_group_capabilities(PCSI_OP_NOW(call));
