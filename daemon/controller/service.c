@@ -1966,41 +1966,65 @@ static void gctl_create_volume_group_snapshot(
 	fanout_start(f);
 }
 
+/* The start of Get and Delete (the group's id checked, shaped like ours):
+ * the group's members in |m|. An unknown group is UNAVAILABLE within the
+ * grace window (a node that has not re-registered may hold it), else ends
+ * the call with |unknown| (NOT_FOUND), or with PCSI_OK goes on to ask
+ * every registered node. NULL when the call has been ended. */
+static struct fanout *group_start(struct pcsi_controller *c, struct pcsi_call *call, const char *id,
+				  const char *method, const char *done, const ProtobufCMessage *req,
+				  struct group_members *m, enum pcsi_status unknown)
+{
+	struct fanout *f;
+
+	group_members(c, id, m);
+	if (!m->first && grace_left_s(c)) {
+		pcsi_call_fail(call, PCSI_UNAVAILABLE,
+			       "group snapshot %s is unknown and the controller started recently; "
+			       "nodes may not have re-registered yet (%llu s left)",
+			       id, (unsigned long long)grace_left_s(c));
+		return NULL;
+	}
+	if (!m->first && unknown != PCSI_OK) {
+		pcsi_call_fail(call, unknown, "group snapshot %s does not exist", id);
+		return NULL;
+	}
+	if (pcsi_inflight_take(&c->busy, id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED,
+			       "an operation on group snapshot %s is in progress", id);
+		return NULL;
+	}
+	f = group_fanout(c, call, id, method, done, req);
+	if (m->first) {
+		f->known = true;
+		f->nodes[f->n_nodes++] = pcsi_xstrdup(m->first->nodes[0]);
+	} else { /* unknown: every node answers OK for what it does not hold */
+		pcsi_cluster_foreach_node(c->cluster, add_delete_node, f);
+	}
+	return f;
+}
+
 static void gctl_get_volume_group_snapshot(Csi__V1__GroupController_Service *svc,
 					   const Csi__V1__GetVolumeGroupSnapshotRequest *in,
 					   Csi__V1__GetVolumeGroupSnapshotResponse_Closure closure,
 					   void *call)
 {
-	struct pcsi_controller *c = from_group_svc(svc);
 	struct group_members m;
 	struct fanout *f;
 
 	if (!pcsi_group_id_begin(call, in->group_snapshot_id))
 		return;
-	group_members(c, in->group_snapshot_id, &m);
-	if (!m.first || !m.first->n_nodes) {
-		if (grace_left_s(c) && pcsi_group_snapshot_id_is(in->group_snapshot_id))
-			pcsi_call_fail(
-				call, PCSI_UNAVAILABLE,
-				"group snapshot %s is unknown and the controller started "
-				"recently; nodes may not have re-registered yet (%llu s left)",
-				in->group_snapshot_id, (unsigned long long)grace_left_s(c));
-		else
-			pcsi_call_fail(call, PCSI_NOT_FOUND, "group snapshot %.80s does not exist",
-				       in->group_snapshot_id);
-		return;
-	}
-	if (pcsi_inflight_take(&c->busy, in->group_snapshot_id) < 0) {
-		pcsi_call_fail(call, PCSI_ABORTED,
-			       "an operation on group snapshot %s is in progress",
+	if (!pcsi_group_snapshot_id_is(in->group_snapshot_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "group snapshot %.80s does not exist",
 			       in->group_snapshot_id);
 		return;
 	}
-	f = group_fanout(c, call, in->group_snapshot_id, "GetVolumeGroupSnapshot", "found",
-			 &in->base);
+	f = group_start(from_group_svc(svc), call, in->group_snapshot_id, "GetVolumeGroupSnapshot",
+			"found", &in->base, &m, PCSI_NOT_FOUND);
+	if (!f)
+		return;
 	f->on_ok = group_on_ok;
 	f->reply = group_reply;
-	f->nodes[f->n_nodes++] = pcsi_xstrdup(m.first->nodes[0]);
 	fanout_start(f);
 }
 
@@ -2029,7 +2053,6 @@ static void gctl_delete_volume_group_snapshot(
 	Csi__V1__GroupController_Service *svc, const Csi__V1__DeleteVolumeGroupSnapshotRequest *in,
 	Csi__V1__DeleteVolumeGroupSnapshotResponse_Closure closure, void *call)
 {
-	struct pcsi_controller *c = from_group_svc(svc);
 	Csi__V1__DeleteVolumeGroupSnapshotResponse out =
 		CSI__V1__DELETE_VOLUME_GROUP_SNAPSHOT_RESPONSE__INIT;
 	struct group_members m;
@@ -2041,30 +2064,12 @@ static void gctl_delete_volume_group_snapshot(
 		pcsi_call_reply(call, &out.base); /* not ours: nothing to delete */
 		return;
 	}
-	group_members(c, in->group_snapshot_id, &m);
-	if (!m.first && grace_left_s(c)) {
-		pcsi_call_fail(call, PCSI_UNAVAILABLE,
-			       "group snapshot %s is unknown and the controller started recently; "
-			       "nodes may not have re-registered yet (%llu s left)",
-			       in->group_snapshot_id, (unsigned long long)grace_left_s(c));
+	f = group_start(from_group_svc(svc), call, in->group_snapshot_id,
+			"DeleteVolumeGroupSnapshot", "deleted", &in->base, &m, PCSI_OK);
+	if (!f)
 		return;
-	}
-	if (pcsi_inflight_take(&c->busy, in->group_snapshot_id) < 0) {
-		pcsi_call_fail(call, PCSI_ABORTED,
-			       "an operation on group snapshot %s is in progress",
-			       in->group_snapshot_id);
-		return;
-	}
-	f = group_fanout(c, call, in->group_snapshot_id, "DeleteVolumeGroupSnapshot", "deleted",
-			 &in->base);
 	f->on_ok = group_delete_on_ok;
 	f->reply = group_delete_reply;
-	if (m.first && m.first->n_nodes) {
-		f->known = true;
-		f->nodes[f->n_nodes++] = pcsi_xstrdup(m.first->nodes[0]);
-	} else { /* unknown: every node answers OK for what it does not hold */
-		pcsi_cluster_foreach_node(c->cluster, add_delete_node, f);
-	}
 	fanout_start(f);
 }
 
