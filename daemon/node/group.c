@@ -149,7 +149,7 @@ struct group_rm {
 	struct pcsi_node *n;
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	struct pcsi_volrec rec; /* the group's */
-	bool had_rec;
+	bool found;		/* its record or a member was there */
 	struct pcsi_volrec_entry *recs;
 	size_t n_recs, i;
 	struct pcsi_backend_req breq;
@@ -177,7 +177,8 @@ static void on_rm_group_rec(int error, void *data)
 		rm_end(rm, error, "removing its record");
 		return;
 	}
-	pcsi_info(2, "group snapshot removed", "group=%s", rm->id);
+	if (rm->found)
+		pcsi_info(2, "group snapshot removed", "group=%s", rm->id);
 	rm_end(rm, 0, NULL);
 }
 
@@ -213,6 +214,7 @@ static void rm_next(struct group_rm *rm)
 	for (; rm->i < rm->n_recs; rm->i++) {
 		const struct pcsi_volrec_entry *e = &rm->recs[rm->i];
 		if (e->rec.snapshot && !strcmp(e->rec.group, rm->id)) {
+			rm->found = true;
 			rm->breq.id = e->id;
 			rm->breq.erase = e->rec.erase_after;
 			pcsi_backend_delete(rm->n->be, &rm->breq, on_rm_member, rm);
@@ -260,6 +262,7 @@ static void on_rm_loaded(int error, void *data)
 		return;
 	}
 	/* From here on the group is never reported again, whatever happens. */
+	rm->found = true;
 	rm->rec.pending = true;
 	pcsi_volrec_store(rm->n, rm->id, &rm->rec, on_rm_marked, rm);
 }
@@ -273,6 +276,7 @@ static void group_remove(struct pcsi_node *n, struct group_rm *rm, const char *i
 	snprintf(rm->id, sizeof(rm->id), "%s", id);
 	rm->recs = NULL;
 	rm->n_recs = 0;
+	rm->found = false;
 	rm->error = 0;
 	rm->msg[0] = '\0';
 	rm->cb = cb;
