@@ -32,8 +32,8 @@ struct pcsi_channel {
 	struct cconn *conn;	       /* the connection new calls use */
 	struct pcsi_list conns;	       /* all open ones, including those draining after GOAWAY */
 	struct addrinfo *ai, *ai_next; /* resolved addresses, the next one to try */
-	uv_getaddrinfo_t gai;
-	uv_timer_t backoff_timer;
+	struct resolve *resolving;     /* the name look-up in flight */
+	uv_timer_t backoff_timer;      /* the backoff; while resolving, the look-up's deadline */
 	uint32_t backoff_ms;
 	struct pcsi_list calls; /* every call not yet completed, oldest first */
 	int pending;		/* async things that refer to the channel */
@@ -47,6 +47,14 @@ static const struct pcsi_channel_opts defaults = {
 	.max_backoff_ms = 30000,
 	.connect_timeout_ms = 20000,
 	.max_recv_msg = 4u << 20,
+};
+
+/* A name look-up on the thread pool. One the channel gave up on (its
+ * deadline passed, or the channel closed) cannot be stopped once a thread
+ * runs it: it finishes on its own, refers to no channel, and frees itself. */
+struct resolve {
+	uv_getaddrinfo_t req;
+	struct pcsi_channel *chan; /* NULL once given up */
 };
 
 static void chan_connect(struct pcsi_channel *chan);
@@ -579,16 +587,39 @@ static void connect_next(struct pcsi_channel *chan, const char *why)
 	connect_failed(chan, why);
 }
 
+static void give_up_resolve(struct pcsi_channel *chan)
+{
+	chan->resolving->chan = NULL;
+	uv_cancel((uv_req_t *)&chan->resolving->req); /* only if no thread took it yet */
+	chan->resolving = NULL;
+	chan->pending--;
+}
+
+static void on_resolve_timeout(uv_timer_t *t)
+{
+	struct pcsi_channel *chan = pcsi_container_of(t, struct pcsi_channel, backoff_timer);
+	char why[96];
+
+	give_up_resolve(chan);
+	snprintf(why, sizeof(why), "the name look-up took longer than %u ms",
+		 (unsigned)chan->opts.connect_timeout_ms);
+	connect_failed(chan, why);
+}
+
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *ai)
 {
-	struct pcsi_channel *chan = pcsi_container_of(req, struct pcsi_channel, gai);
+	struct resolve *r = pcsi_container_of(req, struct resolve, req);
+	struct pcsi_channel *chan = r->chan;
 
-	chan->pending--;
-	if (chan->closing) {
-		uv_freeaddrinfo(ai);
-		chan_maybe_free(chan);
+	free(r);
+	if (!chan) { /* given up */
+		if (ai)
+			uv_freeaddrinfo(ai);
 		return;
 	}
+	chan->resolving = NULL;
+	chan->pending--;
+	uv_timer_stop(&chan->backoff_timer);
 	if (status < 0) {
 		connect_failed(chan, uv_strerror(status));
 		return;
@@ -614,13 +645,20 @@ static void chan_connect(struct pcsi_channel *chan)
 	}
 	snprintf(port, sizeof(port), "%d", chan->ep.port);
 	chan->state = CH_RESOLVING;
-	rc = uv_getaddrinfo(chan->loop, &chan->gai, on_resolved,
+	chan->resolving = pcsi_xcalloc(1, sizeof(*chan->resolving));
+	chan->resolving->chan = chan;
+	rc = uv_getaddrinfo(chan->loop, &chan->resolving->req, on_resolved,
 			    chan->ep.host[0] ? chan->ep.host : "localhost", port, &hints);
 	if (rc < 0) {
+		free(chan->resolving);
+		chan->resolving = NULL;
 		connect_failed(chan, uv_strerror(rc));
 		return;
 	}
 	chan->pending++;
+	/* The look-up counts against the connect timeout: a resolver that does
+	 * not answer holds a pool thread, never the channel. */
+	uv_timer_start(&chan->backoff_timer, on_resolve_timeout, chan->opts.connect_timeout_ms, 0);
 }
 
 struct pcsi_channel *pcsi_channel_new(uv_loop_t *loop, const char *endpoint,
@@ -689,7 +727,7 @@ void pcsi_channel_close(struct pcsi_channel *chan)
 		pcsi_conn_close(&pcsi_list_entry(p, struct cconn, link)->c, "channel closed");
 	}
 	forget_addresses(chan);
-	if (chan->state == CH_RESOLVING)
-		uv_cancel((uv_req_t *)&chan->gai);
+	if (chan->resolving)
+		give_up_resolve(chan);
 	uv_close((uv_handle_t *)&chan->backoff_timer, on_backoff_closed);
 }

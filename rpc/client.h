@@ -36,7 +36,7 @@ struct pcsi_client_call;
 struct pcsi_channel_opts {
 	uint32_t initial_backoff_ms; /* default 1000 */
 	uint32_t max_backoff_ms;     /* default 30000 */
-	uint32_t connect_timeout_ms; /* TCP connect + TLS handshake, default 20000 */
+	uint32_t connect_timeout_ms; /* name look-up; TCP connect + TLS handshake; default 20000 */
 	size_t max_recv_msg;	     /* default 4 MiB */
 	uint32_t idle_timeout_ms;    /* close the connection after this long without a
 					call; the next call reconnects. 0: keep it open */

@@ -20,7 +20,9 @@
  * channel, shutting the server down, running the loop until it is empty and
  * asserting uv_loop_close() == 0. */
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1282,6 +1284,41 @@ START_TEST(test_client_connect_timeout)
 }
 END_TEST
 
+/* getaddrinfo() as libuv's pool threads call it (this executable's
+ * definition comes first): "slow.invalid" takes 3 s, as a resolver that
+ * does not answer would; the rest goes to libc. */
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+		struct addrinfo **res)
+{
+	static int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+
+	if (node && !strcmp(node, "slow.invalid")) {
+		sleep(3);
+		return EAI_AGAIN;
+	}
+	if (!real)
+		real = (int (*)(const char *, const char *, const struct addrinfo *,
+				struct addrinfo **))dlsym(RTLD_NEXT, "getaddrinfo");
+	return real(node, service, hints, res);
+}
+
+START_TEST(test_client_name_lookup_timeout)
+{
+	struct pcsi_channel_opts o = { .connect_timeout_ms = 200 };
+	struct result r;
+
+	fx->chan = new_channel("tcp://slow.invalid:1", NULL, &o);
+	start_call(&r, "GetPluginInfo", 0); /* no deadline: only the connect timeout ends it */
+	WAIT_DONE(&r, 2500);
+	ASSERT_STATUS(&r, PCSI_UNAVAILABLE);
+	ck_assert_msg(strstr(r.message, "name look-up took longer than 200 ms"), "message: %s",
+		      r.message);
+	/* teardown() closes the channel while the look-up still runs on its
+	 * thread, and runs the loop until that has ended: it must find no
+	 * channel to touch (ASan's build would see it), and the loop closes. */
+}
+END_TEST
+
 START_TEST(test_tls_handshake_timeout)
 {
 	const char *url;
@@ -1866,6 +1903,7 @@ static Suite *rpc_suite(void)
 	tcase_add_test(tc, test_idle_timeout_counts_from_last_activity);
 	tcase_add_test(tc, test_max_connections);
 	tcase_add_test(tc, test_client_connect_timeout);
+	tcase_add_test(tc, test_client_name_lookup_timeout);
 	tcase_add_test(tc, test_tls_handshake_timeout);
 	tcase_add_test(tc, test_slow_preface_dropped_at_handshake_timeout);
 	tcase_add_test(tc, test_slow_request_dropped_at_handshake_timeout);
