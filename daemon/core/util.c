@@ -98,6 +98,38 @@ int pcsi_parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
+/* fsync() of the directory that holds |path|: a rename or an unlink in it
+ * is on the medium once this returned 0. */
+static int fsync_dir_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? pcsi_xasprintf("%.*s", (int)(slash == path ? 1 : slash - path), path)
+			  : pcsi_xstrdup(".");
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0 || (fsync(fd) < 0 && errno != EINVAL)) /* EINVAL: nothing to sync */
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	free(dir);
+	return rc;
+}
+
+/* Writes all |len| bytes (a short write goes on): 0 or -errno. */
+static int write_all(int fd, const char *p, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 int pcsi_write_file_atomic(const char *path, const char *text, size_t len)
 {
 	char *tmp = pcsi_xasprintf("%s.tmp", path);
@@ -106,13 +138,24 @@ int pcsi_write_file_atomic(const char *path, const char *text, size_t len)
 	if (fd < 0) {
 		rc = -errno;
 	} else {
-		rc = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0 ? 0 : -EIO;
+		rc = write_all(fd, text, len);
+		if (rc == 0 && fsync(fd) < 0)
+			rc = -errno;
 		close(fd);
 		if (rc == 0 && rename(tmp, path) < 0)
 			rc = -errno;
 		if (rc < 0)
 			unlink(tmp);
+		else
+			rc = fsync_dir_of(path);
 	}
 	free(tmp);
 	return rc;
+}
+
+int pcsi_unlink_durable(const char *path)
+{
+	if (unlink(path) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	return fsync_dir_of(path);
 }

@@ -30,11 +30,17 @@ char *pcsi_xasprintf(const char *fmt, ...) PCSI_PRINTF(1, 2);
  * false spellings). Returns 0 or -EINVAL. */
 int pcsi_parse_bool(const char *s, bool *out);
 
-/* Replaces |path| with |len| bytes of |text| so that a crash leaves the old
- * file or the new one, whole: writes <path>.tmp (mode 0600), fsyncs it and
- * renames it over |path| (the .tmp is removed on failure). Blocks: for the
- * thread pool. 0 or -errno. */
+/* Replaces |path| with |len| bytes of |text| so that a crash or a power cut
+ * leaves the old file or the new one, whole, and the new one once this has
+ * returned 0: writes <path>.tmp (mode 0600), fsyncs it, renames it over
+ * |path| and fsyncs the directory (the .tmp is removed on failure). Blocks:
+ * for the thread pool. 0 or -errno (the write's own: -ENOSPC when full). */
 int pcsi_write_file_atomic(const char *path, const char *text, size_t len);
+
+/* Removes |path| (a missing one is fine) and fsyncs its directory, so that
+ * the removal outlives a power cut once this has returned 0. Blocks. 0 or
+ * -errno. */
+int pcsi_unlink_durable(const char *path);
 
 /* Monotonic clock in milliseconds / nanoseconds (CLOCK_MONOTONIC). */
 uint64_t pcsi_now_ms(void);

@@ -228,19 +228,14 @@ static void do_load(struct job *j)
 		j->rc = read_legacy_rec(j->legacy_path, j->out);
 }
 
-static int unlink_rec(const char *path)
-{
-	return unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
-}
-
 static void on_job(uv_work_t *w)
 {
 	struct job *j = pcsi_container_of(w, struct job, work);
 
 	if (j->remove) {
-		j->rc = unlink_rec(j->path);
+		j->rc = pcsi_unlink_durable(j->path);
 		if (j->rc == 0)
-			j->rc = unlink_rec(j->legacy_path);
+			j->rc = pcsi_unlink_durable(j->legacy_path);
 	} else if (j->store)
 		do_store(j);
 	else

@@ -2,11 +2,14 @@
  * its volume records (store, load, remove), on a private loop and a
  * temporary state directory. */
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
@@ -435,6 +438,66 @@ START_TEST(no_temp_file_left)
 }
 END_TEST
 
+/* fsync() as state.c's writes call it (this executable's definition comes
+ * first): counts the syncs of the directory |synced_dir| names and notes
+ * whether |watched| existed at the last one. */
+static char synced_dir[160], watched[200];
+static int dir_syncs;
+static bool watched_there;
+
+int fsync(int fd)
+{
+	static int (*real)(int);
+	struct stat st, want;
+
+	if (!real)
+		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+	if (synced_dir[0] && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) &&
+	    stat(synced_dir, &want) == 0 && st.st_ino == want.st_ino && st.st_dev == want.st_dev) {
+		dir_syncs++;
+		watched_there = access(watched, F_OK) == 0;
+	}
+	return real(fd);
+}
+
+START_TEST(store_and_remove_sync_the_directory)
+{
+	struct pcsi_volrec rec = { .name = "durable" };
+
+	/* A record stored is in the directory (renamed in) before the
+	 * directory is synced; one removed is gone before it is. */
+	snprintf(synced_dir, sizeof(synced_dir), "%s/volumes", tmp);
+	snprintf(watched, sizeof(watched), "%s/id-sync.json", synced_dir);
+	ck_assert_int_eq(store("id-sync", &rec), 0);
+	ck_assert_int_eq(dir_syncs, 1);
+	ck_assert(watched_there);
+	ck_assert_int_eq(store("id-sync", NULL), 0);
+	ck_assert_int_eq(dir_syncs, 2);
+	ck_assert(!watched_there);
+	synced_dir[0] = '\0';
+}
+END_TEST
+
+START_TEST(store_keeps_the_write_error)
+{
+	struct pcsi_volrec rec = { .name = "old" }, out;
+	struct rlimit small = { 64, 64 };
+	char path[160];
+
+	/* A file size limit stands in for a full disk: the write's own error
+	 * comes back, the old record stays whole, no .tmp is left. */
+	ck_assert_int_eq(store("id-full", &rec), 0);
+	signal(SIGXFSZ, SIG_IGN);
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+	memset(rec.name, 'n', sizeof(rec.name) - 1);
+	ck_assert_int_eq(store("id-full", &rec), -EFBIG);
+	ck_assert_int_eq(load("id-full", &out), 0);
+	ck_assert_str_eq(out.name, "old");
+	snprintf(path, sizeof(path), "%s/volumes/id-full.json.tmp", tmp);
+	ck_assert_int_ne(access(path, F_OK), 0);
+}
+END_TEST
+
 START_TEST(corrupt_record_is_eio)
 {
 	static const char *const bad[] = { "", "{", "{\"name\":\"x\"", "not json", "\x01\x02" };
@@ -730,6 +793,8 @@ static Suite *state_suite(void)
 	tcase_add_test(tc, remove_record);
 	tcase_add_test(tc, intel_record_is_read);
 	tcase_add_test(tc, no_temp_file_left);
+	tcase_add_test(tc, store_and_remove_sync_the_directory);
+	tcase_add_test(tc, store_keeps_the_write_error);
 	tcase_add_test(tc, corrupt_record_is_eio);
 	tcase_add_test(tc, non_object_record_is_eio);
 	tcase_add_test(tc, partial_record_keeps_defaults);
