@@ -37,6 +37,33 @@ static int mkdir_p(const char *path)
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
+/* A record is written as <id>.json.tmp and renamed over <id>.json
+ * (pcsi_write_file_atomic): a .tmp left behind was never a record. */
+static void remove_half_written(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		char *path;
+
+		if (len <= 9 || strcmp(e->d_name + len - 9, ".json.tmp"))
+			continue;
+		path = pcsi_xasprintf("%s/%s", dir, e->d_name);
+		if (unlink(path) == 0)
+			n++;
+		free(path);
+	}
+	closedir(d);
+	if (n)
+		pcsi_info(1, "removed half-written records a crash left", "dir=%s count=%d", dir,
+			  n);
+}
+
 int pcsi_node_init(struct pcsi_node *n, uv_loop_t *loop, const struct pcsi_config *cfg,
 		   struct pcsi_backend *be, char *err, size_t errlen)
 {
@@ -53,6 +80,8 @@ int pcsi_node_init(struct pcsi_node *n, uv_loop_t *loop, const struct pcsi_confi
 	if (rc < 0)
 		snprintf(err, errlen, "cannot create state directory %s: %s", n->state_dir,
 			 strerror(-rc));
+	else
+		remove_half_written(n->state_dir);
 	return rc;
 }
 

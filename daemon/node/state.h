@@ -62,7 +62,9 @@ struct pcsi_node {
 	struct pcsi_inflight busy;
 };
 
-/* Sets up |n|; creates the state directory (at start-up, synchronously). */
+/* Sets up |n|; creates the state directory and removes the half-written
+ * records (<id>.json.tmp) a crash or a power cut left there, which never
+ * count (at start-up, synchronously). */
 int pcsi_node_init(struct pcsi_node *n, uv_loop_t *loop, const struct pcsi_config *cfg,
 		   struct pcsi_backend *be, char *err, size_t errlen);
 void pcsi_node_done(struct pcsi_node *n);

@@ -133,16 +133,21 @@ static void record_path(char *path, size_t len, bool intel, const char *id)
 	snprintf(path, len, "%s%s/%s.json", tmp, intel ? "" : "/volumes", id);
 }
 
-static void write_at(bool intel, const char *id, const char *text)
+static void write_file(const char *path, const char *text)
 {
-	char path[160];
-	FILE *f;
+	FILE *f = fopen(path, "w");
 
-	record_path(path, sizeof(path), intel, id);
-	f = fopen(path, "w");
 	ck_assert_ptr_nonnull(f);
 	ck_assert_int_eq(fputs(text, f) >= 0, 1);
 	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void write_at(bool intel, const char *id, const char *text)
+{
+	char path[160];
+
+	record_path(path, sizeof(path), intel, id);
+	write_file(path, text);
 }
 
 static bool exists_at(bool intel, const char *id)
@@ -498,6 +503,28 @@ START_TEST(store_keeps_the_write_error)
 }
 END_TEST
 
+START_TEST(init_removes_half_written_records)
+{
+	struct pcsi_volrec rec = { .name = "kept" }, out;
+	char path[200], err[256] = "";
+
+	/* What a cut during pcsi_write_file_atomic leaves: a .tmp next to the
+	 * record (or alone). A new start removes it and keeps the record. */
+	ck_assert_int_eq(store("id-half", &rec), 0);
+	snprintf(path, sizeof(path), "%s/volumes/id-half.json.tmp", tmp);
+	write_file(path, "{\"name\": \"tr");
+	snprintf(path, sizeof(path), "%s/volumes/id-alone.json.tmp", tmp);
+	write_file(path, "");
+	pcsi_node_done(&node);
+	ck_assert_msg(pcsi_node_init(&node, &loop, &cfg, NULL, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_ne(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "%s/volumes/id-half.json.tmp", tmp);
+	ck_assert_int_ne(access(path, F_OK), 0);
+	ck_assert_int_eq(load("id-half", &out), 0);
+	ck_assert_str_eq(out.name, "kept");
+}
+END_TEST
+
 START_TEST(corrupt_record_is_eio)
 {
 	static const char *const bad[] = { "", "{", "{\"name\":\"x\"", "not json", "\x01\x02" };
@@ -795,6 +822,7 @@ static Suite *state_suite(void)
 	tcase_add_test(tc, no_temp_file_left);
 	tcase_add_test(tc, store_and_remove_sync_the_directory);
 	tcase_add_test(tc, store_keeps_the_write_error);
+	tcase_add_test(tc, init_removes_half_written_records);
 	tcase_add_test(tc, corrupt_record_is_eio);
 	tcase_add_test(tc, non_object_record_is_eio);
 	tcase_add_test(tc, partial_record_keeps_defaults);
