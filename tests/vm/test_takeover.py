@@ -7,7 +7,8 @@ volume still published and an inline ephemeral volume in use; ours starts on
 the same node with the same driver name and state directory. Ours must list
 them all with their sizes, report the same capacity, publish the published
 one again (kubelet does after a restart), stage and publish each with the
-data intact, expand and snapshot an adopted LVM volume, remove the ephemeral
+data intact, expand (lvm online, direct offline) and snapshot an adopted
+volume, remove the ephemeral
 volume at its unpublish, and delete every volume with the erase Intel
 recorded (checked on the medium for LVM: the freed extents still hold the
 data of an `eraseafter: "false"` volume and are zero for the others). Then
@@ -545,7 +546,8 @@ def _():
         d.unpublish_unstage(name, ids[name])
 
 
-@t.test("an adopted volume grows and is snapshotted (lvm), or expansion is refused (direct)")
+@t.test("an adopted volume grows (lvm: online; direct: offline, by copying, refused while in use) and is "
+        "snapshotted")
 def _():
     d = cur[0]
     name, v = "vol-ext4", VOLUMES["vol-ext4"]
@@ -557,11 +559,19 @@ def _():
     code, details, r = d.rpc("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
         volume_id=vid, capacity_range=csi.CapacityRange(required_bytes=new), volume_capability=cap(v)))
     if not LVM:
-        pt.check(code == SC.UNIMPLEMENTED, "direct expansion: %s %s" % (code, details))
+        # direct grows by copying into a larger namespace: not while in use.
+        pt.check(code == SC.FAILED_PRECONDITION, "direct expansion in use: %s %s" % (code, details))
         pt.check(data_intact(name, tg, v), "data changed by the refused expansion")
         d.unpublish_unstage(name, vid)
-        return
-    pt.check(code == SC.OK and r.capacity_bytes == new, "ControllerExpandVolume: %s %s %r" % (code, details, r))
+        code, details, r = d.rpc("Controller", "ControllerExpandVolume", csi.ControllerExpandVolumeRequest(
+            volume_id=vid, capacity_range=csi.CapacityRange(required_bytes=new), volume_capability=cap(v)))
+        pt.check(code == SC.OK and r.capacity_bytes >= new,
+                 "ControllerExpandVolume offline: %s %s %r" % (code, details, r))
+        tg = d.stage_publish(name, vid, v)
+    else:
+        pt.check(code == SC.OK and r.capacity_bytes == new,
+                 "ControllerExpandVolume: %s %s %r" % (code, details, r))
+    new = r.capacity_bytes
     d.ok("Node", "NodeExpandVolume", csi.NodeExpandVolumeRequest(
         volume_id=vid, volume_path=tg, staging_target_path=d.paths(name)[0],
         capacity_range=csi.CapacityRange(required_bytes=new), volume_capability=cap(v)))
