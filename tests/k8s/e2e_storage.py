@@ -206,6 +206,8 @@ class Run:
     # ---- e2e.test -------------------------------------------------------------
 
     def run_e2e(self, mode):
+        if mode == "central":  # the VolumeGroupSnapshotClass testdriver-central-group.yaml names
+            self.k("apply", "-k", manifests("snapshot"))
         report = os.path.join(self.work, "report", mode)
         os.makedirs(report, exist_ok=True)
         bindir = os.path.join(self.work, "bin")
