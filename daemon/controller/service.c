@@ -2012,13 +2012,8 @@ static void gctl_get_volume_group_snapshot(Csi__V1__GroupController_Service *svc
 	struct group_members m;
 	struct fanout *f;
 
-	if (!pcsi_group_id_begin(call, in->group_snapshot_id))
+	if (!pcsi_get_group_begin(call, in))
 		return;
-	if (!pcsi_group_snapshot_id_is(in->group_snapshot_id)) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "group snapshot %.80s does not exist",
-			       in->group_snapshot_id);
-		return;
-	}
 	f = group_start(from_group_svc(svc), call, in->group_snapshot_id, "GetVolumeGroupSnapshot",
 			"found", &in->base, &m, PCSI_NOT_FOUND);
 	if (!f)
@@ -2053,17 +2048,11 @@ static void gctl_delete_volume_group_snapshot(
 	Csi__V1__GroupController_Service *svc, const Csi__V1__DeleteVolumeGroupSnapshotRequest *in,
 	Csi__V1__DeleteVolumeGroupSnapshotResponse_Closure closure, void *call)
 {
-	Csi__V1__DeleteVolumeGroupSnapshotResponse out =
-		CSI__V1__DELETE_VOLUME_GROUP_SNAPSHOT_RESPONSE__INIT;
 	struct group_members m;
 	struct fanout *f;
 
-	if (!pcsi_group_id_begin(call, in->group_snapshot_id))
+	if (!pcsi_delete_group_begin(call, in))
 		return;
-	if (!pcsi_group_snapshot_id_is(in->group_snapshot_id)) {
-		pcsi_call_reply(call, &out.base); /* not ours: nothing to delete */
-		return;
-	}
 	f = group_start(from_group_svc(svc), call, in->group_snapshot_id,
 			"DeleteVolumeGroupSnapshot", "deleted", &in->base, &m, PCSI_OK);
 	if (!f)

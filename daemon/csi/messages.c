@@ -816,10 +816,37 @@ bool pcsi_group_snapshot_begin(struct pcsi_call *call,
 	return true;
 }
 
-bool pcsi_group_id_begin(struct pcsi_call *call, const char *group_snapshot_id)
+static bool group_id_given(struct pcsi_call *call, const char *id)
 {
-	if (!group_snapshot_id || !*group_snapshot_id) {
+	if (!id || !*id) {
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "group_snapshot_id is required");
+		return false;
+	}
+	return true;
+}
+
+bool pcsi_get_group_begin(struct pcsi_call *call, const Csi__V1__GetVolumeGroupSnapshotRequest *in)
+{
+	if (!group_id_given(call, in->group_snapshot_id))
+		return false;
+	if (!pcsi_group_snapshot_id_is(in->group_snapshot_id)) {
+		pcsi_call_fail(call, PCSI_NOT_FOUND, "group snapshot %.80s does not exist",
+			       in->group_snapshot_id);
+		return false;
+	}
+	return true;
+}
+
+bool pcsi_delete_group_begin(struct pcsi_call *call,
+			     const Csi__V1__DeleteVolumeGroupSnapshotRequest *in)
+{
+	Csi__V1__DeleteVolumeGroupSnapshotResponse out =
+		CSI__V1__DELETE_VOLUME_GROUP_SNAPSHOT_RESPONSE__INIT;
+
+	if (!group_id_given(call, in->group_snapshot_id))
+		return false;
+	if (!pcsi_group_snapshot_id_is(in->group_snapshot_id)) {
+		pcsi_call_reply(call, &out.base); /* not an id of ours: nothing to delete */
 		return false;
 	}
 	return true;

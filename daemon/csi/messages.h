@@ -271,9 +271,16 @@ bool pcsi_group_snapshot_begin(struct pcsi_call *call,
 			       const Csi__V1__CreateVolumeGroupSnapshotRequest *in,
 			       char id[PCSI_VOLUME_ID_MAX + 1]);
 
-/* The start of Delete/GetVolumeGroupSnapshot: a group_snapshot_id (else
- * INVALID_ARGUMENT, ended, false). */
-bool pcsi_group_id_begin(struct pcsi_call *call, const char *group_snapshot_id);
+/* The start of GetVolumeGroupSnapshot: a group_snapshot_id (else
+ * INVALID_ARGUMENT) shaped like ours (else NOT_FOUND); false when the call
+ * has been ended. */
+bool pcsi_get_group_begin(struct pcsi_call *call, const Csi__V1__GetVolumeGroupSnapshotRequest *in);
+
+/* The start of DeleteVolumeGroupSnapshot: a group_snapshot_id (else
+ * INVALID_ARGUMENT); one not shaped like ours is answered OK at once (there
+ * is nothing to delete); false when the call has been ended. */
+bool pcsi_delete_group_begin(struct pcsi_call *call,
+			     const Csi__V1__DeleteVolumeGroupSnapshotRequest *in);
 
 /* True when the |n| strings at |a| and the |m| at |b| are the same set
  * (each list without repeats). */

@@ -698,17 +698,10 @@ static void gctl_delete_volume_group_snapshot(
 	Csi__V1__DeleteVolumeGroupSnapshotResponse_Closure closure, void *call)
 {
 	struct pcsi_group_controller *g = from_svc(svc);
-	Csi__V1__DeleteVolumeGroupSnapshotResponse out =
-		CSI__V1__DELETE_VOLUME_GROUP_SNAPSHOT_RESPONSE__INIT;
 	struct group_op *op;
 
-	if (!pcsi_group_id_begin(call, in->group_snapshot_id))
+	if (!pcsi_delete_group_begin(call, in))
 		return;
-	if (!pcsi_group_snapshot_id_is(in->group_snapshot_id)) {
-		/* Not an id this driver ever made: nothing to delete here. */
-		pcsi_call_reply(call, &out.base);
-		return;
-	}
 	if (pcsi_inflight_take(&g->node->busy, in->group_snapshot_id) < 0) {
 		pcsi_call_fail(call, PCSI_ABORTED,
 			       "an operation on group snapshot %s is in progress",
@@ -746,13 +739,8 @@ static void gctl_get_volume_group_snapshot(Csi__V1__GroupController_Service *svc
 	struct pcsi_group_controller *g = from_svc(svc);
 	struct group_op *op;
 
-	if (!pcsi_group_id_begin(call, in->group_snapshot_id))
+	if (!pcsi_get_group_begin(call, in))
 		return;
-	if (!pcsi_group_snapshot_id_is(in->group_snapshot_id)) {
-		pcsi_call_fail(call, PCSI_NOT_FOUND, "group snapshot %.80s does not exist",
-			       in->group_snapshot_id);
-		return;
-	}
 	if (pcsi_inflight_take(&g->node->busy, in->group_snapshot_id) < 0) {
 		pcsi_call_fail(call, PCSI_ABORTED,
 			       "an operation on group snapshot %s is in progress",
