@@ -95,8 +95,13 @@ CI_SPECS = [
      r"expansion works", BOTH),
     # Group snapshots: central mode, through testdriver-central-group.yaml
     # (csi-snapshotter's node deployment sees no group snapshot contents).
-    (r"\[Driver: pmem-csi-one-node\] \[Testpattern: +\(delete policy\)\] volumegroupsnapshottable", CENTRAL,
-     CENTRAL),
+    # Not in CI: the spec's restored PVCs ask for 1Mi, the suite's fixed
+    # minimum, and csi-provisioner refuses a restore smaller than the
+    # member's restoreSize (4 MiB here: an LV is whole extents), so it
+    # cannot pass for a driver whose volumes are larger than asked (measured
+    # 2026-12-05: the VolumeGroupSnapshot and its three VolumeSnapshots
+    # became ready, then every restore was refused for its size).
+    (r"\[Driver: pmem-csi-one-node\] \[Testpattern: +\(delete policy\)\] volumegroupsnapshottable", CENTRAL),
     (r"\[Driver: pmem-csi-one-node\] \[Testpattern: Pre-provisioned VolumeGroupSnapshot \(delete policy\)\] "
      r"volumegroupsnapshottable", CENTRAL),
 ]
