@@ -619,18 +619,26 @@ static void group_op_release(struct pcsi_op *base)
 	free(op);
 }
 
-static struct group_op *group_op_new(struct pcsi_group_controller *g, struct pcsi_call *call,
-				     const char *what, const char *id, char *const *snapshot_ids,
-				     size_t n_snapshot_ids)
+/* Takes group |id| in the node's busy set (ABORTED when taken), then reads
+ * what the node holds of it and hands that to |cb|. */
+static void group_op_start(struct pcsi_group_controller *g, struct pcsi_call *call,
+			   const char *what, const char *id, char *const *snapshot_ids,
+			   size_t n_snapshot_ids, void (*cb)(struct group_view *v, void *data))
 {
-	struct group_op *op = pcsi_xcalloc(1, sizeof(*op));
+	struct group_op *op;
 
+	if (pcsi_inflight_take(&g->node->busy, id) < 0) {
+		pcsi_call_fail(call, PCSI_ABORTED,
+			       "an operation on group snapshot %s is in progress", id);
+		return;
+	}
+	op = pcsi_xcalloc(1, sizeof(*op));
 	pcsi_op_init(&op->base, call, what, group_op_release);
 	op->g = g;
 	snprintf(op->id, sizeof(op->id), "%s", id);
 	op->snapshot_ids = snapshot_ids;
 	op->n_snapshot_ids = n_snapshot_ids;
-	return op;
+	view_load(g->node, &op->view, op->id, cb, op);
 }
 
 /* The members (into op->members, their number) when the request's
@@ -697,20 +705,10 @@ static void gctl_delete_volume_group_snapshot(
 	Csi__V1__GroupController_Service *svc, const Csi__V1__DeleteVolumeGroupSnapshotRequest *in,
 	Csi__V1__DeleteVolumeGroupSnapshotResponse_Closure closure, void *call)
 {
-	struct pcsi_group_controller *g = from_svc(svc);
-	struct group_op *op;
-
 	if (!pcsi_delete_group_begin(call, in))
 		return;
-	if (pcsi_inflight_take(&g->node->busy, in->group_snapshot_id) < 0) {
-		pcsi_call_fail(call, PCSI_ABORTED,
-			       "an operation on group snapshot %s is in progress",
-			       in->group_snapshot_id);
-		return;
-	}
-	op = group_op_new(g, call, "DeleteVolumeGroupSnapshot", in->group_snapshot_id,
-			  in->snapshot_ids, in->n_snapshot_ids);
-	view_load(g->node, &op->view, op->id, on_delete_view, op);
+	group_op_start(from_svc(svc), call, "DeleteVolumeGroupSnapshot", in->group_snapshot_id,
+		       in->snapshot_ids, in->n_snapshot_ids, on_delete_view);
 }
 
 static void on_get_view(struct group_view *v, void *data)
@@ -736,20 +734,10 @@ static void gctl_get_volume_group_snapshot(Csi__V1__GroupController_Service *svc
 					   Csi__V1__GetVolumeGroupSnapshotResponse_Closure closure,
 					   void *call)
 {
-	struct pcsi_group_controller *g = from_svc(svc);
-	struct group_op *op;
-
 	if (!pcsi_get_group_begin(call, in))
 		return;
-	if (pcsi_inflight_take(&g->node->busy, in->group_snapshot_id) < 0) {
-		pcsi_call_fail(call, PCSI_ABORTED,
-			       "an operation on group snapshot %s is in progress",
-			       in->group_snapshot_id);
-		return;
-	}
-	op = group_op_new(g, call, "GetVolumeGroupSnapshot", in->group_snapshot_id,
-			  in->snapshot_ids, in->n_snapshot_ids);
-	view_load(g->node, &op->view, op->id, on_get_view, op);
+	group_op_start(from_svc(svc), call, "GetVolumeGroupSnapshot", in->group_snapshot_id,
+		       in->snapshot_ids, in->n_snapshot_ids, on_get_view);
 }
 
 static void gctl_group_controller_get_capabilities(
