@@ -599,9 +599,8 @@ struct group_op {
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	char *const *snapshot_ids; /* the request's */
 	size_t n_snapshot_ids;
-	const char *members[PCSI_GROUP_MAX];
-	size_t n_held; /* members held in busy (delete) */
-	char held[PCSI_GROUP_MAX][PCSI_VOLUME_ID_MAX + 1];
+	const char *members[PCSI_GROUP_MAX]; /* in view's records */
+	size_t n_held;			     /* the first members, held in busy (delete) */
 	struct group_view view;
 	struct group_rm rm;
 };
@@ -612,9 +611,9 @@ static void group_op_release(struct pcsi_op *base)
 	struct pcsi_inflight *busy = &op->g->node->busy;
 	size_t i;
 
-	view_done(&op->view);
 	for (i = 0; i < op->n_held; i++)
-		pcsi_inflight_drop(busy, op->held[i]);
+		pcsi_inflight_drop(busy, op->members[i]);
+	view_done(&op->view); /* after: the members' ids are its records' */
 	pcsi_inflight_drop(busy, op->id);
 	free(op);
 }
@@ -696,7 +695,7 @@ static void on_delete_view(struct group_view *v, void *data)
 				     op->members[i]);
 			return;
 		}
-		snprintf(op->held[op->n_held++], sizeof(op->held[0]), "%s", op->members[i]);
+		op->n_held++;
 	}
 	group_remove(op->g->node, &op->rm, op->id, on_deleted, op);
 }
