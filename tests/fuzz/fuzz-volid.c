@@ -50,6 +50,25 @@ static bool ref_is_derived(const char *id)
 	return true;
 }
 
+/* volid.h: the ids a volume call never takes: "snap.", "grow." or "group."
+ * followed by exactly 56 lowercase hex digits. */
+static bool ref_reserved(const char *id)
+{
+	static const char *const prefixes[] = {"snap.", "grow.", "group."};
+	size_t i, k, n = strlen(id), p;
+
+	for (k = 0; k < sizeof(prefixes) / sizeof(prefixes[0]); k++) {
+		p = strlen(prefixes[k]);
+		if (n != p + 56 || strncmp(id, prefixes[k], p))
+			continue;
+		for (i = p; i < n && strchr("0123456789abcdef", id[i]); i++)
+			;
+		if (i == n)
+			return true;
+	}
+	return false;
+}
+
 /* mount.h: absolute, at most PATH_MAX-1 bytes, no control characters, no
  * empty, "." or ".." component, no trailing slash, and not "/". */
 static bool ref_path_valid(const char *path)
@@ -101,11 +120,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(!pcsi_snapshot_id_is(s) || (pcsi_volume_id_valid(s) && !pcsi_volume_id_ok(s) &&
 					       !pcsi_volume_id_is_derived(s)),
 		   "volid: a snapshot id that is a volume id too");
-	FUZZ_CHECK(pcsi_volume_id_ok(s) == (pcsi_volume_id_valid(s) && !pcsi_snapshot_id_is(s)),
+	FUZZ_CHECK(pcsi_volume_id_ok(s) == (ref_id_valid(s) && !ref_reserved(s)),
 		   "volid: id_ok() breaks its rule");
+	FUZZ_CHECK(ref_reserved(s) == (pcsi_snapshot_id_is(s) || pcsi_grow_id_is(s) ||
+				       pcsi_group_snapshot_id_is(s)),
+		   "volid: the reserved shapes break their rule");
 	pcsi_snapshot_id(s, id);
 	FUZZ_CHECK(pcsi_snapshot_id_is(id) && pcsi_volume_id_valid(id) && !pcsi_volume_id_ok(id),
 		   "volid: a snapshot's id without the snapshot shape");
+	pcsi_grow_id(s, id);
+	FUZZ_CHECK(pcsi_grow_id_is(id) && pcsi_volume_id_valid(id) && !pcsi_volume_id_ok(id),
+		   "volid: a saved copy's id without its shape");
+	pcsi_group_snapshot_id(s, id);
+	FUZZ_CHECK(pcsi_group_snapshot_id_is(id) && pcsi_volume_id_valid(id) &&
+			   !pcsi_volume_id_ok(id) && !pcsi_snapshot_id_is(id),
+		   "volid: a group's id without its shape");
+	pcsi_group_member_id(s, s, id);
+	FUZZ_CHECK(pcsi_snapshot_id_is(id) && !pcsi_volume_id_ok(id),
+		   "volid: a group member's id is not a snapshot id");
 	free(s);
 	return 0;
 }

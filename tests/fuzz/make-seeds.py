@@ -446,6 +446,10 @@ def volid_seeds():
         "path-trailing-slash": "/var/lib/",
         "path-root": "/",
         "path-control": "/var/lib/\x1b[31m",
+        "snapshot-id": "snap." + "0" * 56,
+        "grow-id": "grow." + "a" * 56,
+        "group-id": "group.2aff3ab34bace008e23223673b4a397ba8d6eab4d04eb2d2135d3e86",
+        "group-id-upper": "group." + "A" * 56,
     }
     for name, text in seeds.items():
         write("volid", name, text)
