@@ -54,7 +54,7 @@ static bool ref_is_derived(const char *id)
  * followed by exactly 56 lowercase hex digits. */
 static bool ref_reserved(const char *id)
 {
-	static const char *const prefixes[] = {"snap.", "grow.", "group."};
+	static const char *const prefixes[] = { "snap.", "grow.", "group." };
 	size_t i, k, n = strlen(id), p;
 
 	for (k = 0; k < sizeof(prefixes) / sizeof(prefixes[0]); k++) {
