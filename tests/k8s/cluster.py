@@ -282,8 +282,8 @@ class Cluster:
         node import the tarballs of |tars| (image name -> tarball) itself."""
         env = {
             "KUBE": self.kube, "PAUSE_IMAGE": PAUSE, "DNS_IP": DNS_IP, "CLUSTER_CIDR": CLUSTER_CIDR,
-            "CONTAINERD_DISK": "/dev/vda" if containerd_disk else "", "IMAGES": " ".join(sorted(tars)),
-            "IMAGE_TARS": " ".join(sorted(tars.values())),
+            "STATE_DISK": "/dev/vda", "CONTAINERD_DISK": "/dev/vdb" if containerd_disk else "",
+            "IMAGES": " ".join(sorted(tars)), "IMAGE_TARS": " ".join(sorted(tars.values())),
             "POD_ROUTES": " ".join("%s@%s" % (c, ip) for ip, c in NODES.values()),
         }
         for n, (ip, cidr) in NODES.items():
@@ -291,21 +291,103 @@ class Cluster:
         with open(os.path.join(self.work, "cluster.env"), "w") as f:
             for k, v in env.items():
                 f.write("%s='%s'\n" % (k, v))
-        for n, (ip, cidr) in NODES.items():
-            # Two vCPUs: a node runs kubelet, containerd, runc and the pods'
-            # processes at once. With one vCPU each `kubectl exec` into a
-            # pod took some 20 s and an e2e multiVolume spec 465 s.
-            cmd = self.nsexec() + [
-                os.path.join(TOP, "tests", "vm", "vm-run"), "--name=" + n, "--nvdimms=1", "--nvdimm-size=" + self.nvdimm_size,
-                "--mem=" + self.guest_mem, "--cpus=2", "--timeout=%d" % self.timeout,
-                "--tap=tap-%s,%s/24,%s" % (n[-1], ip, BRIDGE_IP), "--rw-dir=" + self.work,
-                "--console=" + os.path.join(self.work, n + ".console.log")] + \
-                (["--disk=" + containerd_disk] if containerd_disk else []) + \
-                (["--cxl=1", "--cxl-size=256M"] if n in self.cxl_nodes else []) + [
-                os.path.join(HERE, "node.sh"), n, self.work]
-            out = open(os.path.join(self.work, n + ".vm-run.log"), "w")
-            self.guests[n] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                              preexec_fn=_die_with_parent)
+        self.containerd_disk = containerd_disk
+        for n in NODES:
+            self.boot(n, fresh=True)
+
+    def node_file(self, name, what):
+        return os.path.join(self.work, "%s.%s" % (name, what))
+
+    def boot(self, name, fresh=False):
+        """Starts guest |name|. What a machine keeps across a power cut stays
+        on the host between boots: its PMEM (the NVDIMM and CXL backing files,
+        NAME.nvdimm/) and its disk (NAME.disk: /var/lib/kubelet and the
+        driver's state directory, ext4, written back as a disk is: what the
+        guest had not flushed is lost when QEMU is killed). |fresh|: a new
+        machine under that name, blank PMEM and disk."""
+        ip, _ = NODES[name]
+        pmem, disk = self.node_file(name, "nvdimm"), self.node_file(name, "disk")
+        if fresh:
+            shutil.rmtree(pmem, ignore_errors=True)
+            if os.path.exists(disk):
+                os.unlink(disk)
+        os.makedirs(pmem, exist_ok=True)
+        if not os.path.exists(disk):
+            with open(disk, "wb") as f:
+                f.truncate(4 << 30)
+            subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "node-state", disk], check=True,
+                           stdout=subprocess.DEVNULL)
+        for marker in ("started", "stop", "failed"):
+            if os.path.exists(self.node_file(name, marker)):
+                os.unlink(self.node_file(name, marker))
+        # Two vCPUs: a node runs kubelet, containerd, runc and the pods'
+        # processes at once. With one vCPU each `kubectl exec` into a
+        # pod took some 20 s and an e2e multiVolume spec 465 s.
+        cmd = self.nsexec() + [
+            os.path.join(TOP, "tests", "vm", "vm-run"), "--name=" + name, "--nvdimms=1",
+            "--nvdimm-size=" + self.nvdimm_size, "--nvdimm-dir=" + pmem, "--mem=" + self.guest_mem, "--cpus=2",
+            "--timeout=%d" % self.timeout, "--tap=tap-%s,%s/24,%s" % (name[-1], ip, BRIDGE_IP),
+            "--rw-dir=" + self.work, "--console=" + self.node_file(name, "console.log"),
+            "--qemu-pidfile=" + self.node_file(name, "qemu.pid"), "--disk-rw=" + disk] + \
+            (["--disk=" + self.containerd_disk] if self.containerd_disk else []) + \
+            (["--cxl=1", "--cxl-size=256M"] if name in self.cxl_nodes else []) + [
+            os.path.join(HERE, "node.sh"), name, self.work]
+        out = open(self.node_file(name, "vm-run.log"), "a")
+        self.guests[name] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                             preexec_fn=_die_with_parent)
+
+    def power_cut(self, name):
+        """Cuts guest |name|'s power: QEMU killed, whatever the guest had not
+        written out is gone; its PMEM and disk stay for boot()."""
+        g = self.guests[name]
+        with open(self.node_file(name, "qemu.pid")) as f:
+            pid = int(f.read().strip())
+        os.kill(pid, signal.SIGKILL)
+        try:
+            g.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(g.pid, signal.SIGKILL)
+            g.wait(30)
+        log("%s: power cut (QEMU %d killed)" % (name, pid))
+
+    def boot_ready(self, name, fresh=False, not_boot=None, hung_after=240):
+        """boot() and wait_node_ready(). A guest whose node is not Ready after
+        |hung_after| s is taken as hung (seen once under TCG: the guest froze
+        while kubelet started, its QEMU spinning, nothing more in any log)
+        and is power-cycled once more, as an operator would. Returns the
+        number of boots it took."""
+        for boots in (1, 2):
+            self.boot(name, fresh=fresh)
+            try:
+                self.wait_node_ready(name, hung_after if boots == 1 else self.ready_timeout, not_boot)
+                return boots
+            except RuntimeError as e:
+                if boots == 2 or self.guests[name].poll() is not None:
+                    raise
+                log("%s: not Ready %d s after its boot (%s); power-cycled once more" % (name, hung_after, e))
+                self.power_cut(name)
+
+    def boot_id(self, name):
+        """The boot id |name|'s kubelet reported last, None without a Node."""
+        r = self.kubectl("get", "node", name, "-o", "json", check=False)
+        return json.loads(r.stdout)["status"]["nodeInfo"].get("bootID") if r.returncode == 0 else None
+
+    def wait_node_ready(self, name, timeout=600, not_boot=None):
+        """Waits for |name|'s kubelet to report its Node Ready (after boot()),
+        from a boot other than |not_boot| (a Node still shown Ready from
+        before a power cut does not count)."""
+        def cond():
+            g = self.guests[name]
+            if g.poll() is not None or os.path.exists(self.node_file(name, "failed")):
+                raise RuntimeError("guest %s stopped:\n%s\n%s" % (name, self.tail(name + ".log"),
+                                                                  self.tail(name + ".vm-run.log")))
+            r = self.kubectl("get", "node", name, "-o", "json", check=False)
+            if r.returncode != 0:
+                return False
+            st = json.loads(r.stdout)["status"]
+            return st["nodeInfo"].get("bootID") != not_boot and \
+                any(c["type"] == "Ready" and c["status"] == "True" for c in st["conditions"])
+        self.wait(cond, timeout, "node %s Ready" % name, 2)
 
     def nodes_ready(self):
         nodes = self.kubectl_json("get", "nodes")["items"]

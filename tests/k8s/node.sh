@@ -30,11 +30,22 @@ for r in $POD_ROUTES; do
 done
 
 # cgroup v2, mount propagation for the driver's Bidirectional mounts, and
-# tmpfs where overlayfs cannot be (containerd's snapshots) or kubelet writes.
+# tmpfs where overlayfs cannot be (containerd's snapshots) or logs go.
 mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
 mount --make-rshared /
-for d in /var/lib/containerd /var/lib/kubelet /var/log/pods /var/lib/pmem-csi.intel.com /etc/cni/net.d /opt/cni; do
+for d in /var/lib/containerd /var/log/pods /etc/cni/net.d /opt/cni; do
 	mkdir -p "$d" && mount -t tmpfs -o mode=0755 tmpfs "$d"
+done
+# What a machine keeps across a reboot or a power cut: kubelet's directory
+# (its pods' volume directories, the staging paths) and the driver's state
+# directory, on the node's own disk (ext4, made by the host; a power cut
+# loses what the guest had not written out, as on a real machine).
+modprobe ext4 2>/dev/null
+mkdir -p /var/lib/node-state
+mount -t ext4 "$STATE_DISK" /var/lib/node-state || fail "mount the node's disk $STATE_DISK"
+for d in kubelet pmem-csi.intel.com; do
+	mkdir -p "/var/lib/node-state/$d" "/var/lib/$d"
+	mount --bind "/var/lib/node-state/$d" "/var/lib/$d" || fail "bind /var/lib/$d"
 done
 mkdir -p /run/containerd /etc/containerd /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins
 modprobe -a loop overlay br_netfilter veth bridge nf_conntrack iptable_nat iptable_filter xt_MASQUERADE \
@@ -74,7 +85,6 @@ TOML
 # empty), the tarballs imported here.
 if [ -n "$CONTAINERD_DISK" ]; then
 	step "mounting the containerd root with the images"
-	modprobe ext4 2>/dev/null
 	mount -t ext4 "$CONTAINERD_DISK" /var/lib/containerd || fail "mount $CONTAINERD_DISK"
 fi
 step "containerd"
@@ -134,6 +144,12 @@ step "kube-proxy"
 "$KUBE" kube-proxy --kubeconfig="$work/kube-proxy.kubeconfig" --hostname-override="$name" \
 	--proxy-mode=iptables --cluster-cidr="$CLUSTER_CIDR" --v=2 \
 	>"$work/$name.kube-proxy.log" 2>&1 &
+# What the guest does, every 10 s (for a node that stops answering).
+(while :; do
+	{ date +%T; cat /proc/loadavg; ps -eo pid,stat,wchan:28,args --sort=-pcpu | head -25; } >"$work/$name.ps.tmp" 2>&1 &&
+		mv "$work/$name.ps.tmp" "$work/$name.ps"
+	sleep 10
+done) &
 touch "$work/$name.started"
 step "running"
 while [ ! -e "$work/$name.stop" ]; do

@@ -131,7 +131,7 @@ def logical_volumes(node):
     return e2e_storage.volume_lvs(node_exec(node, "lvs", "--noheadings", "-o", "lv_name"))
 
 
-def pod_yaml(name, node, claim=None, cmd="sleep 100000", inline=None, block=False):
+def pod_yaml(name, node, claim=None, cmd="sleep 100000", inline=None, block=False, stay=False):
     vol = ({"name": "data", "persistentVolumeClaim": {"claimName": claim}} if claim else
            {"name": "data", "csi": {"driver": DRV, "fsType": "ext4", "volumeAttributes": inline}})
     mount = ({"volumeDevices": [{"name": "data", "devicePath": "/dev/pmem-data"}]} if block else
@@ -141,6 +141,9 @@ def pod_yaml(name, node, claim=None, cmd="sleep 100000", inline=None, block=Fals
             "volumes": [vol], "terminationGracePeriodSeconds": 2}
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    if stay:  # not evicted while its node is down, however long
+        spec["tolerations"] = [{"key": "node.kubernetes.io/" + taint, "operator": "Exists", "effect": "NoExecute"}
+                               for taint in ("unreachable", "not-ready")]
     return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
 
 
@@ -417,6 +420,104 @@ def _():
     wait_gone("pv", pv)
 
 
+# A writer that makes each record durable before the next: after a power
+# cut, every record up to the last one read before the cut, but one, is
+# there. A restart continues the count from the log.
+WRITER = ("i=$(tail -n1 /data/log 2>/dev/null); i=${i:-0}; echo start-at $i; "
+          "while :; do i=$((i+1)); echo $i >> /data/log; sync; sleep 0.2; done")
+
+
+def log_records(pod):
+    return k("exec", pod, "--", "cat", "/data/log").stdout.split()
+
+
+def wait_driver_ready(node, timeout=600):
+    def cond():
+        pods = kj("-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=pmem-csi-node",
+                  "--field-selector", "spec.nodeName=" + node)["items"]
+        return len(pods) == 1 and all(s.get("ready") for s in pods[0]["status"].get("containerStatuses") or [{}])
+    wait(cond, timeout, "the driver pod on %s ready" % node)
+
+
+def power_cut_scenario(mode, node, claims):
+    """Pods on |node| write durable records to PVCs of the classes in
+    |claims| (name -> StorageClass); the node's power is cut; the guest
+    boots again on the same PMEM and disk. Afterwards kubelet has staged and
+    published every volume again, the pods run with every record they had
+    made durable, and the node holds the same logical volumes as before."""
+    c = cl.get()
+    for pvc, sc in claims.items():
+        k("apply", "-f", "-", input=pvc_yaml(pvc, sc, "16Mi"))
+        k("apply", "-f", "-", input=pod_yaml(pvc + "-app", node, claim=pvc, cmd=WRITER, stay=True))
+    for pvc in claims:
+        wait_pod_running(pvc + "-app")
+        wait(lambda: len(k("exec", pvc + "-app", "--", "cat", "/data/log", check=False).stdout.split()) >= 10,
+             120, "records in %s" % pvc)
+    lvs = sorted(logical_volumes(node))
+    durable = {pvc: int(log_records(pvc + "-app")[-1]) - 1 for pvc in claims}
+    boot = c.boot_id(node)
+    t0 = time.monotonic()
+    c.power_cut(node)
+    boots = c.boot_ready(node, not_boot=boot)
+    back = time.monotonic() - t0
+    wait_driver_ready(node)
+    for pvc in claims:
+        # The container started again, on a volume that holds the records.
+        logs_until(pvc + "-app", r"^start-at [1-9]", timeout=600)
+    ran = time.monotonic() - t0
+    for pvc, n in durable.items():
+        recs = log_records(pvc + "-app")
+        pt.check(len(recs) >= n and recs == [str(i) for i in range(1, len(recs) + 1)],
+                 "%s: %d records, %d were durable before the cut; first gap at %r" %
+                 (pvc, len(recs), n, next((i for i, v in enumerate(recs) if v != str(i + 1)), None)))
+        mnt = k("exec", pvc + "-app", "--", "grep", " /data ", "/proc/mounts").stdout
+        pt.check(re.search(r"\bdax\b|dax=always", mnt), "%s: mount %r" % (pvc, mnt))
+    after = sorted(logical_volumes(node))
+    pt.check(after == lvs, "%s: logical volumes %r before the cut, %r after" % (node, lvs, after))
+    t.diag("%s: %s back Ready %.0f s after the cut (%d boot%s), the pods writing again after %.0f s; records "
+           "durable before the cut %r" % (mode, node, back, boots, "s" if boots > 1 else "", ran, durable))
+    delete_claims([(pvc + "-app", pvc) for pvc in claims])
+
+
+@t.test("central: power cut of node-x while a pod writes durable records to a PVC there: the guest boots "
+        "on the same PMEM and disk, kubelet stages and publishes the volume again, the pod runs with every "
+        "record it had made durable, no logical volume is added or lost")
+@timed("central power cut")
+def _():
+    power_cut_scenario("central", "node-x", {"cut-c": "pmem-csi-sc"})
+
+
+@t.test("central: node-y is lost for good (power off, its Node object deleted): a PVC only it held gets a "
+        "Warning VolumeConditionAbnormal event naming the node, deleting the PVC completes; a new machine "
+        "named node-y joins and the driver runs there")
+@timed("central node deleted")
+def _():
+    c = cl.get()
+    k("apply", "-f", "-", input=pvc_yaml("lost-pvc", "pmem-csi-sc", "16Mi"))
+    k("apply", "-f", "-", input=pod_yaml("lost-app", "node-y", claim="lost-pvc",
+                                         cmd="echo y > /data/f && sync && exec sleep 100000"))
+    wait_pod_running("lost-app")
+    pv = kj("get", "pvc", "lost-pvc")["spec"]["volumeName"]
+    c.power_cut("node-y")
+    k("delete", "node", "node-y", "--wait=true", timeout=120)
+    t0 = time.monotonic()
+    wait(lambda: pvc_events("PersistentVolumeClaim", "lost-pvc", "VolumeConditionAbnormal"), 180,
+         "a VolumeConditionAbnormal event on lost-pvc")
+    ev = pvc_events("PersistentVolumeClaim", "lost-pvc", "VolumeConditionAbnormal")[0]
+    pt.check(ev["type"] == "Warning" and "node-y" in ev["message"] and "deleted" in ev["message"],
+             "event %r" % {f: ev.get(f) for f in ("type", "reason", "message")})
+    t.diag("event %.0f s after the Node object was deleted: %s" % (time.monotonic() - t0, ev["message"]))
+    # The pod's node is gone: Kubernetes' pod GC removes it; not waiting.
+    k("delete", "pod", "lost-app", "--force", "--grace-period=0", check=False)
+    k("delete", "pvc", "lost-pvc", "--wait=true", timeout=180)
+    wait_gone("pv", pv, timeout=180)
+    boots = c.boot_ready("node-y", fresh=True)
+    t.diag("a new node-y Ready after %d boot%s" % (boots, "s" if boots > 1 else ""))
+    k("label", "nodes", "node-y", "storage=nvdimm", "--overwrite")
+    wait_driver_ready("node-y")
+    pt.check(logical_volumes("node-y") == [], "the new node-y holds %r" % logical_volumes("node-y"))
+
+
 # ---------------------------------------------------------------------------- distributed mode
 
 def capacities(sc):
@@ -689,6 +790,15 @@ def snapshot_scenario(mode, node, snapshotter_logs):
 @timed("distributed snapshots")
 def _():
     snapshot_scenario("distributed", "node-y", lambda: [driver_pod("node-y")])
+
+
+@t.test("distributed: power cut of node-y while pods write durable records to an lvm PVC and a CXL PVC there: "
+        "the guest boots on the same PMEM, the driver assembles the CXL region again, kubelet stages and "
+        "publishes both volumes again, the pods run with every record they had made durable, no volume lost "
+        "or added")
+@timed("distributed power cut")
+def _():
+    power_cut_scenario("distributed", "node-y", {"cut-d": "pmem-csi-sc", "cut-cxl": "pmem-csi-sc-cxl"})
 
 
 def pvc_events(kind, name, reason):
