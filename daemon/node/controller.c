@@ -240,14 +240,53 @@ static void discard_copy(struct pcsi_node *n, const char *id, void (*then)(void 
 	pcsi_backend_delete(n->be, &d->breq, on_discarded, d);
 }
 
+/* A complete copy being recorded as such (finish_copy). */
+struct finish {
+	struct pcsi_node *n;
+	const char *id; /* the caller's, alive until |stored| */
+	pcsi_volrec_cb stored;
+	void *data;
+	int error;
+};
+
+static void on_finish_done(void *data)
+{
+	struct finish *f = data;
+	pcsi_volrec_cb stored = f->stored;
+	int error = f->error;
+
+	data = f->data;
+	free(f);
+	stored(error, data);
+}
+
+static void on_finish_stored(int error, void *data)
+{
+	struct finish *f = data;
+
+	f->error = error;
+	if (error) {
+		/* Whole, but not recorded as whole (a full or read-only state
+		 * directory): the caller is told it failed, so the copy goes
+		 * rather than wait for the next start; a retry makes it again. */
+		pcsi_warn("cannot mark a copy complete; removing it", "volume=%s err=%s", f->id,
+			  strerror(-error));
+		discard_copy(f->n, f->id, on_finish_done, f);
+		return;
+	}
+	on_finish_done(f);
+}
+
 /* The end of a copy into |id| (a filled volume, or a snapshot, |what|
  * names it): a failed copy is removed with its record and |failed| runs; a
  * complete one has its record marked complete, and |stored| runs with the
- * result of that store. */
+ * result of that store (when it failed, the copy has been removed too). */
 static void finish_copy(struct pcsi_node *n, const struct pcsi_copy *c, const char *what,
 			const char *id, struct pcsi_volrec *rec, pcsi_volrec_cb stored,
 			void (*failed)(void *data), void *data)
 {
+	struct finish *f;
+
 	if (c->error) {
 		discard_copy(n, id, failed, data);
 		return;
@@ -256,7 +295,12 @@ static void finish_copy(struct pcsi_node *n, const struct pcsi_copy *c, const ch
 		  rec->source, (unsigned long long)c->size, c->frozen ? "yes" : "no",
 		  (unsigned long long)c->elapsed_ms);
 	rec->pending = false;
-	pcsi_volrec_store(n, id, rec, stored, data);
+	f = pcsi_xcalloc(1, sizeof(*f));
+	f->n = n;
+	f->id = id;
+	f->stored = stored;
+	f->data = data;
+	pcsi_volrec_store(n, id, rec, on_finish_stored, f);
 }
 
 static void on_fill_discarded(void *data)
@@ -1277,7 +1321,7 @@ static void on_snap_done(int error, void *data)
 	struct snap_op *op = data;
 
 	if (error)
-		snap_fail(op, error, "storing the snapshot record");
+		pcsi_op_fail_errno(&op->base, error, "storing the snapshot record", NULL);
 	else
 		snap_reply(op);
 }
@@ -1320,7 +1364,7 @@ static void on_snap_rec_stored(int error, void *data)
 	struct snap_op *op = data;
 
 	if (error) {
-		snap_fail(op, error, "storing the snapshot record");
+		pcsi_op_fail_errno(&op->base, error, "storing the snapshot record", NULL);
 		return;
 	}
 	op->breq.id = op->id;

@@ -51,10 +51,17 @@ class Guest:
         self.pt, self.backend, self.bdir = pt, backend, bdir
         self.csi = pt.protos().csi
         self.log_path = os.path.join(bdir, "client.log")
+        self.driver = driver
         self.mount_state()
-        args = ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=node-pc", "-deviceManager=" + backend,
+        self.start()
+
+    def start(self):
+        """Starts the driver on the state directory as it is; one that does
+        not answer Probe within 180 s is a refused start (reported, exit)."""
+        pt = self.pt
+        args = ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=node-pc", "-deviceManager=" + self.backend,
                 "-statePath=" + os.path.join(STATE_MNT, "state"), "-v=4"]
-        self.d = pt.Daemon(driver, args, name="powercut-" + backend, workdir=pt.mkdtemp("pcsi-pc-"))
+        self.d = pt.Daemon(self.driver, args, name="powercut-" + self.backend, workdir=pt.mkdtemp("pcsi-pc-"))
         t0 = time.monotonic()
         self.d.start(wait=False)
         try:
@@ -240,6 +247,123 @@ def guest_check(g):
     g.result(res)
 
 
+def guest_faults(g):
+    """The state directory under faults, on the node the campaign left
+    empty: records damaged while the driver was down (truncated, garbage,
+    not an object), the directory read-only, then full. Each time the
+    driver starts; what fails fails with a clear status and message;
+    nothing on the device is lost or left behind."""
+    csi, res = g.csi, {"problems": [], "notes": []}
+    state = os.path.join(STATE_MNT, "state", "volumes")
+
+    def problem(what):
+        res["problems"].append(what)
+
+    def rec(vid):
+        return os.path.join(state, vid + ".json")
+
+    def expect_gone(*ids):
+        left = sorted(set(ids) & set(g.on_device()))
+        if left:
+            problem("left on the device: %r" % left)
+
+    base = g.on_device()
+    # 1. Damaged records.
+    v = g.ok("Controller", "CreateVolume", g.create_req("fault-vol", 8 * MiB)).volume.volume_id
+    snap = g.ok("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
+        name="fault-snap", source_volume_id=v)).snapshot.snapshot_id
+    stray = "pvc-fa-" + "0" * 56  # a record of no volume
+    g.d.stop()
+    with open(rec(v), "r+b") as f:
+        f.truncate(os.path.getsize(rec(v)) // 2)
+    with open(rec(snap), "wb") as f:
+        f.write(b"\x00\xff not json")
+    with open(rec(stray), "w") as f:
+        f.write("[1, 2]")
+    g.start()  # one that does not start is reported as refused
+    res["notes"].append("started on damaged records in %.1f s" % g.start_s)
+    log = g.d.stderr_text()
+    if "record" not in log or not any(x in log for x in (v, snap, stray)):
+        problem("no log line names a damaged record:\n" + log[-1500:])
+    lv, _ = g.listed()
+    if v not in lv:
+        problem("the volume with a damaged record is not listed: %r" % sorted(lv))
+    code, details, _ = g.call("Controller", "GetSnapshot", csi.GetSnapshotRequest(snapshot_id=snap))
+    res["notes"].append("GetSnapshot of a snapshot with a garbage record: %s %s" % (code.name, details[:160]))
+    if code.name == "OK" or not details:
+        problem("GetSnapshot with a garbage record: %s %r" % (code.name, details))
+    tg = g.mount(v)
+    with open(os.path.join(tg, "f"), "w") as f:
+        f.write("still usable")
+    g.unmount(v)
+    g.ok("Controller", "DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=snap))
+    g.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v))
+    expect_gone(v, snap)
+    for r in (rec(v), rec(snap)):
+        if os.path.exists(r):
+            problem("%s stays after the delete" % r)
+    os.unlink(rec(stray))
+
+    # 2. Read-only: the driver starts; a plain volume is made with the
+    # defaults (its record cannot be written: logged); a snapshot, whose
+    # pending record must come first, is refused before anything is made.
+    g.d.stop()
+    subprocess.run(["mount", "-o", "remount,ro", STATE_MNT], check=True)
+    try:
+        g.start()
+        res["notes"].append("started on a read-only state directory in %.1f s" % g.start_s)
+        code, details, r = g.call("Controller", "CreateVolume", g.create_req("ro-vol", 8 * MiB))
+        res["notes"].append("read-only: CreateVolume %s" % code.name)
+        if code.name != "OK":
+            problem("read-only: CreateVolume %s %s" % (code.name, details))
+        else:
+            ro = r.volume.volume_id
+            code, details, _ = g.call("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
+                name="ro-snap", source_volume_id=ro))
+            res["notes"].append("read-only: CreateSnapshot %s %s" % (code.name, details[:160]))
+            if code.name == "OK" or "read-only" not in details.lower():
+                problem("read-only: CreateSnapshot %s %r" % (code.name, details))
+            if any(x.startswith("snap.") for x in g.on_device()):
+                problem("read-only: a snapshot was left on the device: %r" % g.on_device())
+            if "cannot store the volume record" not in g.d.stderr_text():
+                problem("read-only: the unwritten record of ro-vol is not logged")
+    finally:
+        g.d.stop()
+        subprocess.run(["mount", "-o", "remount,rw", STATE_MNT], check=True)
+    g.start()
+    for vid in g.listed()[0]:  # ro-vol, made with the defaults
+        g.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
+
+    # 3. Full: a snapshot's record cannot be written: RESOURCE_EXHAUSTED,
+    # nothing made; with room again the same call succeeds.
+    v = g.ok("Controller", "CreateVolume", g.create_req("full-vol", 8 * MiB)).volume.volume_id
+    filler = os.path.join(STATE_MNT, "filler")
+    subprocess.run(["dd", "if=/dev/zero", "of=" + filler, "bs=1M"], capture_output=True)
+    subprocess.run(["sync"])
+    try:
+        code, details, _ = g.call("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
+            name="full-snap", source_volume_id=v))
+        res["notes"].append("full: CreateSnapshot %s %s" % (code.name, details[:160]))
+        if code.name != "RESOURCE_EXHAUSTED" or not details:
+            problem("full: CreateSnapshot %s %r" % (code.name, details))
+        if any(x.startswith("snap.") for x in g.on_device()):
+            problem("full: a snapshot was left on the device: %r" % g.on_device())
+        # Where the disk filled up: before the pending record (nothing made)
+        # or after the copy (the copy made, then removed).
+        res["notes"].append("full: %s" % ("the copy was made and removed" if "cannot mark a copy complete"
+                                          in g.d.stderr_text() else "refused before the copy"))
+    finally:
+        os.unlink(filler)
+    snap = g.ok("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
+        name="full-snap", source_volume_id=v)).snapshot.snapshot_id
+    g.ok("Controller", "DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=snap))
+    g.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v))
+    if g.on_device() != base:
+        problem("the device holds %r, before the faults %r" % (g.on_device(), base))
+    g.d.stop()
+    g.result(res)
+
+
 def retry(self, e, vols, snaps):
     """Retries the cut call |e| (as logged before it was made) until it
     succeeds, and records the answer as the client would have."""
@@ -356,6 +480,9 @@ def guest_main(argv):
     if mode == "check":
         guest_check(g)
         return 0
+    if mode == "faults":
+        guest_faults(g)
+        return 0
     cycle = int(os.environ.get("PCSI_POWERCUT_CYCLE", "0"))
     rng = random.Random(int(os.environ["PCSI_POWERCUT_SEED"]) * 1000 + cycle)
     guest_workload(g, rng, cycle)  # until the power goes
@@ -443,6 +570,23 @@ def host_main(driver):
                 pt.check(not res["data_bad"], "fsync'd files that changed: %r" % res["data_bad"])
                 pt.check(res["capacity_ok"], "capacity %s after deleting everything, %s at the first start"
                          % (res.get("capacity"), res.get("capacity_want")))
+
+        @t.test("%s: the state directory under faults: records truncated, garbage or not an object, the "
+                "directory read-only, then full: the driver starts each time, a damaged record is logged and "
+                "its volume listed, usable and deletable, what cannot be recorded fails clearly before "
+                "anything is made, nothing is left on the device" % backend)
+        def _():
+            p = vm("faults", 0)
+            out = p.communicate(timeout=900)[0]
+            line = [l for l in out.splitlines() if l.startswith("RESULT ")]
+            pt.check(line, "the fault checker printed no result (exit %d):\n%s" % (p.returncode, out[-3000:]))
+            res = json.loads(line[-1][len("RESULT "):])
+            if res.get("refused"):
+                totals["refused"] += 1
+                raise pt.TestFailure("the driver did not start: %s\n%s" % (res["why"], res.get("log", "")))
+            for n in res["notes"]:
+                t.diag("%s faults: %s" % (backend, n))
+            pt.check(not res["problems"], "\n".join(res["problems"]))
 
     for backend in backends:
         campaign(backend)
