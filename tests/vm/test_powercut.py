@@ -22,7 +22,8 @@ it outlives the cut.
 usage: test_powercut.py PATH-TO-pmem-csi-driver            (host: the campaign)
        test_powercut.py --guest workload|check DRIVER BACKEND DIR  (in the guest)
 Environment: PCSI_POWERCUT_SEED (default random, printed), PCSI_POWERCUT_CYCLES
-(cuts per backend, default 3), PCSI_POWERCUT_BACKENDS (default "direct lvm").
+(cuts per backend, default 3), PCSI_POWERCUT_BACKENDS (default "direct lvm lvm-cxl":
+lvm-cxl is lvm on a CXL memory device's region alone, assembled at each start).
 """
 import hashlib
 import json
@@ -59,8 +60,12 @@ class Guest:
         """Starts the driver on the state directory as it is; one that does
         not answer Probe within 180 s is a refused start (reported, exit)."""
         pt = self.pt
-        args = ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=node-pc", "-deviceManager=" + self.backend,
-                "-statePath=" + os.path.join(STATE_MNT, "state"), "-v=4"]
+        # lvm-cxl: lvm on a CXL memory device's region alone, which the
+        # driver assembles at each start (-cxlRegions=auto).
+        args = ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=node-pc",
+                "-deviceManager=" + self.backend.split("-")[0],
+                "-statePath=" + os.path.join(STATE_MNT, "state"), "-v=4"] + \
+            (["-cxlRegions=auto"] if self.backend.endswith("-cxl") else [])
         self.d = pt.Daemon(self.driver, args, name="powercut-" + self.backend, workdir=pt.mkdtemp("pcsi-pc-"))
         t0 = time.monotonic()
         self.d.start(wait=False)
@@ -97,7 +102,7 @@ class Guest:
         return self.ok("Controller", "GetCapacity", self.csi.GetCapacityRequest()).available_capacity
 
     def on_device(self):
-        if self.backend == "lvm":
+        if self.backend.startswith("lvm"):
             r = subprocess.run(["lvs", "--noheadings", "-o", "lv_name,vg_name"], capture_output=True, text=True)
             return sorted(f[0] for f in (l.split() for l in r.stdout.splitlines())
                           if len(f) == 2 and f[1].endswith("fsdax"))
@@ -419,12 +424,15 @@ def guest_workload(g, rng, cycle):
         else:
             put(ev="ok", op=op, name=name)
     put(ev="ready", **({"cap0": g.capacity()} if first else {}))
+    # What the workload keeps at most: less on a small CXL device.
+    cap = min(WORKLOAD_CAP, (g.capacity() + sum(v["size"] for v in vols.values())
+                             + sum(x["size"] for x in snaps.values())) * 45 // 100)
     n = 0
     while True:
         n += 1
         used = sum(v["size"] for v in vols.values()) + sum(s["size"] for s in snaps.values())
         choices = ["create"] * 3 + ["write"] * 3 + ["snap"] * 2 + ["delete"] * 2 + ["unsnap"]
-        if used > WORKLOAD_CAP:
+        if used > cap:
             choices = ["delete", "unsnap"]
         op = rng.choice(choices)
         if op in ("write", "snap", "delete") and not vols or op == "unsnap" and not snaps:
@@ -496,7 +504,7 @@ def host_main(driver):
     t = pt.TAP()
     seed = int(os.environ.get("PCSI_POWERCUT_SEED") or random.SystemRandom().randrange(1 << 31))
     cycles = int(os.environ.get("PCSI_POWERCUT_CYCLES", "3"))
-    backends = os.environ.get("PCSI_POWERCUT_BACKENDS", "direct lvm").split()
+    backends = os.environ.get("PCSI_POWERCUT_BACKENDS", "direct lvm lvm-cxl").split()
     rng = random.Random(seed)
     work = pt.mkdtemp("pcsi-powercut-")
     vm_run = os.path.join(HERE, "vm-run")
@@ -517,8 +525,9 @@ def host_main(driver):
                    "--disk-rw=" + disk, "--rw-dir=" + bdir, "--qemu-pidfile=" + os.path.join(bdir, "qemu.pid"),
                    "--env=PCSI_PROTO_DIR", "--env=PCSI_POWERCUT_SEED=%d" % seed,
                    "--env=PCSI_POWERCUT_CYCLE=%d" % cycle, "--merge-stderr",
-                   "--env=PCSI_POWERCUT_LAST=%d" % (cycle == cycles),
-                   "/usr/bin/python3", me, "--guest", mode, os.path.abspath(driver), backend, bdir]
+                   "--env=PCSI_POWERCUT_LAST=%d" % (cycle == cycles)] + \
+                (["--nvdimms=0", "--cxl=1", "--cxl-size=512M"] if backend.endswith("-cxl") else []) + \
+                ["/usr/bin/python3", me, "--guest", mode, os.path.abspath(driver), backend, bdir]
             return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **kw)
 
         for cycle in range(1, cycles + 1):
@@ -570,6 +579,9 @@ def host_main(driver):
                 pt.check(not res["data_bad"], "fsync'd files that changed: %r" % res["data_bad"])
                 pt.check(res["capacity_ok"], "capacity %s after deleting everything, %s at the first start"
                          % (res.get("capacity"), res.get("capacity_want")))
+
+        if backend.endswith("-cxl"):
+            return  # the state directory's faults do not depend on the medium
 
         @t.test("%s: the state directory under faults: records truncated, garbage or not an object, the "
                 "directory read-only, then full: the driver starts each time, a damaged record is logged and "
