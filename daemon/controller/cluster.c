@@ -363,6 +363,8 @@ static void reg_end(struct reg *r, int error, const char *msg)
 	if (n && !error) {
 		n->ready = true;
 		n->registered_ms = pcsi_now_ms();
+		if (r->cl->on_ready)
+			r->cl->on_ready(r->node_id, r->cl->on_ready_data);
 	}
 	if (n && error) {
 		/* Never half-registered: a node that cannot be reached is not used. */

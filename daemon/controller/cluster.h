@@ -70,6 +70,11 @@ struct pcsi_cluster {
 	size_t n_nodes, n_vols;
 	struct pcsi_list maybe; /* struct pcsi_cmaybe */
 	size_t n_maybe;
+	/* Set by the user of the index: runs when a node's registration has
+	 * imported what it holds (not on a heartbeat), before the
+	 * registration's own callback. */
+	void (*on_ready)(const char *node_id, void *data);
+	void *on_ready_data;
 };
 
 void pcsi_cluster_init(struct pcsi_cluster *cl, uv_loop_t *loop, struct pcsi_tls_ctx *tls);

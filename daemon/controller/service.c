@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/controller/registry.h"
 #include "rpc/server.h"
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
@@ -81,6 +82,8 @@ static uint64_t grace_left_s(const struct pcsi_controller *c)
 struct lost;
 static struct lost *lost_find(struct pcsi_controller *c, const char *id);
 static void lost_forget(struct pcsi_controller *c, struct lost *l);
+static bool bury_lost(struct pcsi_controller *c, const char *id);
+static void lost_made_anew(struct pcsi_controller *c, const char *id);
 static bool reply_lost(struct pcsi_controller *c, struct pcsi_call *call, const char *method,
 		       const char *id);
 
@@ -542,8 +545,7 @@ static void ctl_create_volume(Csi__V1__Controller_Service *svc,
 
 	if (!pcsi_create_begin(call, in, &c->busy, &params, &size, &limit, id))
 		return;
-	if (lost_find(c, id)) /* made anew: the lost one is no more */
-		lost_forget(c, lost_find(c, id));
+	lost_made_anew(c, id);
 	op = pcsi_xcalloc(1, sizeof(*op));
 	pcsi_op_init(&op->base, call, NULL, create_release);
 	op->c = c;
@@ -822,21 +824,15 @@ static void ctl_delete_volume(Csi__V1__Controller_Service *svc,
 	struct pcsi_controller *c = from_svc(svc);
 	struct pcsi_cluster *cl = c->cluster;
 	Csi__V1__DeleteVolumeResponse out = CSI__V1__DELETE_VOLUME_RESPONSE__INIT;
-	struct lost *l;
 	struct fanout *f;
 
 	if (!in->volume_id || !*in->volume_id) {
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "volume_id is required");
 		return;
 	}
-	l = lost_find(c, in->volume_id);
-	if (l) {
-		lost_forget(c, l);
-		if (!known(c, in->volume_id, false)) { /* its node is gone, and it with it */
-			pcsi_info(2, "lost volume forgotten", "volume=%s", in->volume_id);
-			pcsi_call_reply(call, &out.base);
-			return;
-		}
+	if (bury_lost(c, in->volume_id)) { /* its node is gone, and it with it */
+		pcsi_call_reply(call, &out.base);
+		return;
 	}
 	if (!pcsi_volume_id_is_derived(in->volume_id)) {
 		/* Not an id this driver makes: no node can hold it, at any time. */
@@ -1080,8 +1076,8 @@ static void ctl_delete_snapshot(Csi__V1__Controller_Service *svc,
 		pcsi_call_fail(call, PCSI_INVALID_ARGUMENT, "snapshot_id is required");
 		return;
 	}
-	if (!pcsi_snapshot_id_is(in->snapshot_id)) {
-		pcsi_call_reply(call, &out.base); /* not ours: nothing to delete */
+	if (!pcsi_snapshot_id_is(in->snapshot_id) || bury_lost(c, in->snapshot_id)) {
+		pcsi_call_reply(call, &out.base); /* not ours, or gone with its node */
 		return;
 	}
 	if (pcsi_inflight_take(&c->busy, in->snapshot_id) < 0) {
@@ -2074,11 +2070,21 @@ PCSI_CONTROLLER_UNIMPLEMENTED(ctl_)
 
 /* ---- volumes lost with a deleted node ------------------------------------------------ */
 
+/* A volume or snapshot that only a deleted node held. Once deleted by the
+ * user (DeleteVolume, DeleteSnapshot) it stays as a tombstone: should that
+ * node come back with its PMEM after all (the machine was not gone), the
+ * copy it brings is removed there as soon as it has registered, rather
+ * than be known again with nobody to use or delete it. */
 struct lost {
 	struct pcsi_list link;
 	char id[PCSI_VOLUME_ID_MAX + 1];
+	char node[PCSI_NODE_ID_MAX + 1];
 	int64_t size;
 	char msg[320];
+	bool deleted;	 /* a tombstone */
+	bool purging;	 /* a DeleteVolume/DeleteSnapshot to its returned node runs */
+	struct pcsi_client_call ccall;
+	struct pcsi_controller *c;
 };
 
 static struct lost *lost_find(struct pcsi_controller *c, const char *id)
@@ -2097,6 +2103,11 @@ static void lost_forget(struct pcsi_controller *c, struct lost *l)
 {
 	pcsi_list_remove(&l->link);
 	c->n_lost--;
+	if (l->purging) { /* freed when its call ends (on_purged) */
+		pcsi_list_init(&l->link);
+		l->c = NULL;
+		return;
+	}
 	free(l);
 }
 
@@ -2122,6 +2133,9 @@ static void remember_lost(const struct pcsi_cvol *v, void *data)
 		c->n_lost++;
 	}
 	snprintf(l->id, sizeof(l->id), "%s", v->id);
+	snprintf(l->node, sizeof(l->node), "%s", g->node);
+	l->c = c;
+	l->deleted = false;
 	l->size = v->size;
 	snprintf(l->msg, sizeof(l->msg),
 		 "node %.128s, the only one that held this %s, was deleted from the cluster: its "
@@ -2144,7 +2158,7 @@ static bool reply_lost(struct pcsi_controller *c, struct pcsi_call *call, const 
 	struct pcsi_health h = { 0 };
 	struct pcsi_health_parts parts;
 
-	if (!l)
+	if (!l || l->deleted) /* deleted: as unknown as any other */
 		return false;
 	if (!strcmp(method, "ControllerGetVolume")) {
 		pcsi_reply_volume(PCSI_OP_NOW(call),
@@ -2156,6 +2170,100 @@ static bool reply_lost(struct pcsi_controller *c, struct pcsi_call *call, const 
 	out.volume_health = pcsi_health_msg(&parts, &h, l->id);
 	pcsi_call_reply(call, &out.base);
 	return true;
+}
+
+/* CreateVolume of |id| (the same name): a lost volume is no longer lost; a
+ * tombstone stays, as the copy on the returning node is still the old one. */
+static void lost_made_anew(struct pcsi_controller *c, const char *id)
+{
+	struct lost *l = lost_find(c, id);
+
+	if (l && !l->deleted)
+		lost_forget(c, l);
+}
+
+/* DeleteVolume/DeleteSnapshot of |id|: true when it was lost with its node
+ * and no node holds it now; it is then kept as a tombstone (struct lost). */
+static bool bury_lost(struct pcsi_controller *c, const char *id)
+{
+	struct lost *l = lost_find(c, id);
+
+	if (!l || known(c, id, false))
+		return false;
+	if (!l->deleted)
+		pcsi_info(2, "lost volume deleted; removed from its node should it come back",
+			  "volume=%s node=%s", id, l->node);
+	l->deleted = true;
+	return true;
+}
+
+static void on_purged(struct pcsi_client_call *call, void *data)
+{
+	struct lost *l = data;
+	struct pcsi_controller *c = l->c;
+
+	pcsi_cluster_observe(l->node, call);
+	l->purging = false;
+	if (!c) { /* forgotten meanwhile */
+		pcsi_client_call_done(call);
+		free(l);
+		return;
+	}
+	if (call->status == PCSI_OK) {
+		pcsi_info(1, "removed a volume deleted while its node was lost, now that it is back",
+			  "volume=%s node=%s", l->id, l->node);
+		pcsi_cluster_remove(c->cluster, l->id, l->node);
+		pcsi_inflight_drop(&c->busy, l->id);
+		pcsi_client_call_done(call);
+		lost_forget(c, l);
+		return;
+	}
+	pcsi_warn("cannot remove a volume deleted while its node was lost; tried again at its "
+		  "next registration",
+		  "volume=%s node=%s status=%s msg=\"%s\"", l->id, l->node,
+		  pcsi_status_name((int)call->status), call->message ? call->message : "");
+	pcsi_inflight_drop(&c->busy, l->id);
+	pcsi_client_call_done(call);
+}
+
+/* A node registered: what it brings that was deleted while it was lost is
+ * removed there (and the tombstones of what it no longer has go). */
+static void on_node_ready(const char *node_id, void *data)
+{
+	struct pcsi_controller *c = data;
+	struct pcsi_cnode *n = pcsi_cluster_node(c->cluster, node_id);
+	struct pcsi_list *p, *next;
+
+	if (!n)
+		return;
+	pcsi_list_foreach_safe (p, next, &c->lost) {
+		struct lost *l = pcsi_list_entry(p, struct lost, link);
+		const struct pcsi_cvol *v;
+
+		if (!l->deleted || l->purging || strcmp(l->node, node_id))
+			continue;
+		v = pcsi_cluster_volume(c->cluster, l->id);
+		if (!v || !pcsi_cvol_on(v, node_id)) {
+			lost_forget(c, l); /* a new machine under that name */
+			continue;
+		}
+		if (pcsi_inflight_take(&c->busy, l->id) < 0)
+			continue; /* a call of the user's runs on it: the next registration */
+		l->purging = true;
+		if (pcsi_snapshot_id_is(l->id)) {
+			Csi__V1__DeleteSnapshotRequest in = CSI__V1__DELETE_SNAPSHOT_REQUEST__INIT;
+
+			in.snapshot_id = l->id;
+			pcsi_channel_call(n->chan, &l->ccall, SVC, method("DeleteSnapshot"), &in.base,
+					  c->cluster->device_timeout_ms, on_purged, l);
+		} else {
+			Csi__V1__DeleteVolumeRequest in = CSI__V1__DELETE_VOLUME_REQUEST__INIT;
+
+			in.volume_id = l->id;
+			pcsi_channel_call(n->chan, &l->ccall, SVC, method("DeleteVolume"), &in.base,
+					  c->cluster->device_timeout_ms, on_purged, l);
+		}
+	}
 }
 
 size_t pcsi_controller_node_deleted(struct pcsi_controller *c, const char *node_id,
@@ -2182,6 +2290,8 @@ void pcsi_controller_init(struct pcsi_controller *c, struct pcsi_cluster *cluste
 	c->svc = svc;
 	c->group_svc = group_svc;
 	c->cluster = cluster;
+	cluster->on_ready = on_node_ready;
+	cluster->on_ready_data = c;
 	c->grace_ms = grace_ms;
 	pcsi_inflight_init(&c->busy);
 	pcsi_list_init(&c->lost);

@@ -22,8 +22,11 @@
  * id already in progress get ABORTED.
  * A node deleted for good (pcsi_controller_node_deleted): what only it held
  * is lost; ControllerGetVolume answers such a volume with an abnormal
- * condition that says so, and DeleteVolume is OK at once (nothing is left
- * to delete) and forgets it. */
+ * condition that says so, and DeleteVolume (DeleteSnapshot) is OK at once
+ * (nothing is left to delete) and keeps a tombstone: should that node
+ * register again with what it held, the deleted volume is removed there
+ * once its registration has imported it. Up to PCSI_CONTROLLER_LOST_MAX
+ * lost volumes and tombstones are kept, in memory only. */
 #ifndef PCSI_CONTROLLER_H
 #define PCSI_CONTROLLER_H
 
@@ -34,7 +37,8 @@
 #include "daemon/csi/inflight.h"
 #include "proto/csi.pb-c.h"
 
-/* At most this many lost volumes are remembered (the oldest go first). */
+/* At most this many lost volumes and tombstones are remembered (the oldest
+ * go first). */
 #define PCSI_CONTROLLER_LOST_MAX 4096
 
 struct pcsi_controller {

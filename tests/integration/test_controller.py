@@ -1031,7 +1031,8 @@ def _():
 
 @t.test("a node deleted for good (its Node object deleted, the machine gone): the controller forgets it, a volume "
         "only it held is lost (ControllerGetVolume abnormal, health DATA_LOSS, a Warning event on the PVC, "
-        "DeleteVolume OK at once), a cache volume keeps its other copy")
+        "DeleteVolume OK at once), a cache volume keeps its other copy; should the node come back with its "
+        "volumes after all, the one deleted meanwhile is removed there, the other is known again")
 def _():
     import fake_kube
     global ctl, ch
@@ -1054,7 +1055,10 @@ def _():
     kube.put("persistentvolumes", {"metadata": {"name": "pv-n3"}, "spec": {
         "csi": {"driver": DRV, "volumeHandle": only.volume_id},
         "claimRef": {"namespace": "apps", "name": "claim-n3", "uid": "pvc-uid-n3"}}, "status": {"phase": "Bound"}})
-    nodes["n3"].kill()  # the machine is gone
+    kept = ok_call("CreateVolume", create("pvc-on-n3-kept", 16 * MiB, requisite=["n3"])).volume
+    # The machine is gone (stopped: what it holds in memory stays, should it
+    # come back after all).
+    nodes["n3"].proc.send_signal(signal.SIGSTOP)
     kube.delete("nodes", "k8s-n3")
     deadline = time.monotonic() + 15
     while "Node object deleted" not in ctl.stderr_text():
@@ -1083,6 +1087,23 @@ def _():
     pt.check(code == SC.NOT_FOUND, "after the delete: %s" % code)
     ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=cache.volume_id))
     pt.check(cache.volume_id not in node_ids("n2"), "the cache volume's copy on n2 stayed")
+    # n3 comes back with its volumes: it registers like a new node; the
+    # volume deleted while it was lost is removed there, the other is known.
+    nodes["n3"].proc.send_signal(signal.SIGCONT)
+    wait_registered(["n3"], timeout=30)
+    deadline = time.monotonic() + 20
+    while only.volume_id in node_ids("n3"):
+        pt.check(time.monotonic() < deadline, "the volume deleted while n3 was lost is still there: %r\n%s"
+                 % (node_ids("n3"), pt._tail(ctl.stderr_text())))
+        time.sleep(0.2)
+    pt.check("removed a volume deleted while its node was lost" in ctl.stderr_text(), "not logged")
+    pt.check(kept.volume_id in node_ids("n3"), "the volume nobody deleted is gone from n3: %r" % node_ids("n3"))
+    g = ok_call("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=kept.volume_id))
+    pt.check(not g.status.volume_condition.abnormal and holders(g.volume) == ["n3"],
+             "the kept volume after n3's return: %r" % g)
+    code, _, _ = rpc("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=only.volume_id))
+    pt.check(code == SC.NOT_FOUND, "the deleted one after n3's return: %s" % code)
+    ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=kept.volume_id))
     kube.stop()
 
 
