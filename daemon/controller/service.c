@@ -2081,8 +2081,8 @@ struct lost {
 	char node[PCSI_NODE_ID_MAX + 1];
 	int64_t size;
 	char msg[320];
-	bool deleted;	 /* a tombstone */
-	bool purging;	 /* a DeleteVolume/DeleteSnapshot to its returned node runs */
+	bool deleted; /* a tombstone */
+	bool purging; /* a DeleteVolume/DeleteSnapshot to its returned node runs */
 	struct pcsi_client_call ccall;
 	struct pcsi_controller *c;
 };
@@ -2210,7 +2210,8 @@ static void on_purged(struct pcsi_client_call *call, void *data)
 		return;
 	}
 	if (call->status == PCSI_OK) {
-		pcsi_info(1, "removed a volume deleted while its node was lost, now that it is back",
+		pcsi_info(1,
+			  "removed a volume deleted while its node was lost, now that it is back",
 			  "volume=%s node=%s", l->id, l->node);
 		pcsi_cluster_remove(c->cluster, l->id, l->node);
 		pcsi_inflight_drop(&c->busy, l->id);
@@ -2254,8 +2255,8 @@ static void on_node_ready(const char *node_id, void *data)
 			Csi__V1__DeleteSnapshotRequest in = CSI__V1__DELETE_SNAPSHOT_REQUEST__INIT;
 
 			in.snapshot_id = l->id;
-			pcsi_channel_call(n->chan, &l->ccall, SVC, method("DeleteSnapshot"), &in.base,
-					  c->cluster->device_timeout_ms, on_purged, l);
+			pcsi_channel_call(n->chan, &l->ccall, SVC, method("DeleteSnapshot"),
+					  &in.base, c->cluster->device_timeout_ms, on_purged, l);
 		} else {
 			Csi__V1__DeleteVolumeRequest in = CSI__V1__DELETE_VOLUME_REQUEST__INIT;
 
