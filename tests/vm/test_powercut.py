@@ -40,6 +40,7 @@ MiB = 1 << 20
 STATE_MNT = "/var/lib/pcsi-powercut"
 SOCK = "/run/pcsi-powercut.sock"
 LVM_NS = "pmem-csi"
+PFN_INFO = b"NVDIMM_PFN_INFO\0"  # the kernel's fsdax info block signature
 WORKLOAD_CAP = 900 * MiB  # what the workload keeps at most (a 2 GiB region)
 
 
@@ -117,6 +118,56 @@ class Guest:
         snaps = {e.snapshot.snapshot_id: e.snapshot.size_bytes for e in
                  self.ok("Controller", "ListSnapshots", self.csi.ListSnapshotsRequest()).entries}
         return vols, snaps
+
+    def device_of(self, vid):
+        if self.backend.startswith("lvm"):
+            return subprocess.run(["lvs", "--noheadings", "-o", "lv_path", "--select", "lv_name=" + vid],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+        ns = json.loads(subprocess.run(["ndctl", "list", "-N"], capture_output=True, text=True).stdout or "[]")
+        ns = [ns] if isinstance(ns, dict) else ns
+        return "/dev/" + next(n["blockdev"] for n in ns if n.get("name") == vid)
+
+    def scan_free(self):
+        """Everything deleted: one volume over the free space (as large as
+        the node makes one), read raw before anything is written to it: the
+        first 64 KiB of every MiB (the workload's files are 1-4 MiB, and
+        every filesystem's metadata is spread over its volume, so what was
+        not erased shows; all of it takes minutes under TCG). Every byte
+        that was data of a volume or snapshot deleted, or cut short and
+        removed, must have been erased: (bytes read, bytes not zero). Not
+        counted, but reported: the kernel's info blocks of deleted fsdax
+        namespaces (4 KiB that start with PFN_INFO: the namespace's own
+        metadata, before its data area, which the erase of its block device
+        cannot reach; no user data)."""
+        cap = self.ok("Controller", "GetCapacity", self.csi.GetCapacityRequest())
+        size = (cap.maximum_volume_size.value if cap.HasField("maximum_volume_size")
+                else cap.available_capacity) // (4 * MiB) * (4 * MiB)
+        vid = self.ok("Controller", "CreateVolume", self.create_req("erase-scan", size)).volume.volume_id
+        read = dirty = 0
+        self.dirty_at, self.info_blocks = [], 0
+        try:
+            with open(self.device_of(vid), "rb", buffering=0) as f:
+                end = f.seek(0, os.SEEK_END)  # an fsdax namespace's device is a little smaller
+                for off in range(0, end, MiB):
+                    f.seek(off)
+                    b = f.read(64 << 10)
+                    read += len(b)
+                    if b.count(0) == len(b):
+                        continue
+                    for blk in range(0, len(b), 4096):
+                        x = b[blk:blk + 4096]
+                        if x.count(0) == len(x):
+                            continue
+                        if x.startswith(PFN_INFO):
+                            self.info_blocks += 1
+                            continue
+                        dirty += len(x) - x.count(0)
+                        i = next(i for i, c in enumerate(x) if c)
+                        if len(self.dirty_at) < 4:
+                            self.dirty_at.append("%d: %s" % (off + blk + i, x[i & ~15:(i & ~15) + 64].hex()))
+        finally:
+            self.ok("Controller", "DeleteVolume", self.csi.DeleteVolumeRequest(volume_id=vid))
+        return read, dirty
 
     # -- requests, the same on the retry
     def create_req(self, name, size):
@@ -249,6 +300,9 @@ def guest_check(g):
         res["capacity"], res["capacity_want"] = g.capacity(), cap0
         res["capacity_ok"] = res["capacity"] == cap0
         res["leaked"] += g.on_device()
+        if not res["leaked"]:
+            res["erase_scanned"], res["not_erased"] = g.scan_free()
+            res["not_erased_at"], res["info_blocks"] = g.dirty_at, g.info_blocks
     g.result(res)
 
 
@@ -579,6 +633,13 @@ def host_main(driver):
                 pt.check(not res["data_bad"], "fsync'd files that changed: %r" % res["data_bad"])
                 pt.check(res["capacity_ok"], "capacity %s after deleting everything, %s at the first start"
                          % (res.get("capacity"), res.get("capacity_want")))
+                if cycle == cycles:
+                    pt.check(res.get("erase_scanned", 0) > 0 and res["not_erased"] == 0,
+                             "the free space after the last cut: %s bytes read, %s not zero, at %r"
+                             % (res.get("erase_scanned"), res.get("not_erased"), res.get("not_erased_at")))
+                    t.diag("%s: the free space after the last cut: %d MiB sampled, all zero (everything "
+                           "deleted or removed was erased) but %d info blocks of deleted namespaces"
+                           % (backend, res["erase_scanned"] >> 20, res.get("info_blocks", 0)))
 
         if backend.endswith("-cxl"):
             return  # the state directory's faults do not depend on the medium
