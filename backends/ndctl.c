@@ -56,6 +56,7 @@ struct job {
 	int nregions, nactive, nvols; /* open: for the log */
 	char err[256];
 	char repaired[512];			/* what pcsi_pmem_repair() reset, for the log */
+	char warn[256];				/* a destroy's info block left as it was */
 	struct pcsi_pmem_ns ns;			/* create, get: the namespace made or found */
 	struct pcsi_capacity cap[PCSI_N_MEDIA]; /* the regions after the job, when have_cap */
 	bool have_cap;
@@ -118,6 +119,8 @@ static void direct_after(struct pcsi_backend_req *req)
 	if (j->repaired[0])
 		pcsi_warn("reset a namespace that an interrupted create left half made", "what=%s",
 			  j->repaired);
+	if (j->warn[0])
+		pcsi_warn("a deleted namespace keeps its info block", "what=\"%s\"", j->warn);
 	if (j->rc < 0 && j->err[0])
 		pcsi_backend_msg(req, "%s", j->err);
 	if (j->have_cap) {
@@ -509,7 +512,8 @@ static void remove_fn(struct pcsi_backend_req *req)
 		job_end(j, 0); /* never a volume here: nothing to delete */
 		return;
 	}
-	rc = pcsi_pmem_destroy(d->pmem, req->vol.id, j->err, sizeof(j->err));
+	rc = pcsi_pmem_destroy(d->pmem, req->vol.id, j->err, sizeof(j->err), j->warn,
+			       sizeof(j->warn));
 	if (rc == -ENOENT)
 		rc = 0; /* gone meanwhile: that is what was wanted */
 	else if (rc < 0 && rc != -EBUSY)

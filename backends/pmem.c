@@ -849,9 +849,46 @@ struct destroy_args {
 	const char *name;
 	char *err;
 	size_t errlen;
+	char *warn;
+	size_t warnlen;
 };
 
-static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t errlen)
+/* The first 8 KiB of a disabled namespace's raw space hold the kernel's
+ * fsdax info block (at 4 KiB): zeroed through the namespace enabled in raw
+ * mode for the write, then disabled again. 0 or -errno. */
+#define INFO_AREA 8192
+
+static int wipe_info_block(struct ndctl_namespace *ndns)
+{
+	char path[64];
+	const char *blk;
+	void *zeros = NULL;
+	int fd = -1, rc;
+
+	ndctl_namespace_set_raw_mode(ndns, 1);
+	rc = ndctl_namespace_enable(ndns);
+	blk = rc < 0 ? NULL : ndctl_namespace_get_block_device(ndns);
+	if (rc >= 0 && (!blk || !*blk))
+		rc = -ENXIO;
+	if (rc >= 0 && posix_memalign(&zeros, 4096, INFO_AREA) != 0)
+		rc = -ENOMEM;
+	if (rc >= 0) {
+		memset(zeros, 0, INFO_AREA);
+		snprintf(path, sizeof(path), "/dev/%s", blk);
+		fd = open(path, O_RDWR | O_DIRECT | O_EXCL | O_CLOEXEC);
+		if (fd < 0 || pwrite(fd, zeros, INFO_AREA, 0) != INFO_AREA || fsync(fd) < 0)
+			rc = errno ? -errno : -EIO;
+	}
+	if (fd >= 0)
+		close(fd);
+	free(zeros);
+	ndctl_namespace_disable_invalidate(ndns);
+	ndctl_namespace_set_raw_mode(ndns, 0);
+	return rc < 0 ? rc : 0;
+}
+
+static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
+			size_t warnlen)
 {
 	struct ndctl_namespace *ndns;
 	char dev[32], buf[64];
@@ -887,6 +924,10 @@ static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t
 		fail(p, err, errlen, "%s (%s): the kernel refused to disable it", dev, name);
 		return -EBUSY;
 	}
+	rc = wipe_info_block(ndns);
+	if (rc < 0 && warn && warnlen)
+		snprintf(warn, warnlen, "%s (%s): cannot zero its info block: %s", dev, name,
+			 strerror(-rc));
 	ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_RAW);
 	rc = ndctl_namespace_delete(ndns);
 	if (rc < 0) {
@@ -906,15 +947,18 @@ static int destroy_with(struct pcsi_pmem *p, void *arg)
 {
 	struct destroy_args *a = arg;
 
-	return destroy_once(p, a->name, a->err, a->errlen);
+	return destroy_once(p, a->name, a->err, a->errlen, a->warn, a->warnlen);
 }
 
-int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen)
+int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
+		      size_t warnlen)
 {
-	struct destroy_args a = { name, err, errlen };
+	struct destroy_args a = { name, err, errlen, warn, warnlen };
 
 	if (err && errlen)
 		err[0] = '\0';
+	if (warn && warnlen)
+		warn[0] = '\0';
 	if (!name || !name[0])
 		return -ENOENT;
 	return with_context(p, destroy_with, &a, err, errlen);

@@ -85,8 +85,12 @@ int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len);
 bool pcsi_pmem_ns_current(const struct pcsi_pmem_ns *ns);
 
 /* Disables and deletes the namespace called |name|: -ENOENT when there is
- * none, -EBUSY when the kernel refuses to disable it (in use). */
-int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen);
+ * none, -EBUSY when the kernel refuses to disable it (in use). Before the
+ * delete, the first 8 KiB of its raw space (the kernel's fsdax info block,
+ * outside the data area a volume's erase reaches) are zeroed; when that
+ * fails, the delete goes on and |warn| says why ("" otherwise). */
+int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
+		      size_t warnlen);
 
 /* How many creates and destroys failed on the context as the last call
  * left it and were tried again on a fresh one (pmem.c: what others changed
