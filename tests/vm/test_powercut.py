@@ -397,6 +397,16 @@ def guest_faults(g):
     v = g.ok("Controller", "CreateVolume", g.create_req("full-vol", 8 * MiB)).volume.volume_id
     filler = os.path.join(STATE_MNT, "filler")
     subprocess.run(["dd", "if=/dev/zero", "of=" + filler, "bs=1M"], capture_output=True)
+    # The blocks dd's last short write left: small files until none fits.
+    os.makedirs(filler + ".d")
+    for i in range(4096):
+        try:
+            with open(os.path.join(filler + ".d", str(i)), "wb") as f:
+                f.write(b"\0" * 4096)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            break
     subprocess.run(["sync"])
     try:
         code, details, _ = g.call("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
@@ -412,6 +422,7 @@ def guest_faults(g):
                                           in g.d.stderr_text() else "refused before the copy"))
     finally:
         os.unlink(filler)
+        subprocess.run(["rm", "-rf", filler + ".d"])
     snap = g.ok("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
         name="full-snap", source_volume_id=v)).snapshot.snapshot_id
     g.ok("Controller", "DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=snap))
