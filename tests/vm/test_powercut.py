@@ -393,43 +393,63 @@ def guest_faults(g):
         g.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
 
     # 3. Full: a snapshot's record cannot be written: RESOURCE_EXHAUSTED,
-    # nothing made; with room again the same call succeeds.
+    # nothing made; with room again the same call succeeds. The records are
+    # moved onto a 1 MiB tmpfs over the state directory, filled to its last
+    # page: an ext4 cannot be filled exactly from outside (it gives back
+    # blocks reserved for delayed allocation once they are written out, and
+    # two runs found room for a record after dd and a sync).
     v = g.ok("Controller", "CreateVolume", g.create_req("full-vol", 8 * MiB)).volume.volume_id
-    filler = os.path.join(STATE_MNT, "filler")
-    subprocess.run(["dd", "if=/dev/zero", "of=" + filler, "bs=1M"], capture_output=True)
-    # The blocks dd's last short write left: small files until none fits.
-    os.makedirs(filler + ".d")
-    for i in range(4096):
-        try:
-            with open(os.path.join(filler + ".d", str(i)), "wb") as f:
-                f.write(b"\0" * 4096)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError:
-            break
-    subprocess.run(["sync"])
+    g.d.stop()
+    saved = {}
+    for name in os.listdir(state):
+        with open(os.path.join(state, name), "rb") as f:
+            saved[name] = f.read()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", state], check=True)
+    kept = {}
     try:
-        code, details, _ = g.call("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
-            name="full-snap", source_volume_id=v))
-        res["notes"].append("full: CreateSnapshot %s %s" % (code.name, details[:160]))
-        if code.name != "RESOURCE_EXHAUSTED" or not details:
-            problem("full: CreateSnapshot %s %r" % (code.name, details))
-        if any(x.startswith("snap.") for x in g.on_device()):
-            problem("full: a snapshot was left on the device: %r" % g.on_device())
-        # Where the disk filled up: before the pending record (nothing made)
-        # or after the copy (the copy made, then removed).
-        res["notes"].append("full: %s" % ("the copy was made and removed" if "cannot mark a copy complete"
-                                          in g.d.stderr_text() else "refused before the copy"))
-    finally:
+        for name, data in saved.items():
+            with open(os.path.join(state, name), "wb") as f:
+                f.write(data)
+        g.start()
+        filler, spare = os.path.join(state, "filler"), os.path.join(state, "spare")
+        with open(spare, "wb") as f:
+            f.write(b"\0" * 4096)
+        subprocess.run(["dd", "if=/dev/zero", "of=" + filler, "bs=4k"], capture_output=True)
+        # Full: refused before anything is made. Then one page free: the
+        # pending record fits, the copy is made, its completed record does
+        # not: the copy is removed before the error is answered.
+        for what in ("full", "room for one record"):
+            code, details, _ = g.call("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
+                name="full-snap", source_volume_id=v))
+            res["notes"].append("%s: CreateSnapshot %s %s" % (what, code.name, details[:160]))
+            if code.name != "RESOURCE_EXHAUSTED" or not details:
+                problem("%s: CreateSnapshot %s %r" % (what, code.name, details))
+            if any(x.startswith("snap.") for x in g.on_device()):
+                problem("%s: a snapshot was left on the device: %r" % (what, g.on_device()))
+            if os.path.exists(spare):
+                os.unlink(spare)
+        if "cannot mark a copy complete; removing it" not in g.d.stderr_text():
+            problem("with room for one record: the copy's removal is not logged")
         os.unlink(filler)
-        subprocess.run(["rm", "-rf", filler + ".d"])
-    snap = g.ok("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
-        name="full-snap", source_volume_id=v)).snapshot.snapshot_id
-    g.ok("Controller", "DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=snap))
-    g.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v))
+        snap = g.ok("Controller", "CreateSnapshot", csi.CreateSnapshotRequest(
+            name="full-snap", source_volume_id=v)).snapshot.snapshot_id
+        g.ok("Controller", "DeleteSnapshot", csi.DeleteSnapshotRequest(snapshot_id=snap))
+        g.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v))
+    finally:
+        g.d.stop()
+        for name in os.listdir(state):
+            if name.endswith(".json"):
+                with open(os.path.join(state, name), "rb") as f:
+                    kept[name] = f.read()
+        subprocess.run(["umount", state], check=True)
+    for name in os.listdir(state):  # the disk's directory as the tmpfs left it
+        if name not in kept:
+            os.unlink(os.path.join(state, name))
+    for name, data in kept.items():
+        with open(os.path.join(state, name), "wb") as f:
+            f.write(data)
     if g.on_device() != base:
         problem("the device holds %r, before the faults %r" % (g.on_device(), base))
-    g.d.stop()
     g.result(res)
 
 
