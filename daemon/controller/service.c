@@ -2188,8 +2188,13 @@ static bool bury_lost(struct pcsi_controller *c, const char *id)
 {
 	struct lost *l = lost_find(c, id);
 
-	if (!l || known(c, id, false))
+	if (!l)
 		return false;
+	if (known(c, id, false)) {
+		if (!l->deleted) /* held again: deleted the usual way */
+			lost_forget(c, l);
+		return false;
+	}
 	if (!l->deleted)
 		pcsi_info(2, "lost volume deleted; removed from its node should it come back",
 			  "volume=%s node=%s", id, l->node);
@@ -2228,7 +2233,8 @@ static void on_purged(struct pcsi_client_call *call, void *data)
 }
 
 /* A node registered: what it brings that was deleted while it was lost is
- * removed there (and the tombstones of what it no longer has go). */
+ * removed there, the tombstones of what it no longer has go, and what it
+ * brings back that was not deleted is no longer lost. */
 static void on_node_ready(const char *node_id, void *data)
 {
 	struct pcsi_controller *c = data;
@@ -2241,9 +2247,14 @@ static void on_node_ready(const char *node_id, void *data)
 		struct lost *l = pcsi_list_entry(p, struct lost, link);
 		const struct pcsi_cvol *v;
 
-		if (!l->deleted || l->purging || strcmp(l->node, node_id))
+		if (l->purging || strcmp(l->node, node_id))
 			continue;
 		v = pcsi_cluster_volume(c->cluster, l->id);
+		if (!l->deleted) {
+			if (v && pcsi_cvol_on(v, node_id))
+				lost_forget(c, l); /* back with its node: no longer lost */
+			continue;
+		}
 		if (!v || !pcsi_cvol_on(v, node_id)) {
 			lost_forget(c, l); /* a new machine under that name */
 			continue;
