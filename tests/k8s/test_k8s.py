@@ -439,6 +439,19 @@ def wait_driver_ready(node, timeout=600):
     wait(cond, timeout, "the driver pod on %s ready" % node)
 
 
+def settled_lvs(node, timeout=180):
+    """logical_volumes(node) once the driver's container answers `kubectl
+    exec` (after a node's reboot its pod can be listed ready while the
+    container is still being replaced)."""
+    got = {}
+
+    def cond():
+        got["lvs"] = sorted(logical_volumes(node))
+        return True
+    wait(cond, timeout, "lvs in the driver's container on %s" % node)
+    return got["lvs"]
+
+
 def power_cut_scenario(mode, node, claims):
     """Pods on |node| write durable records to PVCs of the classes in
     |claims| (name -> StorageClass); the node's power is cut; the guest
@@ -472,7 +485,7 @@ def power_cut_scenario(mode, node, claims):
                  (pvc, len(recs), n, next((i for i, v in enumerate(recs) if v != str(i + 1)), None)))
         mnt = k("exec", pvc + "-app", "--", "grep", " /data ", "/proc/mounts").stdout
         pt.check(re.search(r"\bdax\b|dax=always", mnt), "%s: mount %r" % (pvc, mnt))
-    after = sorted(logical_volumes(node))
+    after = settled_lvs(node)
     pt.check(after == lvs, "%s: logical volumes %r before the cut, %r after" % (node, lvs, after))
     t.diag("%s: %s back Ready %.0f s after the cut (%d boot%s), the pods writing again after %.0f s; records "
            "durable before the cut %r" % (mode, node, back, boots, "s" if boots > 1 else "", ran, durable))
@@ -515,7 +528,8 @@ def _():
     t.diag("a new node-y Ready after %d boot%s" % (boots, "s" if boots > 1 else ""))
     k("label", "nodes", "node-y", "storage=nvdimm", "--overwrite")
     wait_driver_ready("node-y")
-    pt.check(logical_volumes("node-y") == [], "the new node-y holds %r" % logical_volumes("node-y"))
+    lvs = settled_lvs("node-y")
+    pt.check(lvs == [], "the new node-y holds %r" % lvs)
 
 
 # ---------------------------------------------------------------------------- distributed mode
