@@ -2104,6 +2104,7 @@ static void lost_forget(struct pcsi_controller *c, struct lost *l)
 	pcsi_list_remove(&l->link);
 	c->n_lost--;
 	if (l->purging) { /* freed when its call ends (on_purged) */
+		pcsi_inflight_drop(&c->busy, l->id);
 		pcsi_list_init(&l->link);
 		l->c = NULL;
 		return;
@@ -2206,30 +2207,28 @@ static void on_purged(struct pcsi_client_call *call, void *data)
 {
 	struct lost *l = data;
 	struct pcsi_controller *c = l->c;
+	bool ok = call->status == PCSI_OK;
 
 	pcsi_cluster_observe(l->node, call);
 	l->purging = false;
-	if (!c) { /* forgotten meanwhile */
-		pcsi_client_call_done(call);
+	if (c && !ok)
+		pcsi_warn("cannot remove a volume deleted while its node was lost; tried again at "
+			  "its next registration",
+			  "volume=%s node=%s status=%s msg=\"%s\"", l->id, l->node,
+			  pcsi_status_name((int)call->status), call->message ? call->message : "");
+	pcsi_client_call_done(call); /* |call| is in |l| */
+	if (!c) {		     /* forgotten meanwhile, its busy entry with it */
 		free(l);
 		return;
 	}
-	if (call->status == PCSI_OK) {
+	pcsi_inflight_drop(&c->busy, l->id);
+	if (ok) {
 		pcsi_info(1,
 			  "removed a volume deleted while its node was lost, now that it is back",
 			  "volume=%s node=%s", l->id, l->node);
 		pcsi_cluster_remove(c->cluster, l->id, l->node);
-		pcsi_inflight_drop(&c->busy, l->id);
-		pcsi_client_call_done(call);
 		lost_forget(c, l);
-		return;
 	}
-	pcsi_warn("cannot remove a volume deleted while its node was lost; tried again at its "
-		  "next registration",
-		  "volume=%s node=%s status=%s msg=\"%s\"", l->id, l->node,
-		  pcsi_status_name((int)call->status), call->message ? call->message : "");
-	pcsi_inflight_drop(&c->busy, l->id);
-	pcsi_client_call_done(call);
 }
 
 /* A node registered: what it brings that was deleted while it was lost is
@@ -2342,7 +2341,7 @@ void pcsi_controller_done(struct pcsi_controller *c)
 		c->wait_timer_open = false;
 		uv_close((uv_handle_t *)&c->wait_timer, NULL);
 	}
-	pcsi_inflight_done(&c->busy);
-	while (c->n_lost)
+	while (c->n_lost) /* before the busy set goes: a purge holds its id there */
 		lost_forget(c, pcsi_list_entry(c->lost.next, struct lost, link));
+	pcsi_inflight_done(&c->busy);
 }
