@@ -41,6 +41,7 @@ enum {
 	OPT_MAX_CONNS,
 	OPT_GRACE,
 	OPT_REG_GRACE,
+	OPT_LOST_GRACE,
 	OPT_REG_INTERVAL,
 	OPT_MEDIA_SCAN,
 	OPT_SA_DIR,
@@ -97,6 +98,7 @@ static const struct option options[] = {
 	{ "maxConnections", required_argument, NULL, OPT_MAX_CONNS },
 	{ "shutdownGrace", required_argument, NULL, OPT_GRACE },
 	{ "registrationGrace", required_argument, NULL, OPT_REG_GRACE },
+	{ "lostNodeGrace", required_argument, NULL, OPT_LOST_GRACE },
 	{ "registrationInterval", required_argument, NULL, OPT_REG_INTERVAL },
 	{ "mediaScanInterval", required_argument, NULL, OPT_MEDIA_SCAN },
 	{ "serviceAccountDir", required_argument, NULL, OPT_SA_DIR },
@@ -174,6 +176,8 @@ static const char usage[] =
 	"                             nodes meant to run the driver, e.g. {\"storage\":\"pmem\"}\n"
 	"  -schedulerListen=ADDR      webhooks: HTTPS scheduler extender and pod webhook\n"
 	"  -insecureSchedulerListen=ADDR  the same over plain HTTP\n"
+	"  -lostNodeGrace=SECONDS     webhooks: a node whose Node object is missing this long\n"
+	"                             is gone for good, with its volumes (default 30)\n"
 	"  -maxRecvMsgSize=BYTES      largest accepted gRPC message (default 4194304)\n"
 	"  -maxConcurrentStreams=N    concurrent calls per connection (default 128)\n"
 	"  -maxConnections=N          open connections per process (default 1024)\n"
@@ -509,6 +513,7 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.max_conns = 1024,
 		.shutdown_grace_s = 10,
 		.registration_grace_s = 90,
+		.lost_node_grace_s = 30,
 		.service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount",
 		.registration_interval_s = 30,
 		.media_scan_interval_s = 30,
@@ -756,6 +761,11 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			if (parse_num("registrationGrace", optarg, 0, 3600, &n, err) < 0)
 				return -EINVAL;
 			cfg->registration_grace_s = (uint32_t)n;
+			break;
+		case OPT_LOST_GRACE:
+			if (parse_num("lostNodeGrace", optarg, 0, 86400, &n, err) < 0)
+				return -EINVAL;
+			cfg->lost_node_grace_s = (uint32_t)n;
 			break;
 		case OPT_REG_INTERVAL:
 			if (parse_num("registrationInterval", optarg, 1, 3600, &n, err) < 0)

@@ -31,8 +31,9 @@ static void try_open(struct pcsi_webhooks_role *r)
 				 "error=\"%s\"", err);
 		return;
 	}
-	pcsi_info(1, "webhooks: using the Kubernetes API", "rescheduler=%s",
+	pcsi_info(1, "webhooks: using the Kubernetes API", "rescheduler=%s lost_nodes=on",
 		  cfg->has_node_selector ? "on" : "off (no -nodeSelector)");
+	pcsi_orphans_start(&r->orphans, r->kube, cfg);
 	if (cfg->has_node_selector)
 		pcsi_rescheduler_start(&r->rescheduler, r->kube, cfg);
 	if ((cfg->scheduler_listen || cfg->insecure_scheduler_listen) &&
@@ -50,7 +51,8 @@ static void on_timer(uv_timer_t *t)
 		r->next_try_ms = uv_now(r->env->loop) + RETRY_MS;
 		try_open(r);
 	}
-	ready = r->kube && (!cfg->has_node_selector || pcsi_rescheduler_synced(&r->rescheduler));
+	ready = r->kube && pcsi_orphans_synced(&r->orphans) &&
+		(!cfg->has_node_selector || pcsi_rescheduler_synced(&r->rescheduler));
 	if (ready != r->env->identity->ready)
 		pcsi_identity_set_ready(r->env->identity, ready);
 	uv_timer_start(&r->timer, on_timer, 1000, 0);
@@ -71,6 +73,7 @@ void pcsi_webhooks_role_close(struct pcsi_webhooks_role *r)
 		return;
 	r->started = false;
 	pcsi_rescheduler_stop(&r->rescheduler);
+	pcsi_orphans_stop(&r->orphans);
 	pcsi_scheduler_stop(&r->scheduler);
 	pcsi_kube_close(r->kube);
 	r->kube = NULL;

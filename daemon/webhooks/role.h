@@ -1,13 +1,15 @@
 /* role.h: the webhooks role (-mode=webhooks), what Intel PMEM-CSI v1.1 runs
  * as its controller Deployment: no CSI service, the PVC rescheduler when
- * -nodeSelector is given (rescheduler.h), the scheduler extender and pod
- * webhook when -schedulerListen or -insecureSchedulerListen ask for them
- * (scheduler.h), and the metrics endpoint.
+ * -nodeSelector is given (rescheduler.h), the PVs of nodes deleted for good
+ * (orphans.h), the scheduler extender and pod webhook when -schedulerListen
+ * or -insecureSchedulerListen ask for them (scheduler.h), and the metrics
+ * endpoint.
  *
  * It talks to the Kubernetes API with the pod's service account. Outside a
  * cluster, or while the API cannot be used, it stays up, says why once per
  * change and tries again every 10 s (Intel's exited, and its pod restarted);
- * Probe and /healthz say ready once the rescheduler has its first lists. */
+ * Probe and /healthz say ready once the rescheduler and the orphans have
+ * their first lists. */
 #ifndef PCSI_WEBHOOKS_ROLE_H
 #define PCSI_WEBHOOKS_ROLE_H
 
@@ -17,6 +19,7 @@
 
 #include "daemon/csi/role.h"
 #include "daemon/kube/client.h"
+#include "daemon/webhooks/orphans.h"
 #include "daemon/webhooks/rescheduler.h"
 #include "daemon/webhooks/scheduler.h"
 
@@ -24,6 +27,7 @@ struct pcsi_webhooks_role {
 	const struct pcsi_role_env *env; /* borrowed */
 	struct pcsi_kube *kube;
 	struct pcsi_rescheduler rescheduler;
+	struct pcsi_orphans orphans;
 	struct pcsi_scheduler scheduler;
 	uv_timer_t timer; /* every second: opening the API again, readiness */
 	uint64_t next_try_ms;

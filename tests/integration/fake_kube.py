@@ -4,8 +4,10 @@ HTTPS with a certificate for IP 127.0.0.1 and DNS kubernetes.default.svc from
 the test CA, a bearer token, HTTP/1.1 keep-alive, lists with
 resourceVersion and paging, watches as chunked streams of JSON lines (with
 timeoutSeconds and 410 Gone for a version that is too old), merge patches
-with resourceVersion preconditions (409), POST of events. The real API server
-is met in the k8s suite.
+with resourceVersion preconditions (409), strategic merge patches of a PVC's
+status conditions (merged by type), deletes with a uid precondition that
+wait for the object's finalizers (deletionTimestamp), POST of events. The
+real API server is met in the k8s suite.
 
     api = FakeKube(certs)              # pcsi_test.certs()
     api.put("storageclasses", sc)      # add or replace, notifies watches
@@ -59,6 +61,7 @@ class FakeKube:
         self.oldest_rv = 0  # watches from before this get 410
         self.requests = []  # (method, path, authorization)
         self.events = []
+        self.deletes = []  # (kind, name, uid precondition)
         self.connections = 0
         self.fail_patch = {}  # key -> HTTP status to answer once
         api = self
@@ -162,8 +165,25 @@ class FakeKube:
                     return
                 parts = self.path.split("?")[0].strip("/").split("/")
                 patch = self.body()
+                strategic = "application/strategic-merge-patch+json"
                 if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
                     kind, key = "nodes", parts[3]
+                elif parts[:3] == ["api", "v1", "persistentvolumes"] and len(parts) == 4:
+                    kind, key = "persistentvolumes", parts[3]
+                elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 7 and \
+                        parts[4] == "persistentvolumeclaims" and parts[6] == "status":
+                    if self.headers.get("Content-Type") != strategic:
+                        return self.status(415, "UnsupportedMediaType", "strategic merge patches here")
+                    with api.lock:
+                        obj = api.store["persistentvolumeclaims"].get(parts[3] + "/" + parts[5])
+                        if obj is None:
+                            return self.status(404, "NotFound", "persistentvolumeclaims %s not found" % parts[5])
+                        new = copy.deepcopy(obj)
+                        conds = new.setdefault("status", {}).setdefault("conditions", [])
+                        for c in (patch.get("status") or {}).get("conditions") or []:
+                            conds[:] = [x for x in conds if x.get("type") != c.get("type")] + [c]
+                        api._store_locked("persistentvolumeclaims", new, "MODIFIED")
+                    return self.answer(200, new)
                 elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 and \
                         parts[4] == "persistentvolumeclaims":
                     kind, key = "persistentvolumeclaims", parts[3] + "/" + parts[5]
@@ -184,8 +204,32 @@ class FakeKube:
                     if want and want != obj["metadata"]["resourceVersion"]:
                         return self.status(409, "Conflict", "the object has been modified")
                     new = merge_patch(obj, patch)
-                    api._store_locked(kind, new, "MODIFIED")
+                    gone = new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers")
+                    api._store_locked(kind, new, "DELETED" if gone else "MODIFIED")
                 self.answer(200, new)
+
+            def do_DELETE(self):
+                if not self.authorized():
+                    return
+                parts = self.path.split("?")[0].strip("/").split("/")
+                if parts[:3] != ["api", "v1", "persistentvolumes"] or len(parts) != 4:
+                    return self.status(404, "NotFound", "no such path")
+                opts = self.body() or {}
+                with api.lock:
+                    obj = api.store["persistentvolumes"].get(parts[3])
+                    if obj is None:
+                        return self.status(404, "NotFound", "persistentvolumes %s not found" % parts[3])
+                    want = (opts.get("preconditions") or {}).get("uid")
+                    if want and want != obj["metadata"]["uid"]:
+                        return self.status(409, "Conflict", "Precondition failed: UID in precondition")
+                    api.deletes.append(("persistentvolumes", parts[3], want))
+                    if obj["metadata"].get("finalizers"):
+                        new = copy.deepcopy(obj)
+                        new["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                        api._store_locked("persistentvolumes", new, "MODIFIED")
+                    else:
+                        api._store_locked("persistentvolumes", obj, "DELETED")
+                self.answer(200, obj)
 
             def do_POST(self):
                 if not self.authorized():

@@ -81,7 +81,7 @@ api.put("persistentvolumeclaims", pvc("bound", "pmem", "no-label", phase="Bound"
 
 args = ["-v=4", "-logging-format=text", "-mode=webhooks", "-drivername=" + DRV,
         '-nodeSelector={"storage":"pmem"}', "-metricsListen=127.0.0.1:%d" % METRICS,
-        "-serviceAccountDir=" + api.sa_dir]
+        "-serviceAccountDir=" + api.sa_dir, "-lostNodeGrace=1"]
 os.environ.update(api.env())
 d = pt.Daemon(DRIVER, args, name="webhooks")
 d.start(wait=False)
@@ -166,6 +166,98 @@ def _():
     pt.check(api.connections < len(api.requests),
              "%d connections for %d requests" % (api.connections, len(api.requests)))
     t.diag("%d requests over %d connections" % (len(api.requests), api.connections))
+
+
+# ---- the PVs of nodes deleted for good (orphans.c)
+
+TOPO = DRV + "/node"
+PROV_FIN = "external-provisioner.volume.kubernetes.io/finalizer"
+
+
+def pv(name, node_ids, claim=None, phase="Bound", policy="Delete", driver=DRV):
+    return {"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": name, "finalizers": ["kubernetes.io/pv-protection", PROV_FIN]},
+            "spec": {"csi": {"driver": driver, "volumeHandle": "h-" + name},
+                     "persistentVolumeReclaimPolicy": policy,
+                     "claimRef": {"namespace": "default", "name": claim, "uid": "uid-" + claim} if claim else None,
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                         {"matchExpressions": [{"key": TOPO, "operator": "In", "values": [n]}]}
+                         for n in node_ids]}}},
+            "status": {"phase": phase}}
+
+
+def lost_events(claim):
+    return [e for e in api.events if e["involvedObject"]["name"] == claim
+            and e["reason"] == "VolumeConditionAbnormal"]
+
+
+def lost_condition(claim):
+    c = api.get("persistentvolumeclaims", "default/" + claim)
+    return [x for x in ((c or {}).get("status") or {}).get("conditions") or [] if x["type"] == "VolumeLost"]
+
+
+@t.test("lost nodes: a PV whose node has had no Node object (neither by name nor by topology label) for -lostNodeGrace gets a Warning "
+        "VolumeConditionAbnormal event and a VolumeLost condition on its PVC, once; a Released one (reclaim "
+        "Delete) loses external-provisioner's finalizer and is deleted (uid precondition); Retain, another "
+        "driver's, a living node's, a node known by its label, and a PV on two nodes with one alive stay")
+def _():
+    api.put("nodes", node("alive", {TOPO: "alive"}))
+    api.put("nodes", node("machine-x", {TOPO: "id-x"}))
+    for c in ("c-lost", "c-alive", "c-label", "c-two", "c-other"):
+        api.put("persistentvolumeclaims", pvc(c, "pmem", None, phase="Bound"))
+    api.put("persistentvolumes", pv("pv-lost", ["gone1"], claim="c-lost"))
+    api.put("persistentvolumes", pv("pv-released", ["gone1"], claim="c-deleted", phase="Released"))
+    api.put("persistentvolumes", pv("pv-retain", ["gone1"], claim="c-deleted2", phase="Released",
+                                    policy="Retain"))
+    api.put("persistentvolumes", pv("pv-other", ["gone1"], claim="c-other", driver="other.example.com"))
+    api.put("persistentvolumes", pv("pv-alive", ["alive"], claim="c-alive"))
+    api.put("persistentvolumes", pv("pv-label", ["id-x"], claim="c-label"))
+    api.put("persistentvolumes", pv("pv-two", ["gone1", "alive"], claim="c-two"))
+    t0 = time.monotonic()
+    wait_for(lambda: lost_events("c-lost") and lost_condition("c-lost"), 10, "event and condition on c-lost")
+    wait_for(lambda: api.get("persistentvolumes", "pv-released")["metadata"].get("deletionTimestamp"), 10,
+             "pv-released deleted")
+    t.diag("told and removed %.2f s after the PVs appeared" % (time.monotonic() - t0))
+    ev, cond = lost_events("c-lost")[0], lost_condition("c-lost")[0]
+    pt.check(ev["type"] == "Warning" and "gone1" in ev["message"] and "deleted" in ev["message"]
+             and ev["involvedObject"]["uid"] == "uid-c-lost", "event %r" % ev)
+    pt.check(cond["status"] == "True" and cond["reason"] == "NodeDeleted" and "gone1" in cond["message"],
+             "condition %r" % cond)
+    rel = api.get("persistentvolumes", "pv-released")
+    pt.check(rel["metadata"]["finalizers"] == ["kubernetes.io/pv-protection"], "finalizers %r" % rel["metadata"])
+    pt.check(("persistentvolumes", "pv-released", rel["metadata"]["uid"]) in api.deletes, "deletes %r" % api.deletes)
+    time.sleep(1.5)
+    touched = api.get("persistentvolumes", "pv-lost")  # a change of the PV: not told again
+    touched["metadata"]["labels"] = {"touched": "yes"}
+    api.put("persistentvolumes", touched)
+    time.sleep(1.5)
+    pt.check(len(lost_events("c-lost")) == 1, "events on c-lost: %d" % len(lost_events("c-lost")))
+    for c in ("c-alive", "c-label", "c-two", "c-other", "c-deleted", "c-deleted2"):
+        pt.check(not lost_events(c) and not lost_condition(c), "%s was told" % c)
+    for name in ("pv-retain", "pv-alive", "pv-label", "pv-two", "pv-other", "pv-lost"):
+        m = api.get("persistentvolumes", name)["metadata"]
+        pt.check(not m.get("deletionTimestamp") and PROV_FIN in m["finalizers"], "%s: %r" % (name, m))
+    pt.check("volume lost with its node" in d.stderr_text(), "not logged")
+
+
+@t.test("lost nodes: a Node deleted while watched: its PVs' claims are told within seconds; the PVC deleted "
+        "(PV Released) removes the PV; a PV already being deleted only loses the finalizer")
+def _():
+    api.delete("nodes", "alive")
+    t0 = time.monotonic()
+    wait_for(lambda: lost_events("c-alive") and lost_events("c-two"), 10, "events after the Node's deletion")
+    t.diag("told %.2f s after the Node object was deleted" % (time.monotonic() - t0))
+    rel = api.get("persistentvolumes", "pv-alive")
+    rel["status"]["phase"] = "Released"
+    api.put("persistentvolumes", rel)
+    wait_for(lambda: api.get("persistentvolumes", "pv-alive")["metadata"].get("deletionTimestamp"), 10,
+             "pv-alive deleted")
+    two = api.get("persistentvolumes", "pv-two")
+    two["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    api.put("persistentvolumes", two)
+    wait_for(lambda: api.get("persistentvolumes", "pv-two")["metadata"]["finalizers"]
+             == ["kubernetes.io/pv-protection"], 10, "pv-two's finalizer off")
+    pt.check(not [x for x in api.deletes if x[1] == "pv-two"], "pv-two deleted again: %r" % api.deletes)
 
 
 @t.test("SIGTERM: exits 0")

@@ -500,36 +500,52 @@ def _():
     power_cut_scenario("central", "node-x", {"cut-c": "pmem-csi-sc"})
 
 
-@t.test("central: node-y is lost for good (power off, its Node object deleted): a PVC only it held gets a "
-        "Warning VolumeConditionAbnormal event naming the node, deleting the PVC completes; a new machine "
-        "named node-y joins and the driver runs there")
-@timed("central node deleted")
-def _():
+def node_lost_scenario(claim, tell_timeout, condition):
+    """A pod writes to |claim| on node-y; node-y is powered off and its Node
+    object deleted. The claim gets a Warning VolumeConditionAbnormal event
+    naming the node (and, with |condition|, a VolumeLost condition);
+    deleting the pod and the claim removes the PV; a new machine named
+    node-y joins with no volume."""
     c = cl.get()
-    k("apply", "-f", "-", input=pvc_yaml("lost-pvc", "pmem-csi-sc", "16Mi"))
-    k("apply", "-f", "-", input=pod_yaml("lost-app", "node-y", claim="lost-pvc",
+    k("apply", "-f", "-", input=pvc_yaml(claim, "pmem-csi-sc", "16Mi"))
+    k("apply", "-f", "-", input=pod_yaml(claim + "-app", "node-y", claim=claim,
                                          cmd="echo y > /data/f && sync && exec sleep 100000"))
-    wait_pod_running("lost-app")
-    pv = kj("get", "pvc", "lost-pvc")["spec"]["volumeName"]
+    wait_pod_running(claim + "-app")
+    pv = kj("get", "pvc", claim)["spec"]["volumeName"]
     c.power_cut("node-y")
     k("delete", "node", "node-y", "--wait=true", timeout=120)
     t0 = time.monotonic()
-    wait(lambda: pvc_events("PersistentVolumeClaim", "lost-pvc", "VolumeConditionAbnormal"), 180,
-         "a VolumeConditionAbnormal event on lost-pvc")
-    ev = pvc_events("PersistentVolumeClaim", "lost-pvc", "VolumeConditionAbnormal")[0]
+    wait(lambda: pvc_events("PersistentVolumeClaim", claim, "VolumeConditionAbnormal"), tell_timeout,
+         "a VolumeConditionAbnormal event on " + claim)
+    ev = pvc_events("PersistentVolumeClaim", claim, "VolumeConditionAbnormal")[0]
     pt.check(ev["type"] == "Warning" and "node-y" in ev["message"] and "deleted" in ev["message"],
              "event %r" % {f: ev.get(f) for f in ("type", "reason", "message")})
     t.diag("event %.0f s after the Node object was deleted: %s" % (time.monotonic() - t0, ev["message"]))
+    if condition:
+        conds = [x for x in kj("get", "pvc", claim).get("status", {}).get("conditions", [])
+                 if x["type"] == "VolumeLost"]
+        pt.check(conds and conds[0]["status"] == "True" and conds[0]["reason"] == "NodeDeleted"
+                 and "node-y" in conds[0]["message"], "PVC conditions: %r" % conds)
     # The pod's node is gone: Kubernetes' pod GC removes it; not waiting.
-    k("delete", "pod", "lost-app", "--force", "--grace-period=0", check=False)
-    k("delete", "pvc", "lost-pvc", "--wait=true", timeout=180)
+    k("delete", "pod", claim + "-app", "--force", "--grace-period=0", check=False)
+    k("delete", "pvc", claim, "--wait=true", timeout=180)
+    t1 = time.monotonic()
     wait_gone("pv", pv, timeout=180)
+    t.diag("the PV gone %.0f s after its PVC" % (time.monotonic() - t1))
     boots = c.boot_ready("node-y", fresh=True)
     t.diag("a new node-y Ready after %d boot%s" % (boots, "s" if boots > 1 else ""))
     k("label", "nodes", "node-y", "storage=nvdimm", "--overwrite")
     wait_driver_ready("node-y")
     lvs = settled_lvs("node-y")
     pt.check(lvs == [], "the new node-y holds %r" % lvs)
+
+
+@t.test("central: node-y is lost for good (power off, its Node object deleted): a PVC only it held gets a "
+        "Warning VolumeConditionAbnormal event naming the node, deleting the PVC completes; a new machine "
+        "named node-y joins and the driver runs there")
+@timed("central node deleted")
+def _():
+    node_lost_scenario("lost-pvc", 180, condition=False)
 
 
 # ---------------------------------------------------------------------------- distributed mode
@@ -556,8 +572,8 @@ def quantity(q):
     return int(m.group(1)) * mul
 
 
-@t.test("distributed: central mode removed, `kubectl apply -k manifests/distributed` unchanged: node pods ready, "
-        "CSIStorageCapacity objects for both nodes")
+@t.test("distributed: central mode removed, `kubectl apply -k manifests/distributed` unchanged: node pods and "
+        "the webhooks pod ready, CSIStorageCapacity objects for both nodes")
 @timed("distributed deploy")
 def _():
     k("delete", "-k", manifests("central"), "--wait=true", "--ignore-not-found", timeout=600)
@@ -568,6 +584,7 @@ def _():
     k("apply", "-k", manifests("storageclass"))
     k("apply", "-k", manifests("distributed"))
     rollout("daemonset", "pmem-csi-node")
+    rollout("deployment", "pmem-csi-webhooks")
     wait(lambda: set(capacities("pmem-csi-sc")) == {"node-x", "node-y"}, 300, "CSIStorageCapacity objects")
     for n, (cap, mx) in capacities("pmem-csi-sc").items():
         pt.check(cap > 1 << 30 and 0 < mx <= cap, "%s: capacity %d, max %d" % (n, cap, mx))
@@ -890,6 +907,16 @@ def _():
     delete_claims([("app-bad", "bad-pvc")])
     lvs = node_exec("node-x", "lvs", "--noheadings", "-o", "lv_name").split()
     pt.check(".media-errors." + MEDIA["volume"] in lvs, "lvs on node-x: %r" % lvs)
+
+
+@t.test("distributed: node-y is lost for good (power off, its Node object deleted): the webhooks Deployment "
+        "gives a PVC only it held a Warning VolumeConditionAbnormal event and a VolumeLost condition naming the "
+        "node (after -lostNodeGrace, 30 s); deleting the PVC removes the Released PV, which no node's "
+        "csi-provisioner would; a new machine named node-y joins and the driver runs there")
+@timed("distributed node deleted")
+def _():
+    # If the webhooks pod ran on node-y, pod GC removes it and it starts again on node-x.
+    node_lost_scenario("lost-d", 300, condition=True)
 
 
 @t.test("metrics: Prometheus finds the driver pods through kubernetes_sd_configs (manifests/metrics/prometheus-scrape.yaml); "

@@ -226,16 +226,19 @@ function expandedArgs(c) {
   return (c.args || []).map((a) => expandVars(a, vars));
 }
 
+// The distributed mode's -mode=webhooks Deployment: no CSI socket, no sidecar.
+const isWebhooks = (d) => allContainers(podSpecOf(d.doc)).some((c) => isDriver(c) && flagValue(c.args || [], "mode") === "webhooks");
+
 const modePods = {
   central: pods(MODES.central.objs),
   distributed: pods(MODES.distributed.objs),
 };
 
-t.test("both modes have their workloads (central: controller Deployment + node DaemonSet; distributed: DaemonSet only)", () => {
+t.test("both modes have their workloads (central: controller Deployment + node DaemonSet; distributed: node DaemonSet + webhooks Deployment)", () => {
   const p = [];
   const kinds = (m) => modePods[m].map((d) => `${d.doc.kind}/${d.doc.metadata.name}`).sort().join(", ");
   if (kinds("central") !== "DaemonSet/pmem-csi-node, Deployment/pmem-csi-controller") p.push(`central: ${kinds("central")}`);
-  if (kinds("distributed") !== "DaemonSet/pmem-csi-node") p.push(`distributed: ${kinds("distributed")}`);
+  if (kinds("distributed") !== "DaemonSet/pmem-csi-node, Deployment/pmem-csi-webhooks") p.push(`distributed: ${kinds("distributed")}`);
   return p;
 });
 
@@ -309,7 +312,15 @@ for (const [mode, list] of Object.entries(modePods)) {
         const role = flagValue(args, "mode");
         const has = (n) => flagValue(args, n) !== null;
         const tls = ["caFile", "certFile", "keyFile"];
-        if (d.doc.kind === "Deployment") {
+        if (d.doc.kind === "Deployment" && role === "webhooks") {
+          // No CSI, no TCP: the API server only.
+          if (mode !== "distributed") p.push(`-mode=webhooks in ${mode} mode (central's controller does its work)`);
+          let sel = null;
+          try { sel = JSON.parse(flagValue(args, "nodeSelector")); } catch (e) { /* reported below */ }
+          if (!sel || JSON.stringify(sel) !== JSON.stringify({ storage: "nvdimm" })) p.push(`-nodeSelector ${flagValue(args, "nodeSelector")} is not the node DaemonSet's {"storage":"nvdimm"}`);
+          for (const f of ["endpoint", "registryEndpoint", "controllerEndpoint", "deviceManager", ...tls, "insecure"]) if (has(f)) p.push(`-mode=webhooks does not take -${f}`);
+          if (allContainers(podSpecOf(d.doc)).length !== 1) p.push("the webhooks pod runs the driver only");
+        } else if (d.doc.kind === "Deployment") {
           if (mode !== "central" || role !== "controller") p.push(`Deployment runs -mode=${role} in ${mode} mode`);
           if (!has("registryEndpoint") || !flagValue(args, "registryEndpoint").startsWith("tcp://")) p.push("controller needs a tcp:// -registryEndpoint");
           for (const f of tls) if (!has(f)) p.push(`controller needs -${f}`);
@@ -449,7 +460,7 @@ function driverSocket(spec, drv) {
 }
 
 for (const [mode, list] of Object.entries(modePods)) {
-  for (const d of list) {
+  for (const d of list.filter((x) => !isWebhooks(x))) {
     const spec = podSpecOf(d.doc);
     t.test(`${mode}: ${d.doc.kind}/${d.doc.metadata.name}: the driver's CSI socket is on a volume, every sidecar names it through the same one`, () => {
       const p = [];
@@ -903,6 +914,16 @@ t.test("Prometheus snippet: promtool accepts it; its port regex keeps exactly th
 // The one role a pod without csi-provisioner may have: the node's volume
 // conditions as PVC events (list PVs, create events; nothing else).
 const HEALTH_ROLE = "ClusterRole/pmem-csi-node-health";
+// The webhooks Deployment's, and exactly what it uses (orphans.c, rescheduler.c).
+const WEBHOOKS_ROLE = "ClusterRole/pmem-csi-webhooks-runner";
+const WEBHOOKS_RULES = [
+  ":events:create+patch",
+  ":nodes:get+list+watch",
+  ":persistentvolumeclaims/status:patch",
+  ":persistentvolumeclaims:get+list+watch+patch",
+  ":persistentvolumes:get+list+watch+patch+delete",
+  "storage.k8s.io:storageclasses+csinodes:get+list+watch",
+].join(" ");
 t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provisioner roles; others get the health role or no token", () => {
   const p = [];
   for (const [mode, k] of Object.entries({ central: MODES.central, distributed: MODES.distributed })) {
@@ -928,8 +949,12 @@ t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provision
       }
       const hasProv = allContainers(spec).some((c) => sidecarKind(c) === "csi-provisioner");
       const mount = spec.automountServiceAccountToken ?? sas.get(sa).automountServiceAccountToken ?? true;
-      if (hasProv) {
-        for (const r of roles) if (r !== HEALTH_ROLE && !(bound.get(sa) || new Set()).has(r)) p.push(`${mode}: ${sa} (runs csi-provisioner) is not bound to ${r}`);
+      if (isWebhooks(d)) {
+        const has = [...(bound.get(sa) || [])].sort().join(", ");
+        if (has !== WEBHOOKS_ROLE) p.push(`${mode}: ${sa} (-mode=webhooks) must be bound to ${WEBHOOKS_ROLE} only: ${has}`);
+        if (!mount) p.push(`${mode}: ${d.doc.metadata.name} uses the API without a ServiceAccount token`);
+      } else if (hasProv) {
+        for (const r of roles) if (r !== HEALTH_ROLE && r !== WEBHOOKS_ROLE && !(bound.get(sa) || new Set()).has(r)) p.push(`${mode}: ${sa} (runs csi-provisioner) is not bound to ${r}`);
         if (!mount) p.push(`${mode}: ${d.doc.metadata.name} runs csi-provisioner without a ServiceAccount token`);
       } else {
         const has = [...(bound.get(sa) || [])];
@@ -948,6 +973,12 @@ t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provision
   else {
     const got = health.doc.rules.map((r) => `${r.resources.join("+")}:${r.verbs.join("+")}`).sort().join(" ");
     if (got !== "events:create persistentvolumes:list") p.push(`${HEALTH_ROLE} grants more or less than it needs: ${got}`);
+  }
+  const wh = byKind(ALL, "ClusterRole").find((d) => `ClusterRole/${d.doc.metadata.name}` === WEBHOOKS_ROLE);
+  if (!wh) p.push(`${WEBHOOKS_ROLE} is missing`);
+  else {
+    const got = wh.doc.rules.map((r) => `${r.apiGroups.join("+")}:${r.resources.join("+")}:${r.verbs.join("+")}`).sort().join(" ");
+    if (got !== WEBHOOKS_RULES) p.push(`${WEBHOOKS_ROLE} grants more or less than it needs: ${got}`);
   }
   return p;
 });
