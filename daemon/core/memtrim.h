@@ -11,7 +11,7 @@
  * the libraries' files are the page cache's, shared with every process that
  * maps them and charged once; dropping the process's mappings of them
  * lowers RSS as ps shows it, nothing more, and costs a fault for each one
- * used again (an earlier version did that; see the README's memory
+ * used again (an earlier version did that; see docs/performance.md's memory
  * figures: private pages and PSS). */
 #ifndef PCSI_MEMTRIM_H
 #define PCSI_MEMTRIM_H

@@ -113,7 +113,7 @@ class Bench:
     def rendered(self, mode, backend):
         """The shipped manifests of |mode| (kubectl kustomize), with
         -deviceManager set to |backend| in the node DaemonSet, as
-        manifests/README.md tells users to (the central controller keeps
+        docs/install.md tells users to (the central controller keeps
         lvm: with direct it would not offer expansion and csi-resizer would
         exit)."""
         docs = self.k("kustomize", os.path.join(MANIFESTS, mode)).stdout.split("\n---\n")

@@ -63,7 +63,7 @@ CI_SPECS = [
     (r"\[Testpattern: Dynamic PV \(default fs\)\] volumeIO should write files", DISTRIBUTED),
     # Central mode: left out since 2026-12-01, when it failed once on the
     # shared cluster (no CSIStorageCapacity for a new Immediate class within
-    # the spec's 60 s; cause not found yet, see the README).
+    # the spec's 60 s; cause not found yet, see docs/testing.md).
     (r"\[Testpattern: Dynamic PV \(default fs\)\] capacity provides storage capacity information", DISTRIBUTED),
     (r"\[Testpattern: Dynamic PV \(filesystem volmode\)\] volumeMode should fail to use a volume in a pod "
      r"with mismatched mode", DISTRIBUTED),
@@ -119,7 +119,7 @@ def focus_for(mode):
         return "|".join(spec for spec, modes, *_ in CI_SPECS if mode in modes)
     return "External.Storage"
 SKIP = os.environ.get("PCSI_E2E_SKIP", r"\[Disruptive\]|\[Serial\]")
-# Left out per mode, with the reason (README, "Kubernetes' storage e2e tests").
+# Left out per mode, with the reason (docs/testing.md, "Kubernetes' storage e2e tests").
 MODE_SKIP = {
     # Immediate binding (the plain class of central mode): csi-provisioner
     # places each PVC on its own, rotating its preferred topology by the PVC

@@ -195,7 +195,7 @@ def delete_claims(pairs):
     source before its clone: the driver gets the deletes in that order), and
     waits for their PVs to go (the deletes run side by side, as a user's
     would); afterwards neither node keeps a logical volume."""
-    k("delete", "pod", *[pod for pod, _ in pairs], "--wait=true", timeout=300)
+    k("delete", "pod", *dict.fromkeys(pod for pod, _ in pairs), "--wait=true", timeout=300)
     pvs = set()
     for _, pvc in pairs:
         pvs.add(kj("get", "pvc", pvc)["spec"]["volumeName"])
@@ -344,6 +344,86 @@ def _():
 @timed("central snapshots")
 def _():
     snapshot_scenario("central", "node-x", lambda: ["deployment/pmem-csi-controller"])
+
+
+@t.test("central: a VolumeGroupSnapshot (pmem-csi-groupsnapshotclass) of two PVCs in use on node-x, one pod "
+        "writing to both, becomes ready with a member VolumeSnapshot per PVC (group handle group.*); each member "
+        "restored at its restoreSize holds what its PVC held; the group deleted takes its members' copies along")
+@timed("central group snapshot")
+def _():
+    stamp = "grp-%d" % int(time.time())
+    for n in ("data", "log"):
+        doc = json.loads(pvc_yaml("g-" + n, "pmem-csi-sc", "64Mi"))
+        doc["metadata"]["labels"] = {"group": stamp}
+        k("apply", "-f", "-", input=json.dumps(doc))
+    pod = json.loads(pod_yaml("g-app", "node-x", claim="g-data",
+                              cmd="echo %s-data > /data/f && echo %s-log > /log/f && sync && exec sleep 100000"
+                              % (stamp, stamp)))
+    pod["spec"]["volumes"].append({"name": "log", "persistentVolumeClaim": {"claimName": "g-log"}})
+    pod["spec"]["containers"][0]["volumeMounts"].append({"name": "log", "mountPath": "/log"})
+    k("apply", "-f", "-", input=json.dumps(pod))
+    wait_pod_running("g-app")
+    wait(lambda: k("exec", "g-app", "--", "cat", "/log/f", check=False).stdout.strip() == stamp + "-log", 60,
+         "the files on both volumes")
+    k("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "groupsnapshot.storage.k8s.io/v1", "kind": "VolumeGroupSnapshot",
+        "metadata": {"name": "g-snap"},
+        "spec": {"volumeGroupSnapshotClassName": "pmem-csi-groupsnapshotclass",
+                 "source": {"selector": {"matchLabels": {"group": stamp}}}}}))
+    t0 = time.monotonic()
+
+    def ready():
+        st = kj("get", "volumegroupsnapshot", "g-snap").get("status") or {}
+        if st.get("error"):
+            raise pt.TestFailure("group snapshot error: %r" % st["error"])
+        return st.get("readyToUse") is True
+    try:
+        wait(ready, 300, "VolumeGroupSnapshot g-snap ready")
+    except RuntimeError as e:
+        raise pt.TestFailure("%s\n%s\n%s" % (e, k("describe", "volumegroupsnapshot", "g-snap", check=False).stdout[-1500:],
+                                              k("-n", NS, "logs", "deployment/pmem-csi-controller", "-c",
+                                                "csi-snapshotter", "--tail=30", check=False).stdout))
+    took = time.monotonic() - t0
+    vgs = kj("get", "volumegroupsnapshot", "g-snap")
+    gc = kj("get", "volumegroupsnapshotcontent", vgs["status"]["boundVolumeGroupSnapshotContentName"])
+    ghandle = gc["status"]["volumeGroupSnapshotHandle"]
+    pt.check(ghandle.startswith("group."), "group handle %r" % ghandle)
+    # Members: the VolumeSnapshots the group owns; each one's source PVC
+    # through its content's volume handle and the PV that names it.
+    claim_of = {pv["spec"]["csi"]["volumeHandle"]: pv["spec"]["claimRef"]["name"]
+                for pv in kj("get", "pv")["items"] if pv["spec"].get("csi") and pv["spec"].get("claimRef")}
+    members = {}
+    for vs in kj("get", "volumesnapshot")["items"]:
+        if not [o for o in vs["metadata"].get("ownerReferences", []) if o["kind"] == "VolumeGroupSnapshot"
+                and o["uid"] == vgs["metadata"]["uid"]]:
+            continue
+        content = kj("get", "volumesnapshotcontent", vs["status"]["boundVolumeSnapshotContentName"])
+        members[claim_of.get(content["spec"]["source"].get("volumeHandle"))] = (
+            vs["metadata"]["name"], vs["status"].get("restoreSize"), content["status"]["snapshotHandle"])
+    pt.check(set(members) == {"g-data", "g-log"} and all(m[1] for m in members.values()),
+             "members %r" % members)
+    handles = [m[2] for m in members.values()]
+    pt.check(all(h in logical_volumes("node-x") for h in handles), "copies %r, node-x has %r"
+             % (handles, logical_volumes("node-x")))
+    t.diag("group snapshot ready %.0f s after it was made; members %s" % (
+        took, ", ".join("%s <- %s (%s)" % (m[0], c, m[1]) for c, m in sorted(members.items()))))
+    # Written after the group snapshot: in neither restore.
+    k("exec", "g-app", "--", "sh", "-c", "echo later > /data/g && echo later > /log/g && sync")
+    for c, (vs, size, _) in members.items():
+        k("apply", "-f", "-", input=pvc_from(c + "-r", "snapshot", vs, size=size))
+        k("apply", "-f", "-", input=pod_yaml(c + "-r-app", "node-x", claim=c + "-r",
+                                             cmd="cat /data/f; ls /data; exec sleep 100000"))
+    for c in members:
+        wait_pod_running(c + "-r-app")
+        out = logs_until(c + "-r-app", r"^lost\+found")
+        want = stamp + ("-data" if c == "g-data" else "-log")
+        pt.check(want in out.split() and "g" not in out.split(), "%s restored: %r" % (c, out))
+    k("delete", "volumegroupsnapshot", "g-snap", "--wait=true", timeout=300)
+    wait(lambda: not set(handles) & set(logical_volumes("node-x")), 120, "the members' copies to go")
+    pt.check(not [vs for vs in kj("get", "volumesnapshot")["items"] if vs["metadata"]["name"] in
+                  {m[0] for m in members.values()}], "member VolumeSnapshots left")
+    delete_claims([("g-app", "g-data"), ("g-app", "g-log"), ("g-data-r-app", "g-data-r"),
+                   ("g-log-r-app", "g-log-r")])
 
 
 def e2e_subset(mode):

@@ -91,7 +91,7 @@ const SIDECARS = {
   "csi-resizer": "registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
   "csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
 };
-// kubelet's root directory, as the manifests assume it (../README.md says how
+// kubelet's root directory, as the manifests assume it (docs/install.md says how
 // to change it for other distributions: all occurrences together).
 const KUBELET_DIR = "/var/lib/kubelet";
 // Flags of the pinned sidecar versions (their --help / README), klog's

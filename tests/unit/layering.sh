@@ -1,5 +1,5 @@
 #!/bin/sh
-# The layering rules of the source tree (README, "Layout"), checked on every
+# The layering rules of the source tree (docs/development.md, "Layout"), checked on every
 # #include of every C file (TAP):
 #   1. includes are spelled from the repository root ("daemon/core/log.h")
 #   2. daemon/core/ includes nothing of the project outside daemon/core/
