@@ -61,6 +61,7 @@ intel-pmem-csi   github.com/intel/pmem-csi@v1.1.0                             ./
 intel-operator-cmdlines* github.com/intel/pmem-csi@v1.1.0                     ./cmd/pcsi-operator-cmdlines
 agnhost          local:tests/k8s/tools/e2e@v1.36.1                            k8s.io/kubernetes/test/images/agnhost
 ginkgo           local:tests/k8s/tools/e2e@v1.36.1                            github.com/onsi/ginkgo/v2/ginkgo
+helm             helm.sh/helm/v4@v4.3.2                                       helm.sh/helm/v4/cmd/helm
 '
 
 prog=go-tools

@@ -1051,6 +1051,42 @@ def _():
     rbac_check("distributed")
 
 
+@t.test("helm: where the kustomize deployment was, `helm install` of charts/pmem-csi (distributed mode, its "
+        "defaults) brings node pods and the webhooks pod up; a PVC of the chart's class binds and its pod writes "
+        "through a dax mount; `helm uninstall` removes it all")
+@timed("helm")
+def _():
+    c = cl.get()
+    helm = [kc.go_tool("helm"), "--kubeconfig", os.path.join(WORK, "admin.kubeconfig")]
+    # Helm adopts nothing it did not make: the kustomize objects go first,
+    # the classes too (the chart renders them).
+    k("delete", "-k", manifests("distributed"), "--wait=true", "--ignore-not-found", timeout=600)
+    k("delete", "-k", manifests("storageclass"), "--wait=true", "--ignore-not-found", timeout=120)
+    wait_gone("namespace", NS, timeout=600)
+    t0 = time.monotonic()
+    r = c.run(*helm, "install", "pmem-csi", os.path.join(TOP, "charts", "pmem-csi"), "--wait",
+              "--timeout", "10m", check=False, timeout=700)
+    pt.check(r.returncode == 0, "helm install: %s%s" % (r.stdout[-1500:], r.stderr[-1500:]))
+    t.diag("helm install --wait: %.0f s" % (time.monotonic() - t0))
+    rollout("daemonset", "pmem-csi-node")
+    rollout("deployment", "pmem-csi-webhooks")
+    wait(lambda: set(capacities("pmem-csi-sc")) == {"node-x", "node-y"}, 300, "CSIStorageCapacity objects")
+    k("apply", "-f", "-", input=pvc_yaml("helm-pvc", "pmem-csi-sc", "64Mi"))
+    k("apply", "-f", "-", input=pod_yaml("helm-app", "node-x", claim="helm-pvc",
+                                         cmd="grep ' /data ' /proc/mounts; echo helm > /data/f && sync && "
+                                             "cat /data/f && exec sleep 100000"))
+    wait_pod_running("helm-app")
+    out = logs_until("helm-app", r"^helm$")
+    pt.check("dax" in out.splitlines()[0], "mount: %r" % out)
+    delete_claims([("helm-app", "helm-pvc")])
+    r = c.run(*helm, "uninstall", "pmem-csi", "--wait", "--timeout", "10m", check=False, timeout=700)
+    pt.check(r.returncode == 0, "helm uninstall: %s%s" % (r.stdout[-1500:], r.stderr[-1500:]))
+    wait_gone("namespace", NS, timeout=600)
+    pt.check(not [sc for sc in kj("get", "storageclass")["items"] if sc["provisioner"] == DRV
+                  and sc["metadata"]["name"] in ("pmem-csi-sc", "pmem-csi-sc-xfs")], "classes left")
+    k("apply", "-k", manifests("storageclass"))  # as the scenarios before left them
+
+
 # ---------------------------------------------------------------------------- Intel PMEM-CSI v1.1.0 users
 
 OUR_IMAGE = "pmem-csi-driver:0.1.0"  # as the shipped manifests name it
