@@ -4,7 +4,7 @@ choice a user makes, `helm template` renders the same objects as `kubectl
 kustomize` of the manifests with the same choice (an overlay where kustomize
 has one: images, the cxl component), or as the chart's defaults changed
 exactly where the value says (device manager, log format, node selector,
-tolerations, resources, driver name); bad values are refused; every
+tolerations, resources, optional sidecars, driver name); bad values are refused; every
 rendering passes the manifests' schema validation (validate.mjs). Helm and
 kubectl are the pinned Go tools (scripts/go-tools.sh). TAP output.
 
@@ -251,6 +251,34 @@ def tol_res(objs):
 
 run_edit("tolerations, resources.node: added to the node DaemonSet, its driver container's resources", (
     "json:tolerations=" + json.dumps(TOL), "json:resources.node=" + json.dumps(RES)), tol_res)
+
+
+def no_sidecars(mode):
+    def edit(objs):
+        for f in ("common/rbac-%s.yaml", mode + "/rbac-%s.yaml"):
+            for sidecar in ("resizer", "snapshotter"):
+                for key in files(f % sidecar):
+                    objs.pop(key, None)
+        for o in objs.values():
+            if o["kind"] in ("DaemonSet", "Deployment"):
+                spec = o["spec"]["template"]["spec"]
+                spec["containers"] = [c for c in spec["containers"]
+                                      if c["name"] not in ("csi-resizer", "csi-snapshotter")]
+    return edit
+
+
+def run_sidecars(mode):
+    def check():
+        base = objects(helm("mode=" + mode))
+        text = helm("mode=" + mode, "sidecars.resizer=false", "sidecars.snapshotter=false")
+        rendered["sidecars " + mode] = text
+        same("sidecars.resizer=false sidecars.snapshotter=false, %s mode: those containers and their RBAC "
+             "left out, nothing else" % mode, objects(text), edited(base, no_sidecars(mode)))
+    run("sidecars " + mode, check)
+
+
+run_sidecars("distributed")
+run_sidecars("central")
 
 
 def other_name():
