@@ -316,6 +316,16 @@ def refused():
 run("refused", refused)
 
 
+def lint():
+    r = subprocess.run([HELM, "lint", "--strict", CHART], capture_output=True, text=True,
+                       env=dict(os.environ, HOME=work))
+    warn = [l for l in (r.stdout + r.stderr).splitlines() if "[WARNING]" in l or "[ERROR]" in l]
+    tap(r.returncode == 0 and not warn, "helm lint --strict: no warning, no error", "\n".join(warn) + r.stdout[-800:])
+
+
+run("lint", lint)
+
+
 def schema():
     d = tempfile.mkdtemp(dir=work)
     paths = []
