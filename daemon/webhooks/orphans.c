@@ -196,6 +196,8 @@ static struct missing *find_missing(struct pcsi_orphans *o, const char *id)
 	return NULL;
 }
 
+static void on_timer(uv_timer_t *t);
+
 /* The timer runs again at |due_ms| (loop time) unless it runs earlier. */
 static void wake_at(struct pcsi_orphans *o, uint64_t due_ms)
 {
@@ -204,7 +206,7 @@ static void wake_at(struct pcsi_orphans *o, uint64_t due_ms)
 	if (due_ms >= o->due_ms)
 		return;
 	o->due_ms = due_ms;
-	uv_timer_start(o->timer, o->timer->timer_cb, due_ms > now ? due_ms - now : 0, 0);
+	uv_timer_start(o->timer, on_timer, due_ms > now ? due_ms - now : 0, 0);
 }
 
 struct label_match {
