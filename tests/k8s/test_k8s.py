@@ -580,6 +580,24 @@ def _():
     power_cut_scenario("central", "node-x", {"cut-c": "pmem-csi-sc"})
 
 
+def off_node_y(deployment):
+    """Moves |deployment|'s pod off node-y (cordoned meanwhile) if it runs
+    there: the central controller keeps what it knows of the nodes in
+    memory, and one that dies with node-y starts again knowing nothing of
+    node-y's volumes (docs/design.md, "A node deleted for good")."""
+    sel = "app.kubernetes.io/name=" + deployment
+    pods = kj("-n", NS, "get", "pods", "-l", sel)["items"]
+    if not [p for p in pods if p["spec"].get("nodeName") == "node-y"]:
+        return
+    k("cordon", "node-y")
+    try:
+        k("-n", NS, "delete", "pod", "-l", sel, "--wait=true", timeout=180)
+        rollout("deployment", deployment)
+    finally:
+        k("uncordon", "node-y")
+    t.diag("%s moved off node-y first" % deployment)
+
+
 def node_lost_scenario(claim, tell_timeout, condition):
     """A pod writes to |claim| on node-y; node-y is powered off and its Node
     object deleted. The claim gets a Warning VolumeConditionAbnormal event
@@ -625,6 +643,7 @@ def node_lost_scenario(claim, tell_timeout, condition):
         "named node-y joins and the driver runs there")
 @timed("central node deleted")
 def _():
+    off_node_y("pmem-csi-controller")
     node_lost_scenario("lost-pvc", 180, condition=False)
 
 
