@@ -20,7 +20,7 @@ static const char provisioner_finalizer[] = "external-provisioner.volume.kuberne
 
 /* What is kept of a PV of this driver. */
 struct pv {
-	char *name, *uid, *rv, *handle;
+	char *uid, *rv;
 	char *claim_ns, *claim_name, *claim_uid; /* "" when not bound */
 	char *rest;				 /* the other finalizers, JSON text */
 	char *nodes[MAX_NODES];
@@ -118,10 +118,8 @@ static void *take_pv(json_object *obj, void *data)
 		free(p);
 		return NULL; /* not a node-local volume */
 	}
-	p->name = dup_str(obj, "metadata.name");
 	p->uid = dup_str(obj, "metadata.uid");
 	p->rv = dup_str(obj, "metadata.resourceVersion");
-	p->handle = dup_str(obj, "spec.csi.volumeHandle");
 	p->claim_ns = dup_str(obj, "spec.claimRef.namespace");
 	p->claim_name = dup_str(obj, "spec.claimRef.name");
 	p->claim_uid = dup_str(obj, "spec.claimRef.uid");
@@ -138,10 +136,8 @@ static void drop_pv(void *item, void *data)
 	struct pv *p = item;
 
 	(void)data;
-	free(p->name);
 	free(p->uid);
 	free(p->rv);
-	free(p->handle);
 	free(p->claim_ns);
 	free(p->claim_name);
 	free(p->claim_uid);

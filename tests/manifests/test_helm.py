@@ -11,6 +11,7 @@ kubectl are the pinned Go tools (scripts/go-tools.sh). TAP output.
 usage: test_helm.py
 """
 import copy
+import difflib
 import json
 import os
 import shutil
@@ -110,7 +111,6 @@ def diff(got, want):
             problems.append("extra %s" % (k,))
         elif got[k] != want[k]:
             a, b = json.dumps(got[k], sort_keys=True, indent=1), json.dumps(want[k], sort_keys=True, indent=1)
-            import difflib
             problems.append("%s differs:\n%s" % (k, "\n".join(list(difflib.unified_diff(
                 b.splitlines(), a.splitlines(), "kustomize", "helm", lineterm="", n=1))[:30])))
     return "\n".join(problems)
@@ -195,7 +195,7 @@ def edited(base, edit):
 
 def run_edit(name, sets, edit):
     def check():
-        base = objects(rendered.get("base") or helm())
+        base = objects(rendered["base"])
         text = helm(*sets)
         rendered[name] = text
         same(name, objects(text), edited(base, edit))
