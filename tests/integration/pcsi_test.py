@@ -965,9 +965,12 @@ class TAP:
             sys.stderr.flush()
 
     def skip(self, name, reason):
+        """A TAP directive is one line: a reason's first line goes there, the
+        rest (an earlier fixture's log tail) is left to where it was told."""
         self.n += 1
         self.skipped += 1
-        self._emit("ok %d - %s # SKIP %s" % (self.n, name, reason))
+        first = str(reason).strip().split("\n")[0]
+        self._emit("ok %d - %s # SKIP %s" % (self.n, name, first))
 
     def line(self, ok, name, directive=None, why=None):
         """One result found elsewhere (a tool's report, a check run inline):

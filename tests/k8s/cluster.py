@@ -50,6 +50,10 @@ def _die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+class GuestStopped(RuntimeError):
+    """A guest's QEMU exited, or its node script failed: waiting on is vain."""
+
+
 def log(msg):
     sys.stderr.write("cluster: %s %s\n" % (time.strftime("%H:%M:%S"), msg))
     sys.stderr.flush()
@@ -233,6 +237,8 @@ class Cluster:
             try:
                 if cond():
                     return
+            except GuestStopped:
+                raise
             except Exception:
                 pass
             for name, pr in self.procs.items():
@@ -351,21 +357,37 @@ class Cluster:
         log("%s: power cut (QEMU %d killed)" % (name, pid))
 
     def boot_ready(self, name, fresh=False, not_boot=None, hung_after=240):
-        """boot() and wait_node_ready(). A guest whose node is not Ready after
-        |hung_after| s is taken as hung (seen once under TCG: the guest froze
-        while kubelet started, its QEMU spinning, nothing more in any log)
-        and is power-cycled once more, as an operator would. Returns the
-        number of boots it took."""
-        for boots in (1, 2):
-            self.boot(name, fresh=fresh)
+        """boot() and wait_booted(). Returns the number of boots it took."""
+        self.boot(name, fresh=fresh)
+        return self.wait_booted((name,), fresh, not_boot, hung_after)[name]
+
+    def wait_booted(self, names, fresh, not_boot=None, hung_after=240):
+        """Waits for the Nodes of guests |names|, booted (fresh or not) just
+        now, to be Ready. A guest whose node is not Ready |hung_after| s
+        after its boot is taken as hung (seen under TCG: the guest froze
+        while kubelet started, its QEMU spinning, nothing more in any log;
+        once in a power-cut scenario, once in a CI run's first boot) and is
+        power-cycled once more, as an operator would. Returns each guest's
+        number of boots."""
+        t0 = time.monotonic()
+        boots = {}
+        for name in names:
             try:
-                self.wait_node_ready(name, hung_after if boots == 1 else self.ready_timeout, not_boot)
-                return boots
+                self.wait_node_ready(name, max(1, hung_after - (time.monotonic() - t0)), not_boot)
+                boots[name] = 1
+                continue
+            except GuestStopped:
+                raise
             except RuntimeError as e:
-                if boots == 2 or self.guests[name].poll() is not None:
-                    raise
                 log("%s: not Ready %d s after its boot (%s); power-cycled once more" % (name, hung_after, e))
-                self.power_cut(name)
+            # A Node the hung boot made may still show Ready for a while
+            # after the cut: only a later boot counts.
+            hung = self.boot_id(name)
+            self.power_cut(name)
+            self.boot(name, fresh=fresh)
+            self.wait_node_ready(name, self.ready_timeout, hung or not_boot)
+            boots[name] = 2
+        return boots
 
     def boot_id(self, name):
         """The boot id |name|'s kubelet reported last, None without a Node."""
@@ -379,7 +401,7 @@ class Cluster:
         def cond():
             g = self.guests[name]
             if g.poll() is not None or os.path.exists(self.node_file(name, "failed")):
-                raise RuntimeError("guest %s stopped:\n%s\n%s" % (name, self.tail(name + ".log"),
+                raise GuestStopped("guest %s stopped:\n%s\n%s" % (name, self.tail(name + ".log"),
                                                                   self.tail(name + ".vm-run.log")))
             r = self.kubectl("get", "node", name, "-o", "json", check=False)
             if r.returncode != 0:
@@ -388,27 +410,6 @@ class Cluster:
             return st["nodeInfo"].get("bootID") != not_boot and \
                 any(c["type"] == "Ready" and c["status"] == "True" for c in st["conditions"])
         self.wait(cond, timeout, "node %s Ready" % name, 2)
-
-    def nodes_ready(self):
-        nodes = self.kubectl_json("get", "nodes")["items"]
-        ready = [n["metadata"]["name"] for n in nodes
-                 if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])]
-        return sorted(ready) == sorted(NODES)
-
-    def wait_nodes(self, timeout=600):
-        def cond():
-            for n, g in self.guests.items():
-                if g.poll() is not None or os.path.exists(os.path.join(self.work, n + ".failed")):
-                    raise RuntimeError("guest %s stopped:\n%s\n%s" % (n, self.tail(n + ".log"),
-                                                                     self.tail(n + ".vm-run.log")))
-            return self.nodes_ready()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if cond():
-                return
-            time.sleep(2)
-        raise RuntimeError("nodes not Ready after %d s:\n%s\n%s" % (timeout, self.tail("node-x.kubelet.log"),
-                                                                   self.tail("node-y.kubelet.log")))
 
     # ---- the whole thing --------------------------------------------------------
 
@@ -451,7 +452,8 @@ class Cluster:
                      *("crd/%s.%s" % (f.split("_", 1)[1][:-len(".yaml")], f.split("_")[0]) for f in crds),
                      timeout=90)
         self.kubectl("apply", "-f", os.path.join(HERE, "snapshot-controller.yaml"))
-        self.wait_nodes(self.ready_timeout)
+        # A node that imports the image tarballs itself takes longer.
+        self.wait_booted(NODES, fresh=True, hung_after=240 if store else self.ready_timeout)
         log("nodes Ready (%.0f s)" % (time.monotonic() - t0))
         for d in ("coredns", "snapshot-controller"):
             self.wait(lambda d=d: self.kubectl_json("-n", "kube-system", "get", "deployment", d)
