@@ -293,7 +293,10 @@ static void on_half_made_deleted(struct pcsi_backend_req *req, void *data)
 static void delete_half_made(struct recovery *r)
 {
 	r->breq.id = r->e->id;
-	r->breq.erase = r->e->rec.erase_after;
+	/* Erased whatever its record's eraseafter says: a copy holds part of
+	 * its source, whose owner may have asked for erasure, and nobody was
+	 * ever told this copy exists, so nobody chose to keep its data. */
+	r->breq.erase = true;
 	pcsi_backend_delete(r->n->be, &r->breq, on_half_made_deleted, r);
 }
 

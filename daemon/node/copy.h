@@ -79,7 +79,8 @@ void pcsi_copy_many(struct pcsi_node *n, struct pcsi_copy *c, struct pcsi_copy_p
 		    size_t n_pairs, pcsi_copy_cb cb, void *data);
 
 /* At start-up, before any call is served: removes every volume and snapshot
- * whose record is pending (and the record), after thawing its source's
+ * whose record is pending (erased, whatever its eraseafter: it holds part of
+ * its source) and the record, after thawing its source's
  * filesystem in case a copy was cut short while it was frozen. |cb| runs
  * once when done; failures are logged and the record kept for the next
  * start. */
