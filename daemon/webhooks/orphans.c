@@ -29,7 +29,8 @@ struct pv {
 	bool released_delete; /* Released, reclaim policy Delete */
 	bool deleting;	      /* metadata.deletionTimestamp is set */
 	bool finalizer;	      /* external-provisioner's is there */
-	bool told, busy;      /* carried from the item it replaces */
+	bool told;	      /* its claim was told: the PV's mark, or this process did */
+	bool busy;	      /* carried from the item it replaces */
 };
 
 /* The requests for one PV: tell (event, condition), remove (finalizer,
@@ -43,7 +44,7 @@ struct step {
 	int what;
 };
 
-enum { STEP_EVENT, STEP_CONDITION, STEP_UNFINALIZE, STEP_DELETE };
+enum { STEP_EVENT, STEP_CONDITION, STEP_MARK, STEP_UNFINALIZE, STEP_DELETE };
 
 /* ---- what is kept ------------------------------------------------------------------- */
 
@@ -108,6 +109,7 @@ static void *take_pv(json_object *obj, void *data)
 	const char *driver = pcsi_kube_str(obj, "spec.csi.driver");
 	const char *phase = pcsi_kube_str(obj, "status.phase");
 	const char *policy = pcsi_kube_str(obj, "spec.persistentVolumeReclaimPolicy");
+	json_object *ann;
 	struct pv *p;
 
 	if (!driver || strcmp(driver, o->cfg->driver_name))
@@ -127,6 +129,9 @@ static void *take_pv(json_object *obj, void *data)
 	p->released_delete =
 		phase && !strcmp(phase, "Released") && policy && !strcmp(policy, "Delete");
 	p->deleting = pcsi_kube_str(obj, "metadata.deletionTimestamp") != NULL;
+	ann = pcsi_kube_get(obj, "metadata.annotations"); /* a key with dots: not a path */
+	p->told = ann && json_object_is_type(ann, json_type_object) &&
+		  json_object_object_get_ex(ann, o->told_key, NULL);
 	take_finalizers(p, obj);
 	return p;
 }
@@ -328,6 +333,21 @@ static void send_condition(struct step *s)
 		  patch);
 }
 
+/* The PV's mark that its claim was told, which a restarted process (or
+ * another replica) reads: an annotation naming the node. */
+static void send_mark(struct step *s)
+{
+	json_object *patch = json_object_new_object(), *meta = json_object_new_object(),
+		    *ann = json_object_new_object();
+	char path[400];
+
+	json_object_object_add(ann, s->o->told_key, json_object_new_string(s->node));
+	json_object_object_add(meta, "annotations", ann);
+	json_object_object_add(patch, "metadata", meta);
+	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", s->key);
+	send_json(s, STEP_MARK, "PATCH", path, "application/merge-patch+json", patch);
+}
+
 /* external-provisioner's finalizer off, conditional on the version seen. */
 static void send_unfinalize(struct step *s)
 {
@@ -411,6 +431,13 @@ static void on_step(const struct pcsi_kube_result *res, void *data)
 			pcsi_warn_rl(NULL, 600000, "lost nodes: cannot set the PVC's condition",
 				     "pvc=%s/%s error=\"%s\"", s->claim_ns, s->claim_name,
 				     res->msg);
+		send_mark(s);
+		return;
+	case STEP_MARK:
+		/* Without the mark only a restarted process tells again. */
+		if (res->error && res->error != -ENOENT)
+			pcsi_warn_rl(NULL, 600000, "lost nodes: cannot mark a PV as told",
+				     "pv=%s error=\"%s\"", s->key, res->msg);
 		end_step(s, true);
 		return;
 	case STEP_UNFINALIZE:
@@ -496,7 +523,7 @@ static void pv_changed(const char *key, void *before, void *now, void *data)
 	if (!p)
 		return;
 	if (b && !strcmp(b->uid, p->uid)) {
-		p->told = b->told;
+		p->told |= b->told;
 		p->busy = b->busy;
 	}
 	consider(data, key, p);
@@ -549,6 +576,7 @@ void pcsi_orphans_start(struct pcsi_orphans *o, struct pcsi_kube *k, const struc
 	o->k = k;
 	o->cfg = cfg;
 	snprintf(o->topology_key, sizeof(o->topology_key), "%s/node", cfg->driver_name);
+	snprintf(o->told_key, sizeof(o->told_key), "%s/lost-node", cfg->driver_name);
 	pcsi_list_init(&o->steps);
 	o->running = true;
 	o->nodes = pcsi_informer_start(k, "/api/v1/nodes", &node_ops, o);

@@ -8,11 +8,12 @@
  * with it, and the PV of a deleted PVC would stay Released for ever, held by
  * external-provisioner's finalizer. For every PV of this driver whose node
  * affinity names a gone node (the "<driver>/node" topology value), this
- *   - tells the user, once per PV per process: a Warning event
+ *   - tells the user, once per PV: a Warning event
  *     "VolumeConditionAbnormal" on the bound PVC (the reason the central
  *     controller and external-health-monitor use) and a condition
  *     "VolumeLost" (status True, reason "NodeDeleted") in the PVC's status,
- *     both naming the node;
+ *     both naming the node, then marks the PV (annotation
+ *     <driver>/lost-node: the node) so that no process tells it again;
  *   - once the user has deleted the PVC (the PV is Released and its reclaim
  *     policy is Delete) or the PV itself: takes external-provisioner's
  *     finalizer off the PV and deletes it, as the node's provisioner would
@@ -47,6 +48,7 @@ struct pcsi_orphans {
 	struct pcsi_kube *k; /* borrowed */
 	const struct pcsi_config *cfg;
 	char topology_key[160];
+	char told_key[160]; /* the PV annotation that says its claim was told */
 	struct pcsi_informer *nodes, *pvs;
 	uv_timer_t *timer;	  /* allocated: closed with its own callback */
 	uint64_t due_ms;	  /* when it runs next (loop time) */

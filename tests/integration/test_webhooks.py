@@ -260,6 +260,27 @@ def _():
     pt.check(not [x for x in api.deletes if x[1] == "pv-two"], "pv-two deleted again: %r" % api.deletes)
 
 
+@t.test("lost nodes: a told PV carries the annotation " + DRV + "/lost-node naming the node; a restarted "
+        "process tells a newly lost PV and not those already told")
+def _():
+    global d
+    for name, node_id in (("pv-lost", "gone1"), ("pv-two", "gone1")):
+        ann = api.get("persistentvolumes", name)["metadata"].get("annotations") or {}
+        pt.check(ann.get(DRV + "/lost-node") == node_id, "%s annotations %r" % (name, ann))
+    pt.check(d.stop() == 0, "the first process did not exit 0")
+    api.put("persistentvolumeclaims", pvc("c-new", "pmem", None, phase="Bound"))
+    api.put("persistentvolumes", pv("pv-new", ["gone1"], claim="c-new"))
+    os.environ.update(api.env())
+    d = pt.Daemon(DRIVER, args, name="webhooks-restarted")
+    d.start(wait=False)
+    for k in api.env():
+        os.environ.pop(k)
+    wait_for(lambda: lost_events("c-new"), 15, "the new PV's claim told by the restarted process")
+    time.sleep(2)  # more than -lostNodeGrace and one more look
+    for c in ("c-lost", "c-two"):
+        pt.check(len(lost_events(c)) == 1, "events on %s: %d" % (c, len(lost_events(c))))
+
+
 @t.test("SIGTERM: exits 0")
 def _():
     rc = d.stop()
