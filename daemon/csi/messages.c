@@ -1027,7 +1027,8 @@ void pcsi_op_reply(struct pcsi_op *op, const ProtobufCMessage *reply)
 	op_release(op);
 }
 
-static void op_vfail(struct pcsi_op *op, enum pcsi_status code, const char *fmt, va_list ap)
+static PCSI_PRINTF(3, 0) void op_vfail(struct pcsi_op *op, enum pcsi_status code, const char *fmt,
+				       va_list ap)
 {
 	char msg[1024];
 
