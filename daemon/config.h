@@ -65,7 +65,7 @@ struct pcsi_config {
 	uint32_t max_streams, max_conns;
 	uint32_t shutdown_grace_s;
 	uint32_t registration_grace_s;	  /* controller: unknown ids are UNAVAILABLE this long */
-	uint32_t lost_node_grace_s;	  /* webhooks: a Node missing this long is gone */
+	uint32_t lost_node_grace_s;	  /* webhooks, controller: grace of a missing Node */
 	const char *service_account_dir;  /* controller: Kubernetes API token + CA ("": none) */
 	uint32_t registration_interval_s; /* node: heartbeat re-registration period */
 	uint32_t media_scan_interval_s;	  /* node: media-error scans (0: none) */

@@ -175,6 +175,14 @@ static void node_changed(const char *key, void *before, void *now, void *data)
 	pcsi_controller_node_deleted(&r->controller, id, report_lost, r);
 }
 
+/* orphans.h: the volumes this process reported already get no second event. */
+static bool reported_here(const char *handle, void *data)
+{
+	struct pcsi_controller_role *r = data;
+
+	return pcsi_controller_knows_lost(&r->controller, handle);
+}
+
 static const struct pcsi_informer_ops node_ops = {
 	.take = node_take,
 	.drop = node_drop,
@@ -200,10 +208,16 @@ static void watch_start(struct pcsi_controller_role *r)
 	r->nodes = pcsi_informer_start(r->watch_kube, "/api/v1/nodes", &node_ops, r);
 	r->events =
 		pcsi_volume_events_new(r->env->loop, &o, cfg->driver_name, "pmem-csi-controller");
+	pcsi_orphans_start(&r->orphans, r->watch_kube,
+			   &(struct pcsi_orphans_opts){ .driver = cfg->driver_name,
+							.grace_s = cfg->lost_node_grace_s,
+							.told_elsewhere = reported_here,
+							.data = r });
 }
 
 static void watch_stop(struct pcsi_controller_role *r)
 {
+	pcsi_orphans_stop(&r->orphans);
 	pcsi_informer_stop(r->nodes);
 	r->nodes = NULL;
 	pcsi_volume_events_free(r->events);

@@ -7,7 +7,11 @@
  * In a pod it watches the Node objects: a node whose Node object is deleted
  * (the machine is gone for good) is forgotten with what it held
  * (pcsi_controller_node_deleted), and each volume lost with it is reported
- * as a Warning event (VolumeConditionAbnormal) on its PVC. */
+ * at once as a Warning event (VolumeConditionAbnormal) on its PVC. It also
+ * watches this driver's PVs (kube/orphans.h, without removing any): a PV
+ * whose node has been gone for -lostNodeGrace gets the VolumeLost
+ * condition on its PVC, and the event too when this process did not report
+ * it (a node deleted while no controller ran, or one that died with it). */
 #ifndef PCSI_CONTROLLER_ROLE_H
 #define PCSI_CONTROLLER_ROLE_H
 
@@ -18,6 +22,7 @@
 #include "daemon/kube/client.h"
 #include "daemon/kube/events.h"
 #include "daemon/kube/informer.h"
+#include "daemon/kube/orphans.h"
 
 struct pcsi_controller_role {
 	const struct pcsi_role_env *env; /* borrowed */
@@ -36,6 +41,7 @@ struct pcsi_controller_role {
 	struct pcsi_kube *watch_kube;
 	struct pcsi_informer *nodes;
 	struct pcsi_volume_events *events;
+	struct pcsi_orphans orphans; /* its PVs, on the same client */
 	bool started;
 };
 

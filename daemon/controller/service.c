@@ -2099,6 +2099,11 @@ static struct lost *lost_find(struct pcsi_controller *c, const char *id)
 	return NULL;
 }
 
+bool pcsi_controller_knows_lost(struct pcsi_controller *c, const char *id)
+{
+	return lost_find(c, id) != NULL;
+}
+
 static void lost_forget(struct pcsi_controller *c, struct lost *l)
 {
 	pcsi_list_remove(&l->link);

@@ -80,6 +80,10 @@ size_t pcsi_controller_node_deleted(struct pcsi_controller *c, const char *node_
 				    void (*lost)(const char *id, const char *msg, void *data),
 				    void *data);
 
+/* True when volume or snapshot |id| was lost with a node deleted while
+ * this process ran (and reported then), deleted since or not. */
+bool pcsi_controller_knows_lost(struct pcsi_controller *c, const char *id);
+
 /* csi.v1.GroupController: a group snapshot is taken by the one node that
  * holds every source volume (daemon/node/group.h); sources on different
  * nodes are FAILED_PRECONDITION. */

@@ -33,7 +33,10 @@ static void try_open(struct pcsi_webhooks_role *r)
 	}
 	pcsi_info(1, "webhooks: using the Kubernetes API", "rescheduler=%s lost_nodes=on",
 		  cfg->has_node_selector ? "on" : "off (no -nodeSelector)");
-	pcsi_orphans_start(&r->orphans, r->kube, cfg);
+	pcsi_orphans_start(&r->orphans, r->kube,
+			   &(struct pcsi_orphans_opts){ .driver = cfg->driver_name,
+							.grace_s = cfg->lost_node_grace_s,
+							.remove = true });
 	if (cfg->has_node_selector)
 		pcsi_rescheduler_start(&r->rescheduler, r->kube, cfg);
 	if ((cfg->scheduler_listen || cfg->insecure_scheduler_listen) &&

@@ -1,7 +1,7 @@
 /* role.h: the webhooks role (-mode=webhooks), what Intel PMEM-CSI v1.1 runs
  * as its controller Deployment: no CSI service, the PVC rescheduler when
  * -nodeSelector is given (rescheduler.h), the PVs of nodes deleted for good
- * (orphans.h), the scheduler extender and pod webhook when -schedulerListen
+ * (kube/orphans.h), the scheduler extender and pod webhook when -schedulerListen
  * or -insecureSchedulerListen ask for them (scheduler.h), and the metrics
  * endpoint.
  *
@@ -19,7 +19,7 @@
 
 #include "daemon/csi/role.h"
 #include "daemon/kube/client.h"
-#include "daemon/webhooks/orphans.h"
+#include "daemon/kube/orphans.h"
 #include "daemon/webhooks/rescheduler.h"
 #include "daemon/webhooks/scheduler.h"
 

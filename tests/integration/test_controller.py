@@ -79,12 +79,12 @@ class FakeAPIServer:
 api = pt.Lazy(FakeAPIServer)
 
 
-def start_controller(grace=0, kube=False):
+def start_controller(grace=0, kube=False, extra=()):
     """kube: True (the fake API server at 127.0.0.1), the host name to
     reach it by (KUBERNETES_SERVICE_HOST), or a fake_kube.FakeKube."""
     args = ["-mode=controller", "-endpoint=unix://" + CTL_SOCK,
             "-registryEndpoint=tcp://127.0.0.1:%d" % REG_PORT, "-registrationGrace=%d" % grace,
-            "-metricsListen=127.0.0.1:%d" % METRICS_PORT, "-v=4"] + C.server_flags(C.registry)
+            "-metricsListen=127.0.0.1:%d" % METRICS_PORT, "-v=4"] + C.server_flags(C.registry) + list(extra)
     if hasattr(kube, "env"):
         args.append("-serviceAccountDir=" + kube.sa_dir)
         os.environ.update(kube.env())
@@ -1029,19 +1029,38 @@ def _():
     pt.check("unregistered" in ctl.stderr_text() or "node unregistered" in ctl.stderr_text(), "no log line")
 
 
+def lost_pv(name, handle, node_id, claim, phase="Bound"):
+    return {"metadata": {"name": name, "finalizers": ["external-provisioner.volume.kubernetes.io/finalizer"]},
+            "spec": {"csi": {"driver": DRV, "volumeHandle": handle},
+                     "persistentVolumeReclaimPolicy": "Delete",
+                     "claimRef": {"namespace": "apps", "name": claim, "uid": "pvc-uid-" + claim},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                         {"matchExpressions": [{"key": KEY, "operator": "In", "values": [node_id]}]}]}}},
+            "status": {"phase": phase}}
+
+
 @t.test("a node deleted for good (its Node object deleted, the machine gone): the controller forgets it, a volume "
-        "only it held is lost (ControllerGetVolume abnormal, health DATA_LOSS, a Warning event on the PVC, "
-        "DeleteVolume OK at once), a cache volume keeps its other copy; should the node come back with its "
-        "volumes after all, the one deleted meanwhile is removed there, the other is known again")
+        "only it held is lost (ControllerGetVolume abnormal, health DATA_LOSS, a Warning event on the PVC at once, "
+        "after -lostNodeGrace its VolumeLost condition and the PV's lost-node mark, no second event; "
+        "DeleteVolume OK at once), a cache volume keeps its other copy; a PV of a node deleted before the "
+        "controller started is told too (event, condition), and none is removed; should the node come back "
+        "with its volumes after all, the one deleted meanwhile is removed there, the other is known again")
 def _():
     import fake_kube
     global ctl, ch
     kube = fake_kube.FakeKube(C)
     for n in CAPS:
         kube.put("nodes", {"metadata": {"name": "k8s-" + n, "labels": {KEY: n}}})
+    # A node deleted while no controller ran: only the PVs remember it.
+    for c in ("claim-n3", "claim-before"):
+        kube.put("persistentvolumeclaims", {"metadata": {"name": c, "namespace": "apps", "uid": "pvc-uid-" + c},
+                                            "spec": {}, "status": {"phase": "Bound"}})
+    kube.put("persistentvolumes", lost_pv("pv-before", "pmem-before", "n9", "claim-before"))
+    kube.put("persistentvolumes", lost_pv("pv-before-released", "pmem-before-2", "n9", "claim-gone",
+                                          phase="Released"))
     ch.close()
     ctl.kill()
-    ctl = start_controller(kube=kube)
+    ctl = start_controller(kube=kube, extra=["-lostNodeGrace=1"])
     ch = pt.unix_channel(CTL_SOCK)
     nodes["n3"] = start_node("n3")
     wait_registered(list(CAPS))
@@ -1050,11 +1069,7 @@ def _():
                                                                               "cacheSize": "2"},
                                            requisite=["n2", "n3"])).volume
     pt.check(holders(cache) == ["n2", "n3"], "cache copies: %r" % holders(cache))
-    kube.put("persistentvolumeclaims", {"metadata": {"name": "claim-n3", "namespace": "apps", "uid": "pvc-uid-n3"},
-                                        "spec": {"volumeName": "pv-n3"}})
-    kube.put("persistentvolumes", {"metadata": {"name": "pv-n3"}, "spec": {
-        "csi": {"driver": DRV, "volumeHandle": only.volume_id},
-        "claimRef": {"namespace": "apps", "name": "claim-n3", "uid": "pvc-uid-n3"}}, "status": {"phase": "Bound"}})
+    kube.put("persistentvolumes", lost_pv("pv-n3", only.volume_id, "n3", "claim-n3"))
     kept = ok_call("CreateVolume", create("pvc-on-n3-kept", 16 * MiB, requisite=["n3"])).volume
     # The machine is gone (stopped: what it holds in memory stays, should it
     # come back after all).
@@ -1074,12 +1089,30 @@ def _():
              [s.segments[KEY] for s in c.volume.accessible_topology] == ["n2"], "the cache volume: %r" % c)
     r = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=csi.Topology(segments={KEY: "n3"})))
     pt.check(r.available_capacity == 0, "n3's capacity still counted")
-    while not [e for e in kube.events if e.get("reason") == "VolumeConditionAbnormal"]:
+    def events(claim):
+        return [e for e in kube.events if e.get("reason") == "VolumeConditionAbnormal"
+                and e["involvedObject"]["name"] == claim]
+    while not events("claim-n3"):
         pt.check(time.monotonic() < deadline + 15, "no event: %r" % kube.events)
         time.sleep(0.2)
-    ev = [e for e in kube.events if e.get("reason") == "VolumeConditionAbnormal"][0]
-    pt.check(ev["involvedObject"]["name"] == "claim-n3" and ev["type"] == "Warning" and
-             "deleted from the cluster" in ev["message"], "event: %r" % ev)
+    ev = events("claim-n3")[0]
+    pt.check(ev["type"] == "Warning" and "deleted from the cluster" in ev["message"], "event: %r" % ev)
+
+    def told(claim, pv_name, node_id):
+        conds = (kube.get("persistentvolumeclaims", "apps/" + claim).get("status") or {}).get("conditions") or []
+        ann = kube.get("persistentvolumes", pv_name)["metadata"].get("annotations") or {}
+        return [c for c in conds if c["type"] == "VolumeLost" and c["reason"] == "NodeDeleted"
+                and node_id in c["message"]] and ann.get(DRV + "/lost-node") == node_id
+    while not (told("claim-n3", "pv-n3", "n3") and told("claim-before", "pv-before", "n9")):
+        pt.check(time.monotonic() < deadline + 30, "conditions and marks: %r %r\n%s" % (
+            kube.get("persistentvolumeclaims", "apps/claim-n3"), kube.get("persistentvolumes", "pv-before"),
+            pt._tail(ctl.stderr_text())))
+        time.sleep(0.2)
+    time.sleep(1.5)  # past the grace once more: nothing is told twice
+    pt.check(len(events("claim-n3")) == 1 and len(events("claim-before")) == 1,
+             "events: %r" % [e["involvedObject"]["name"] for e in kube.events])
+    rel = kube.get("persistentvolumes", "pv-before-released")["metadata"]
+    pt.check(not rel.get("deletionTimestamp") and rel["finalizers"], "the controller removed a PV: %r" % rel)
     t0 = time.monotonic()
     ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=only.volume_id))
     pt.check(time.monotonic() - t0 < 2, "DeleteVolume of the lost volume took %.1f s" % (time.monotonic() - t0))

@@ -598,12 +598,12 @@ def off_node_y(deployment):
     t.diag("%s moved off node-y first" % deployment)
 
 
-def node_lost_scenario(claim, tell_timeout, condition):
+def node_lost_scenario(claim, tell_timeout):
     """A pod writes to |claim| on node-y; node-y is powered off and its Node
-    object deleted. The claim gets a Warning VolumeConditionAbnormal event
-    naming the node (and, with |condition|, a VolumeLost condition);
-    deleting the pod and the claim removes the PV; a new machine named
-    node-y joins with no volume."""
+    object deleted. The claim gets one Warning VolumeConditionAbnormal event
+    naming the node and a VolumeLost condition, and the PV the lost-node
+    mark (kube/orphans.h); deleting the pod and the claim removes the PV; a
+    new machine named node-y joins with no volume."""
     c = cl.get()
     k("apply", "-f", "-", input=pvc_yaml(claim, "pmem-csi-sc", "16Mi"))
     k("apply", "-f", "-", input=pod_yaml(claim + "-app", "node-y", claim=claim,
@@ -619,11 +619,15 @@ def node_lost_scenario(claim, tell_timeout, condition):
     pt.check(ev["type"] == "Warning" and "node-y" in ev["message"] and "deleted" in ev["message"],
              "event %r" % {f: ev.get(f) for f in ("type", "reason", "message")})
     t.diag("event %.0f s after the Node object was deleted: %s" % (time.monotonic() - t0, ev["message"]))
-    if condition:
-        conds = [x for x in kj("get", "pvc", claim).get("status", {}).get("conditions", [])
-                 if x["type"] == "VolumeLost"]
-        pt.check(conds and conds[0]["status"] == "True" and conds[0]["reason"] == "NodeDeleted"
-                 and "node-y" in conds[0]["message"], "PVC conditions: %r" % conds)
+    # The mark comes last (after -lostNodeGrace, 30 s, in both modes).
+    wait(lambda: (kj("get", "pv", pv)["metadata"].get("annotations") or {}).get(DRV + "/lost-node") == "node-y",
+         tell_timeout, "the lost-node mark on " + pv)
+    t.diag("PV marked %.0f s after the Node object was deleted" % (time.monotonic() - t0))
+    conds = [x for x in kj("get", "pvc", claim).get("status", {}).get("conditions", []) if x["type"] == "VolumeLost"]
+    pt.check(conds and conds[0]["status"] == "True" and conds[0]["reason"] == "NodeDeleted"
+             and "node-y" in conds[0]["message"], "PVC conditions: %r" % conds)
+    evs = pvc_events("PersistentVolumeClaim", claim, "VolumeConditionAbnormal")
+    pt.check(len(evs) == 1, "%d VolumeConditionAbnormal events: %r" % (len(evs), [e.get("source") for e in evs]))
     # The pod's node is gone: Kubernetes' pod GC removes it; not waiting.
     k("delete", "pod", claim + "-app", "--force", "--grace-period=0", check=False)
     k("delete", "pvc", claim, "--wait=true", timeout=180)
@@ -639,12 +643,13 @@ def node_lost_scenario(claim, tell_timeout, condition):
 
 
 @t.test("central: node-y is lost for good (power off, its Node object deleted): a PVC only it held gets a "
-        "Warning VolumeConditionAbnormal event naming the node, deleting the PVC completes; a new machine "
+        "Warning VolumeConditionAbnormal event naming the node at once, from the controller, and its VolumeLost "
+        "condition after -lostNodeGrace (30 s), no second event; deleting the PVC completes; a new machine "
         "named node-y joins and the driver runs there")
 @timed("central node deleted")
 def _():
     off_node_y("pmem-csi-controller")
-    node_lost_scenario("lost-pvc", 180, condition=False)
+    node_lost_scenario("lost-pvc", 180)
 
 
 # ---------------------------------------------------------------------------- distributed mode
@@ -1024,7 +1029,7 @@ def _():
 @timed("distributed node deleted")
 def _():
     # If the webhooks pod ran on node-y, pod GC removes it and it starts again on node-x.
-    node_lost_scenario("lost-d", 300, condition=True)
+    node_lost_scenario("lost-d", 300)
 
 
 @t.test("metrics: Prometheus finds the driver pods through kubernetes_sd_configs (manifests/metrics/prometheus-scrape.yaml); "

@@ -1,6 +1,6 @@
 /* orphans.c: the PersistentVolumes of nodes deleted for good. See
  * orphans.h. */
-#include "daemon/webhooks/orphans.h"
+#include "daemon/kube/orphans.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,7 +20,7 @@ static const char provisioner_finalizer[] = "external-provisioner.volume.kuberne
 
 /* What is kept of a PV of this driver. */
 struct pv {
-	char *uid, *rv;
+	char *uid, *rv, *handle;
 	char *claim_ns, *claim_name, *claim_uid; /* "" when not bound */
 	char *rest;				 /* the other finalizers, JSON text */
 	char *nodes[MAX_NODES];
@@ -112,7 +112,7 @@ static void *take_pv(json_object *obj, void *data)
 	json_object *ann;
 	struct pv *p;
 
-	if (!driver || strcmp(driver, o->cfg->driver_name))
+	if (!driver || strcmp(driver, o->opts.driver))
 		return NULL;
 	p = pcsi_xcalloc(1, sizeof(*p));
 	take_nodes(p, obj, o->topology_key);
@@ -122,6 +122,7 @@ static void *take_pv(json_object *obj, void *data)
 	}
 	p->uid = dup_str(obj, "metadata.uid");
 	p->rv = dup_str(obj, "metadata.resourceVersion");
+	p->handle = dup_str(obj, "spec.csi.volumeHandle");
 	p->claim_ns = dup_str(obj, "spec.claimRef.namespace");
 	p->claim_name = dup_str(obj, "spec.claimRef.name");
 	p->claim_uid = dup_str(obj, "spec.claimRef.uid");
@@ -143,6 +144,7 @@ static void drop_pv(void *item, void *data)
 	(void)data;
 	free(p->uid);
 	free(p->rv);
+	free(p->handle);
 	free(p->claim_ns);
 	free(p->claim_name);
 	free(p->claim_uid);
@@ -230,7 +232,7 @@ static void match_label(const char *key, void *item, void *data)
 static bool node_gone(struct pcsi_orphans *o, const char *id)
 {
 	struct label_match lm = { id, false };
-	uint64_t now = uv_now(pcsi_kube_loop(o->k)), grace = o->cfg->lost_node_grace_s * 1000ull;
+	uint64_t now = uv_now(pcsi_kube_loop(o->k)), grace = o->opts.grace_s * 1000ull;
 	struct missing *m = find_missing(o, id);
 
 	if (!pcsi_informer_get(o->nodes, id))
@@ -303,7 +305,7 @@ static void send_event(struct step *s)
 	lost_message(msg, sizeof(msg), s);
 	s->what = STEP_EVENT;
 	s->call = pcsi_kube_post_event(s->o->k, &pvc, "Warning", "VolumeConditionAbnormal", msg,
-				       s->o->cfg->driver_name, NULL, on_step, s);
+				       s->o->opts.driver, NULL, on_step, s);
 }
 
 /* The PVC's condition, merged by type (a strategic merge patch keeps the
@@ -482,7 +484,7 @@ static void on_step(const struct pcsi_kube_result *res, void *data)
 static void consider(struct pcsi_orphans *o, const char *key, struct pv *p)
 {
 	/* a PV being deleted needs only the finalizer off */
-	bool removable = p->deleting ? p->finalizer : p->released_delete;
+	bool removable = o->opts.remove && (p->deleting ? p->finalizer : p->released_delete);
 	bool tell = !p->told && p->bound && !p->deleting && p->claim_name[0];
 	struct step *s;
 
@@ -501,7 +503,9 @@ static void consider(struct pcsi_orphans *o, const char *key, struct pv *p)
 	s->deleting = p->deleting;
 	pcsi_list_add_tail(&o->steps, &s->link);
 	p->busy = true;
-	if (tell)
+	if (tell && o->opts.told_elsewhere && o->opts.told_elsewhere(p->handle, o->opts.data))
+		send_condition(s); /* the event is out already */
+	else if (tell)
 		send_event(s);
 	else if (p->finalizer)
 		send_unfinalize(s);
@@ -544,8 +548,7 @@ static void on_synced(void *data)
 	struct pcsi_orphans *o = data;
 
 	if (pcsi_orphans_synced(o)) {
-		pcsi_info(2, "lost nodes: watching Nodes and PVs", "driver=%s",
-			  o->cfg->driver_name);
+		pcsi_info(2, "lost nodes: watching Nodes and PVs", "driver=%s", o->opts.driver);
 		pcsi_informer_foreach(o->pvs, consider_each, o);
 	}
 }
@@ -566,7 +569,8 @@ bool pcsi_orphans_synced(const struct pcsi_orphans *o)
 	return o->running && pcsi_informer_synced(o->nodes) && pcsi_informer_synced(o->pvs);
 }
 
-void pcsi_orphans_start(struct pcsi_orphans *o, struct pcsi_kube *k, const struct pcsi_config *cfg)
+void pcsi_orphans_start(struct pcsi_orphans *o, struct pcsi_kube *k,
+			const struct pcsi_orphans_opts *opts)
 {
 	static const struct pcsi_informer_ops node_ops = { take_node, drop_node, node_changed,
 							   on_synced };
@@ -574,9 +578,9 @@ void pcsi_orphans_start(struct pcsi_orphans *o, struct pcsi_kube *k, const struc
 
 	memset(o, 0, sizeof(*o));
 	o->k = k;
-	o->cfg = cfg;
-	snprintf(o->topology_key, sizeof(o->topology_key), "%s/node", cfg->driver_name);
-	snprintf(o->told_key, sizeof(o->told_key), "%s/lost-node", cfg->driver_name);
+	o->opts = *opts;
+	snprintf(o->topology_key, sizeof(o->topology_key), "%s/node", opts->driver);
+	snprintf(o->told_key, sizeof(o->told_key), "%s/lost-node", opts->driver);
 	pcsi_list_init(&o->steps);
 	o->running = true;
 	o->nodes = pcsi_informer_start(k, "/api/v1/nodes", &node_ops, o);
