@@ -135,26 +135,6 @@ static void kube_start(struct pcsi_controller_role *r)
 
 /* ---- nodes deleted for good ------------------------------------------------------- */
 
-/* An item per Node: its node id (the topology label's value), "" when it
- * has none. Every Node is kept, so that a label removed is a change, not a
- * deletion. */
-static void *node_take(json_object *obj, void *data)
-{
-	struct pcsi_controller_role *r = data;
-	char path[200];
-	const char *id;
-
-	snprintf(path, sizeof(path), "metadata.labels[%s]", r->controller.topology_key);
-	id = pcsi_kube_str(obj, path);
-	return pcsi_xstrdup(id ? id : "");
-}
-
-static void node_drop(void *item, void *data)
-{
-	(void)data;
-	free(item);
-}
-
 static void report_lost(const char *id, const char *msg, void *data)
 {
 	struct pcsi_controller_role *r = data;
@@ -164,14 +144,14 @@ static void report_lost(const char *id, const char *msg, void *data)
 		pcsi_volume_events_report(r->events, id, true, msg);
 }
 
-static void node_changed(const char *key, void *before, void *now, void *data)
+/* orphans.h: a Node object deleted; |id| "" is not a node of the driver. */
+static void node_deleted(const char *name, const char *id, void *data)
 {
 	struct pcsi_controller_role *r = data;
-	const char *id = before;
 
-	if (now || !id || !*id)
-		return; /* new, changed, or not a node of the driver */
-	pcsi_info(1, "Node object deleted", "node=%s name=%s", id, key);
+	if (!*id)
+		return;
+	pcsi_info(1, "Node object deleted", "node=%s name=%s", id, name);
 	pcsi_controller_node_deleted(&r->controller, id, report_lost, r);
 }
 
@@ -182,12 +162,6 @@ static bool reported_here(const char *handle, void *data)
 
 	return pcsi_controller_knows_lost(&r->controller, handle);
 }
-
-static const struct pcsi_informer_ops node_ops = {
-	.take = node_take,
-	.drop = node_drop,
-	.changed = node_changed,
-};
 
 static void watch_start(struct pcsi_controller_role *r)
 {
@@ -205,21 +179,19 @@ static void watch_start(struct pcsi_controller_role *r)
 			  "error=\"%s\"", err);
 		return;
 	}
-	r->nodes = pcsi_informer_start(r->watch_kube, "/api/v1/nodes", &node_ops, r);
 	r->events =
 		pcsi_volume_events_new(r->env->loop, &o, cfg->driver_name, "pmem-csi-controller");
 	pcsi_orphans_start(&r->orphans, r->watch_kube,
 			   &(struct pcsi_orphans_opts){ .driver = cfg->driver_name,
 							.grace_s = cfg->lost_node_grace_s,
 							.told_elsewhere = reported_here,
+							.node_deleted = node_deleted,
 							.data = r });
 }
 
 static void watch_stop(struct pcsi_controller_role *r)
 {
 	pcsi_orphans_stop(&r->orphans);
-	pcsi_informer_stop(r->nodes);
-	r->nodes = NULL;
 	pcsi_volume_events_free(r->events);
 	r->events = NULL;
 	pcsi_kube_close(r->watch_kube);

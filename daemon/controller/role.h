@@ -4,11 +4,11 @@
  * unix socket) and the Registry (with Identity) on -registryEndpoint (TCP,
  * mutual TLS), where nodes register. Ready as soon as it listens: the picture
  * of the cluster is rebuilt from the nodes as they register (cluster.h).
- * In a pod it watches the Node objects: a node whose Node object is deleted
- * (the machine is gone for good) is forgotten with what it held
+ * In a pod it watches the Node objects and this driver's PVs
+ * (kube/orphans.h, without removing any PV): a node whose Node object is
+ * deleted (the machine is gone for good) is forgotten with what it held
  * (pcsi_controller_node_deleted), and each volume lost with it is reported
- * at once as a Warning event (VolumeConditionAbnormal) on its PVC. It also
- * watches this driver's PVs (kube/orphans.h, without removing any): a PV
+ * at once as a Warning event (VolumeConditionAbnormal) on its PVC; a PV
  * whose node has been gone for -lostNodeGrace gets the VolumeLost
  * condition on its PVC, and the event too when this process did not report
  * it (a node deleted while no controller ran, or one that died with it). */
@@ -21,7 +21,6 @@
 #include "daemon/csi/role.h"
 #include "daemon/kube/client.h"
 #include "daemon/kube/events.h"
-#include "daemon/kube/informer.h"
 #include "daemon/kube/orphans.h"
 
 struct pcsi_controller_role {
@@ -37,11 +36,10 @@ struct pcsi_controller_role {
 	struct pcsi_kube_call *kube_call; /* the node list in flight */
 	uv_timer_t kube_timer;
 	bool kube_timer_open;
-	/* Node objects, for deletions (a client of their own, kept open). */
+	/* Node objects and PVs (a client of their own, kept open). */
 	struct pcsi_kube *watch_kube;
-	struct pcsi_informer *nodes;
 	struct pcsi_volume_events *events;
-	struct pcsi_orphans orphans; /* its PVs, on the same client */
+	struct pcsi_orphans orphans;
 	bool started;
 };
 

@@ -335,32 +335,36 @@ static void send_condition(struct step *s)
 		  patch);
 }
 
+/* A merge patch of the PV's metadata with |meta| (then freed) as step |what|. */
+static void patch_pv_metadata(struct step *s, int what, json_object *meta)
+{
+	json_object *patch = json_object_new_object();
+	char path[400];
+
+	json_object_object_add(patch, "metadata", meta);
+	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", s->key);
+	send_json(s, what, "PATCH", path, "application/merge-patch+json", patch);
+}
+
 /* The PV's mark that its claim was told, which a restarted process (or
  * another replica) reads: an annotation naming the node. */
 static void send_mark(struct step *s)
 {
-	json_object *patch = json_object_new_object(), *meta = json_object_new_object(),
-		    *ann = json_object_new_object();
-	char path[400];
+	json_object *meta = json_object_new_object(), *ann = json_object_new_object();
 
 	json_object_object_add(ann, s->o->told_key, json_object_new_string(s->node));
 	json_object_object_add(meta, "annotations", ann);
-	json_object_object_add(patch, "metadata", meta);
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", s->key);
-	send_json(s, STEP_MARK, "PATCH", path, "application/merge-patch+json", patch);
+	patch_pv_metadata(s, STEP_MARK, meta);
 }
 
 /* external-provisioner's finalizer off, conditional on the version seen. */
 static void send_unfinalize(struct step *s)
 {
-	json_object *patch = json_object_new_object(), *meta = json_object_new_object();
-	char path[400];
+	json_object *meta = json_object_new_object();
 
 	json_object_object_add(meta, "finalizers", json_tokener_parse(s->rest));
 	json_object_object_add(meta, "resourceVersion", json_object_new_string(s->rv));
-	json_object_object_add(patch, "metadata", meta);
-	snprintf(path, sizeof(path), "/api/v1/persistentvolumes/%s", s->key);
-	send_json(s, STEP_UNFINALIZE, "PATCH", path, "application/merge-patch+json", patch);
+	patch_pv_metadata(s, STEP_UNFINALIZE, meta);
 }
 
 /* The PV, if it is still the one seen (its uid). */
@@ -537,7 +541,11 @@ static void node_changed(const char *key, void *before, void *now, void *data)
 {
 	struct pcsi_orphans *o = data;
 
-	if (now || !pcsi_orphans_synced(o))
+	if (now || !before)
+		return;
+	if (o->opts.node_deleted)
+		o->opts.node_deleted(key, before, o->opts.data);
+	if (!pcsi_orphans_synced(o))
 		return;
 	pcsi_info(1, "lost nodes: Node object deleted", "node=%s", key);
 	pcsi_informer_foreach(o->pvs, consider_each, o);

@@ -53,6 +53,9 @@ struct pcsi_orphans_opts {
 	bool remove; /* remove Released PVs (see above) */
 	/* Whether volume |handle| was reported lost already; may be NULL. */
 	bool (*told_elsewhere)(const char *handle, void *data);
+	/* Runs for each Node object deleted (|name|; |id|: its topology label's
+	 * value, "" without one) before the PVs are looked at; may be NULL. */
+	void (*node_deleted)(const char *name, const char *id, void *data);
 	void *data;
 };
 
