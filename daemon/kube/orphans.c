@@ -413,7 +413,6 @@ static void end_step(struct step *s, bool told)
 static void on_step(const struct pcsi_kube_result *res, void *data)
 {
 	struct step *s = data;
-	struct pcsi_orphans *o = s->o;
 
 	s->call = NULL;
 	switch (s->what) {
@@ -425,7 +424,6 @@ static void on_step(const struct pcsi_kube_result *res, void *data)
 			end_step(s, false);
 			return;
 		}
-		o->told++;
 		pcsi_warn("volume lost with its node", "pv=%s pvc=%s/%s node=%s", s->key,
 			  s->claim_ns, s->claim_name, s->node);
 		send_condition(s);
@@ -478,7 +476,6 @@ static void on_step(const struct pcsi_kube_result *res, void *data)
 		}
 		break;
 	}
-	o->removed++;
 	pcsi_info(1, "lost nodes: PV of a deleted node removed", "pv=%s node=%s", s->key, s->node);
 	end_step(s, false);
 }

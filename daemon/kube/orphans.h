@@ -70,7 +70,6 @@ struct pcsi_orphans {
 	struct pcsi_list steps;	  /* requests in flight, one per PV at most */
 	struct pcsi_list missing; /* node ids without a Node object, since when */
 	size_t n_missing;
-	uint64_t told, removed; /* PVs reported lost, PVs removed */
 	bool running;
 };
 
