@@ -357,6 +357,26 @@ def probe(channel, timeout=RPC_TIMEOUT):
 
 _ports_given = set()
 _ports_lock = threading.Lock()
+_ports_file = None
+
+
+def _claim_port(port):
+    """Claims `port` for this process's lifetime against every other test
+    process on the machine (meson runs several at once, each drawing ports
+    by itself): a lock on byte `port` of one shared file, which the kernel
+    drops when this process exits."""
+    global _ports_file
+    import fcntl
+    import tempfile
+    if _ports_file is None:
+        path = os.path.join(tempfile.gettempdir(), "pcsi-test-ports.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        _ports_file = os.fdopen(fd, "r+b", buffering=0)
+    try:
+        fcntl.lockf(_ports_file, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port, os.SEEK_SET)
+    except OSError:
+        return False
+    return True
 
 
 def free_port():
@@ -364,7 +384,8 @@ def free_port():
     take port 0). It is drawn from below the kernel's ephemeral range, where
     no outgoing connection of another process can take it before the caller
     binds it (a port from bind(0) can be reused by the next connect()
-    anywhere on a busy machine), and never handed out twice by one process."""
+    anywhere on a busy machine), and never handed out twice on the machine
+    while the process that drew it lives (see _claim_port)."""
     import random
     lo = 20000
     try:
@@ -375,7 +396,7 @@ def free_port():
     for _ in range(1000):
         port = random.SystemRandom().randint(lo, hi)
         with _ports_lock:
-            if port in _ports_given:
+            if port in _ports_given or not _claim_port(port):
                 continue
             _ports_given.add(port)
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
