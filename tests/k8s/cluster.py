@@ -385,7 +385,13 @@ class Cluster:
             hung = self.boot_id(name)
             self.power_cut(name)
             self.boot(name, fresh=fresh)
-            self.wait_node_ready(name, self.ready_timeout, hung or not_boot)
+            try:
+                self.wait_node_ready(name, self.ready_timeout, hung or not_boot)
+            except GuestStopped:
+                raise
+            except RuntimeError as e:
+                raise RuntimeError("%s: not Ready after a second boot either (%s); its kubelet's log "
+                                   "ends:\n%s" % (name, e, self.tail(name + ".kubelet.log", 15)))
             boots[name] = 2
         return boots
 

@@ -10,7 +10,8 @@ PCSI_E2E_SUBSET or PCSI_E2E_FOCUS says otherwise), one TAP line per spec;
 PCSI_K8S_E2E=0 leaves them out (and the images they need).
 
 usage: test_k8s.py PATH-TO-pmem-csi-driver (the shipped build)
-Environment: PCSI_K8S_WORK (keep the work directory there), PCSI_CACHE,
+Environment: PCSI_K8S_WORK (work there and keep it; a directory of our own
+is removed after a run without failures), PCSI_CACHE,
 PCSI_K8S_E2E, the PCSI_E2E_* variables of e2e_storage.py, PCSI_K8S_ONLY
 (below), PCSI_K8S_TRACE=1 (slow kubectl calls and waits on stderr).
 """
@@ -49,6 +50,7 @@ import pcsi_test as pt  # noqa: E402
 
 DRIVER = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else sys.exit(__doc__)
 WORK = os.environ.get("PCSI_K8S_WORK") or tempfile.mkdtemp(prefix="pcsi-k8s-")
+OWN_WORK = not os.environ.get("PCSI_K8S_WORK")  # removed after a clean run (guest disks: GBs)
 NS = "pmem-csi"
 DRV = "pmem-csi.intel.com"
 t = pt.TAP()
@@ -1320,4 +1322,9 @@ finally:
     c = cl.peek()
     if c:
         c.down()  # also after a signal (a meson timeout): nothing is left running
+if OWN_WORK and rc == 0 and t.failed == 0:
+    import shutil
+    shutil.rmtree(WORK, ignore_errors=True)
+else:
+    t.diag("work directory kept: %s" % WORK)
 sys.exit(rc)
