@@ -165,7 +165,8 @@ static void rm_end(struct group_rm *rm, int error, const char *msg)
 	rm->recs = NULL;
 	rm->error = error;
 	if (error)
-		snprintf(rm->msg, sizeof(rm->msg), "removing group snapshot %s: %s", rm->id, msg);
+		snprintf(rm->msg, sizeof(rm->msg), "removing group snapshot %s: %.120s", rm->id,
+			 msg);
 	rm->cb(rm, rm->data);
 }
 

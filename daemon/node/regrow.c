@@ -26,7 +26,8 @@ static void regrow_end(struct pcsi_regrow *g, int error)
 /* Ends with |error| and "doing: detail". */
 static void fail(struct pcsi_regrow *g, int error, const char *doing, const char *detail)
 {
-	snprintf(g->msg, sizeof(g->msg), "%s: %s", doing,
+	/* msg holds 256 bytes: the detail is cut, not the doing */
+	snprintf(g->msg, sizeof(g->msg), "%.60s: %.180s", doing,
 		 detail && *detail ? detail : strerror(-error));
 	regrow_end(g, error);
 }
@@ -266,7 +267,8 @@ static void on_discarded(struct pcsi_backend_req *req, void *data)
 static void discard_saved(struct pcsi_regrow *g, int error, const char *doing, const char *detail)
 {
 	g->error = error;
-	snprintf(g->msg, sizeof(g->msg), "%s: %s", doing,
+	/* msg holds 256 bytes: the detail is cut, not the doing */
+	snprintf(g->msg, sizeof(g->msg), "%.60s: %.180s", doing,
 		 detail && *detail ? detail : strerror(-error));
 	g->breq.id = g->saved;
 	g->breq.erase = g->rec.erase_after;
