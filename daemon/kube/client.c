@@ -76,6 +76,7 @@ struct pcsi_kube {
 	h2o_http1client_ctx_t ctx, watch_ctx;
 	char host_header[300];
 	char *token, *token_path;
+	char ns[64]; /* the pod's namespace: <sa_dir>/namespace ("" without one) */
 	/* token refresh */
 	uv_timer_t token_timer;
 	uv_fs_t token_fs;
@@ -162,6 +163,32 @@ static void set_token(struct pcsi_kube *k, char *t)
 		free(k->token);
 	}
 	k->token = t;
+}
+
+/* The namespace file every pod's service account directory carries; kept
+ * only when it is a DNS label, as it goes into request paths. */
+static void read_namespace(struct pcsi_kube *k, const char *sa_dir)
+{
+	char *path = pcsi_xasprintf("%s/namespace", sa_dir), *ns = NULL;
+	size_t n;
+
+	if (read_small_file(path, sizeof(k->ns) - 1, &ns) == 0) {
+		ns[strcspn(ns, "\r\n \t")] = '\0';
+		n = strlen(ns);
+		if (n && strspn(ns, "abcdefghijklmnopqrstuvwxyz0123456789-") == n && ns[0] != '-' &&
+		    ns[n - 1] != '-')
+			memcpy(k->ns, ns, n + 1);
+		else
+			pcsi_warn("the service account's namespace file is not a namespace name",
+				  "path=%s", path);
+	}
+	free(ns);
+	free(path);
+}
+
+const char *pcsi_kube_namespace(const struct pcsi_kube *k)
+{
+	return k->ns;
 }
 
 /* ---- token refresh: open, read, close on the thread pool ---------------------------- */
@@ -784,6 +811,7 @@ int pcsi_kube_open(uv_loop_t *loop, const struct pcsi_kube_opts *o, struct pcsi_
 	k->token_path = path;
 	k->token_fd = -1;
 	set_token(k, token);
+	read_namespace(k, o->sa_dir);
 	snprintf(k->host_header, sizeof(k->host_header), strchr(host, ':') ? "[%s]:%ld" : "%s:%ld",
 		 host, port);
 	pcsi_list_init(&k->queued);

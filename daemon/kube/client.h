@@ -91,6 +91,10 @@ struct pcsi_kube_call *pcsi_kube_watch(struct pcsi_kube *k, const char *path, pc
 /* Stops a request or watch: no callback runs after this. */
 void pcsi_kube_cancel(struct pcsi_kube_call *c);
 
+/* The namespace of the pod the client runs in (<sa_dir>/namespace), "" when
+ * that file is missing or holds no namespace name. */
+const char *pcsi_kube_namespace(const struct pcsi_kube *k);
+
 /* The loop the client runs on. */
 uv_loop_t *pcsi_kube_loop(struct pcsi_kube *k);
 

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "daemon/core/log.h"
+#include "daemon/core/sha224.h"
 #include "daemon/core/util.h"
 #include "daemon/kube/events.h"
 
@@ -40,11 +41,20 @@ struct step {
 	struct pcsi_orphans *o;
 	struct pcsi_kube_call *call;
 	char *key, *uid, *rv, *claim_ns, *claim_name, *claim_uid, *rest, *node;
-	bool deleting;
+	char *tombs; /* the lost volume's entries for each node, JSON text; NULL: none */
+	bool deleting, finalizer;
 	int what;
 };
 
-enum { STEP_EVENT, STEP_CONDITION, STEP_MARK, STEP_UNFINALIZE, STEP_DELETE };
+enum {
+	STEP_EVENT,
+	STEP_CONDITION,
+	STEP_MARK,
+	STEP_TOMBSTONE,
+	STEP_TOMBSTONE_CREATE,
+	STEP_UNFINALIZE,
+	STEP_DELETE
+};
 
 /* ---- what is kept ------------------------------------------------------------------- */
 
@@ -357,6 +367,35 @@ static void send_mark(struct step *s)
 	patch_pv_metadata(s, STEP_MARK, meta);
 }
 
+/* The lost volume's entries (one per node that held it) into the
+ * ConfigMap the nodes read (orphans.h), before the PV goes. */
+static void send_tombstone(struct step *s)
+{
+	json_object *patch = json_object_new_object();
+	char path[200];
+
+	json_object_object_add(patch, "data", json_tokener_parse(s->tombs));
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s",
+		 pcsi_kube_namespace(s->o->k), PCSI_LOST_VOLUMES);
+	send_json(s, STEP_TOMBSTONE, "PATCH", path, "application/merge-patch+json", patch);
+}
+
+/* The ConfigMap with the entries, when there was none. */
+static void send_tombstone_create(struct step *s)
+{
+	json_object *cm = json_object_new_object(), *meta = json_object_new_object();
+	char path[200];
+
+	json_object_object_add(cm, "apiVersion", json_object_new_string("v1"));
+	json_object_object_add(cm, "kind", json_object_new_string("ConfigMap"));
+	json_object_object_add(meta, "name", json_object_new_string(PCSI_LOST_VOLUMES));
+	json_object_object_add(cm, "metadata", meta);
+	json_object_object_add(cm, "data", json_tokener_parse(s->tombs));
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps",
+		 pcsi_kube_namespace(s->o->k));
+	send_json(s, STEP_TOMBSTONE_CREATE, "POST", path, "application/json", cm);
+}
+
 /* external-provisioner's finalizer off, conditional on the version seen. */
 static void send_unfinalize(struct step *s)
 {
@@ -407,6 +446,7 @@ static void end_step(struct step *s, bool told)
 	free(s->claim_uid);
 	free(s->rest);
 	free(s->node);
+	free(s->tombs);
 	free(s);
 }
 
@@ -443,6 +483,28 @@ static void on_step(const struct pcsi_kube_result *res, void *data)
 			pcsi_warn_rl(NULL, 600000, "lost nodes: cannot mark a PV as told",
 				     "pv=%s error=\"%s\"", s->key, res->msg);
 		end_step(s, true);
+		return;
+	case STEP_TOMBSTONE:
+	case STEP_TOMBSTONE_CREATE:
+		if (res->error == -ENOENT && s->what == STEP_TOMBSTONE) {
+			send_tombstone_create(s);
+			return;
+		}
+		if (res->error) { /* -EEXIST: made meanwhile; the next look patches it */
+			pcsi_warn_rl(
+				NULL, 60000,
+				"lost nodes: cannot record a lost volume for its node's return; "
+				"the PV stays until it can",
+				"pv=%s configmap=%s/%s error=\"%s\"", s->key,
+				pcsi_kube_namespace(s->o->k), PCSI_LOST_VOLUMES, res->msg);
+			end_step(s, false);
+			return;
+		}
+		if (s->finalizer) {
+			send_unfinalize(s);
+			return;
+		}
+		send_delete(s);
 		return;
 	case STEP_UNFINALIZE:
 		if (res->error == -ESTALE || res->error == -ENOENT) {
@@ -482,6 +544,57 @@ static void on_step(const struct pcsi_kube_result *res, void *data)
 
 /* ---- the decision ------------------------------------------------------------------ */
 
+/* The lost volume's entries, "data" of the ConfigMap (orphans.h), or NULL
+ * when none can be written (no namespace known: warned). */
+static char *tombstones(struct pcsi_orphans *o, const char *pv, const struct pv *p)
+{
+	json_object *data;
+	char *out;
+
+	if (!pcsi_kube_namespace(o->k)[0]) {
+		pcsi_warn_rl(
+			NULL, 600000,
+			"lost nodes: no namespace to record lost volumes in (no namespace file "
+			"in the service account directory): a node that comes back keeps them",
+			"pv=%s", pv);
+		return NULL;
+	}
+	data = json_object_new_object();
+	for (int i = 0; i < p->n_nodes; i++) {
+		json_object *v = json_object_new_object();
+		char key[PCSI_LOST_VOLUME_KEY_LEN + 1];
+
+		pcsi_lost_volume_key(p->nodes[i], p->handle, key);
+		json_object_object_add(v, "node", json_object_new_string(p->nodes[i]));
+		json_object_object_add(v, "volumeHandle", json_object_new_string(p->handle));
+		json_object_object_add(v, "pv", json_object_new_string(pv));
+		json_object_object_add(data, key,
+				       json_object_new_string(json_object_to_json_string_ext(
+					       v, JSON_C_TO_STRING_PLAIN)));
+		json_object_put(v);
+	}
+	out = pcsi_xstrdup(json_object_to_json_string_ext(data, JSON_C_TO_STRING_PLAIN));
+	json_object_put(data);
+	return out;
+}
+
+void pcsi_lost_volume_key(const char *node, const char *handle,
+			  char out[PCSI_LOST_VOLUME_KEY_LEN + 1])
+{
+	size_t n = strlen(node), h = strlen(handle);
+	char *buf = pcsi_xmalloc(n + 1 + h);
+	uint8_t md[PCSI_SHA224_LEN];
+
+	memcpy(buf, node, n);
+	buf[n] = '\0'; /* no node name holds a NUL: (node, handle) pairs cannot collide */
+	memcpy(buf + n + 1, handle, h);
+	pcsi_sha224(buf, n + 1 + h, md);
+	free(buf);
+	memcpy(out, "lost-", 5);
+	for (size_t i = 0; i < (PCSI_LOST_VOLUME_KEY_LEN - 5) / 2; i++)
+		snprintf(out + 5 + 2 * i, 3, "%02x", md[i]);
+}
+
 static void consider(struct pcsi_orphans *o, const char *key, struct pv *p)
 {
 	/* a PV being deleted needs only the finalizer off */
@@ -502,12 +615,17 @@ static void consider(struct pcsi_orphans *o, const char *key, struct pv *p)
 	s->rest = pcsi_xstrdup(p->rest);
 	s->node = pcsi_xstrdup(p->nodes[0]);
 	s->deleting = p->deleting;
+	s->finalizer = p->finalizer;
+	if (!tell && o->opts.tombstones && p->handle[0])
+		s->tombs = tombstones(o, key, p);
 	pcsi_list_add_tail(&o->steps, &s->link);
 	p->busy = true;
 	if (tell && o->opts.told_elsewhere && o->opts.told_elsewhere(p->handle, o->opts.data))
 		send_condition(s); /* the event is out already */
 	else if (tell)
 		send_event(s);
+	else if (s->tombs)
+		send_tombstone(s);
 	else if (p->finalizer)
 		send_unfinalize(s);
 	else

@@ -21,6 +21,13 @@
  *     itself: takes external-provisioner's finalizer off the PV and deletes
  *     it, as the node's provisioner would have after DeleteVolume. A Bound
  *     or Retain PV stays: nothing is removed without the user's word.
+ *     With |tombstones|, the volume is first recorded for the machine's
+ *     return: an entry per node that held it in the ConfigMap
+ *     PCSI_LOST_VOLUMES of the pod's namespace (made when missing), key
+ *     pcsi_lost_volume_key(node, handle), value the JSON text
+ *     {"node": <id>, "volumeHandle": <handle>, "pv": <name>}; the PV goes
+ *     only once that is written. A node driver that runs again under that
+ *     id deletes the volume there and its entry (node/lost.h).
  *     (In central mode the controller's DeleteVolume answers for a lost
  *     volume, and keeps the tombstone a returning machine needs.)
  * A node is gone when no Node object has had its name or carried its
@@ -33,9 +40,8 @@
  * Patches carry the PV's resourceVersion and the delete its uid, so that
  * several replicas may run.
  *
- * Not handled: in distributed mode, a machine that comes back under the
- * same name after its PV was removed keeps the volume on its PMEM (its
- * driver is not told; the central controller keeps tombstones for that). */
+ * (The central controller keeps its tombstones in memory instead,
+ * controller/service.h.) */
 #ifndef PCSI_KUBE_ORPHANS_H
 #define PCSI_KUBE_ORPHANS_H
 
@@ -50,7 +56,8 @@
 struct pcsi_orphans_opts {
 	const char *driver; /* the CSI driver name PVs carry (borrowed) */
 	unsigned grace_s;
-	bool remove; /* remove Released PVs (see above) */
+	bool remove;	 /* remove Released PVs (see above) */
+	bool tombstones; /* record them first for the nodes' return (see above) */
 	/* Whether volume |handle| was reported lost already; may be NULL. */
 	bool (*told_elsewhere)(const char *handle, void *data);
 	/* Runs for each Node object deleted (|name|; |id|: its topology label's
@@ -58,6 +65,14 @@ struct pcsi_orphans_opts {
 	void (*node_deleted)(const char *name, const char *id, void *data);
 	void *data;
 };
+
+/* The ConfigMap of lost volumes, in the namespace of the pods. */
+#define PCSI_LOST_VOLUMES	 "pmem-csi-lost-volumes"
+#define PCSI_LOST_VOLUME_KEY_LEN 45 /* "lost-" and 40 hex digits */
+
+/* The ConfigMap key of the volume |handle| lost with node |node|. */
+void pcsi_lost_volume_key(const char *node, const char *handle,
+			  char out[PCSI_LOST_VOLUME_KEY_LEN + 1]);
 
 struct pcsi_orphans {
 	struct pcsi_kube *k; /* borrowed */

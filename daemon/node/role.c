@@ -125,8 +125,15 @@ static void on_recovered(void *data)
 	}
 	pcsi_media_start(&r->media, r->env->loop, r->backend, cfg->node_id,
 			 cfg->media_scan_interval_s, r->events);
-	if (!cfg->registry_endpoint)
+	if (!cfg->registry_endpoint) {
+		/* distributed mode: no controller keeps tombstones (lost.h) */
+		struct pcsi_kube_opts o = { .sa_dir = cfg->service_account_dir,
+					    .qps = cfg->kube_api_qps,
+					    .burst = cfg->kube_api_burst };
+
+		r->lost = pcsi_node_lost_start(&r->node, &o, cfg->node_id);
 		return;
+	}
 	if (pcsi_registration_start(&r->registration, r->env->loop, cfg->registry_endpoint,
 				    r->env->client_tls, r->backend, cfg->node_id,
 				    cfg->controller_endpoint, cfg->registration_interval_s * 1000,
@@ -209,11 +216,14 @@ void pcsi_node_role_close(struct pcsi_node_role *r)
 	pcsi_media_stop(&r->media);
 	pcsi_volume_events_free(r->events); /* the media scan reports no more */
 	r->events = NULL;
+	pcsi_node_lost_stop(r->lost);
 }
 
 void pcsi_node_role_done(struct pcsi_node_role *r)
 {
 	pcsi_media_done(&r->media);
+	pcsi_node_lost_done(r->lost);
+	r->lost = NULL;
 	if (r->node.loop)
 		pcsi_node_done(&r->node);
 	if (r->cxl.loop)

@@ -10,7 +10,9 @@
  * before each attempt (cxl.h). Copies a restart cut short are removed before Probe
  * says ready (copy.h); then the media-error scans start (media.h). Once ready it registers with -registryEndpoint, if
  * given, and keeps that registration alive. With -kubeletRegistrationDir it
- * registers itself with kubelet (kubelet.h). */
+ * registers itself with kubelet (kubelet.h). Without -registryEndpoint
+ * (distributed mode) it deletes the volumes whose PV was removed while the
+ * node was gone (lost.h). */
 #ifndef PCSI_NODE_ROLE_H
 #define PCSI_NODE_ROLE_H
 
@@ -24,6 +26,7 @@
 #include "daemon/node/cxl.h"
 #include "daemon/node/group.h"
 #include "daemon/node/kubelet.h"
+#include "daemon/node/lost.h"
 #include "daemon/node/media.h"
 #include "daemon/node/registration.h"
 #include "daemon/node/service.h"
@@ -42,6 +45,7 @@ struct pcsi_node_role {
 	struct pcsi_cxl cxl;		   /* -cxlRegions=auto */
 	struct pcsi_media media;	   /* -mediaScanInterval */
 	struct pcsi_volume_events *events; /* the media scan's PVC events */
+	struct pcsi_node_lost *lost;	   /* distributed mode: lost.h */
 	bool registering, stopping;
 	bool recovering;		/* pcsi_copy_recover() runs */
 	void (*stopped_cb)(void *data); /* a stop waiting for the recovery */

@@ -36,7 +36,8 @@ static void try_open(struct pcsi_webhooks_role *r)
 	pcsi_orphans_start(&r->orphans, r->kube,
 			   &(struct pcsi_orphans_opts){ .driver = cfg->driver_name,
 							.grace_s = cfg->lost_node_grace_s,
-							.remove = true });
+							.remove = true,
+							.tombstones = true });
 	if (cfg->has_node_selector)
 		pcsi_rescheduler_start(&r->rescheduler, r->kube, cfg);
 	if ((cfg->scheduler_listen || cfg->insecure_scheduler_listen) &&

@@ -6,7 +6,8 @@ resourceVersion and paging, watches as chunked streams of JSON lines (with
 timeoutSeconds and 410 Gone for a version that is too old), merge patches
 with resourceVersion preconditions (409), strategic merge patches of a PVC's
 status conditions (merged by type), deletes with a uid precondition that
-wait for the object's finalizers (deletionTimestamp), POST of events. The
+wait for the object's finalizers (deletionTimestamp), POST of events, GET,
+POST (409 when it exists) and merge patches of ConfigMaps. The
 real API server is met in the k8s suite.
 
     api = FakeKube(certs)              # pcsi_test.certs()
@@ -34,6 +35,8 @@ COLLECTIONS = {
     "/apis/storage.k8s.io/v1/storageclasses": ("storageclasses", False),
     "/apis/storage.k8s.io/v1/csinodes": ("csinodes", False),
     "/apis/storage.k8s.io/v1/csistoragecapacities": ("csistoragecapacities", True),
+    "/api/v1/configmaps": ("configmaps", True),
+    "/api/v1/namespaces/%s/configmaps" % pt.SA_NAMESPACE: ("configmaps", True),
 }
 
 
@@ -106,6 +109,12 @@ class FakeKube:
                         return self.watch(kind, int(q.get("resourceVersion") or 0),
                                           float(q.get("timeoutSeconds") or 300))
                     return self.list(kind, int(q.get("limit") or 0), q.get("continue"))
+                parts = u.path.strip("/").split("/")
+                if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 and parts[4] == "configmaps":
+                    obj = api.get("configmaps", parts[3] + "/" + parts[5])
+                    if not obj:
+                        return self.status(404, "NotFound", "configmaps %r not found" % parts[5])
+                    return self.answer(200, obj)
                 if u.path.startswith("/api/v1/nodes/"):
                     with api.lock:
                         obj = api.store["nodes"].get(u.path[len("/api/v1/nodes/"):])
@@ -185,8 +194,8 @@ class FakeKube:
                         api._store_locked("persistentvolumeclaims", new, "MODIFIED")
                     return self.answer(200, new)
                 elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 and \
-                        parts[4] == "persistentvolumeclaims":
-                    kind, key = "persistentvolumeclaims", parts[3] + "/" + parts[5]
+                        parts[4] in ("persistentvolumeclaims", "configmaps"):
+                    kind, key = parts[4], parts[3] + "/" + parts[5]
                 else:
                     return self.status(404, "NotFound", "no such path")
                 if self.headers.get("Content-Type") != "application/merge-patch+json":
@@ -240,6 +249,15 @@ class FakeKube:
                     with api.lock:
                         api.events.append(ev)
                     return self.answer(201, ev)
+                if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "configmaps":
+                    cm = self.body()
+                    cm["metadata"]["namespace"] = parts[3]
+                    with api.lock:
+                        if api.key(cm) in api.store["configmaps"]:
+                            return self.status(409, "AlreadyExists", "configmaps %r already exists"
+                                               % cm["metadata"]["name"])
+                        new = api._store_locked("configmaps", cm, "ADDED")
+                    return self.answer(201, new)
                 self.status(404, "NotFound", "no such path")
 
         class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):

@@ -665,9 +665,13 @@ def intel_driver_path():
     return p if p and os.access(p, os.X_OK) else ""
 
 
+SA_NAMESPACE = "pmem-csi"
+
+
 def service_account(ca, cn="kube-apiserver"):
     """A stand-in API server's credentials, as a pod sees its service
-    account: a directory with a random bearer |token| and the test CA's
+    account: a directory with a random bearer |token|, the namespace
+    SA_NAMESPACE and the test CA's
     ca.crt (for the driver's -serviceAccountDir), and the server's own
     certificate for 127.0.0.1, kubernetes.default.svc and localhost signed by |ca|
     ((crt, key) paths). Returns (dir, token, crt, key)."""
@@ -675,6 +679,8 @@ def service_account(ca, cn="kube-apiserver"):
     token = "tok-" + os.urandom(12).hex()
     with open(os.path.join(d, "token"), "w") as f:
         f.write(token + "\n")
+    with open(os.path.join(d, "namespace"), "w") as f:
+        f.write(SA_NAMESPACE)
     with open(ca[0]) as src, open(os.path.join(d, "ca.crt"), "w") as dst:
         dst.write(src.read())
     crt, key = make_leaf(ca, "apiserver-" + cn, cn=cn, sans=["IP:127.0.0.1", "DNS:kubernetes.default.svc",

@@ -7,6 +7,7 @@ watches, 410 Gone, conflicts, kept connections, the token). TAP output.
 
 usage: test_webhooks.py PATH-TO-pmem-csi-driver
 """
+import hashlib
 import json
 import os
 import sys
@@ -281,10 +282,108 @@ def _():
         pt.check(len(lost_events(c)) == 1, "events on %s: %d" % (c, len(lost_events(c))))
 
 
+LOST_CM = pt.SA_NAMESPACE + "/pmem-csi-lost-volumes"
+
+
+def lost_key(node_id, handle):
+    return "lost-" + hashlib.sha224(node_id.encode() + b"\0" + handle.encode()).hexdigest()[:40]
+
+
+def lost_entries():
+    return (api.get("configmaps", LOST_CM) or {}).get("data") or {}
+
+
+@t.test("lost nodes: each removed PV's volume is first recorded for its node's return in ConfigMap "
+        "pmem-csi-lost-volumes (made when missing), one entry per node that held it")
+def _():
+    data = lost_entries()
+    want = {("gone1", "h-pv-released", "pv-released"), ("alive", "h-pv-alive", "pv-alive"),
+            ("gone1", "h-pv-two", "pv-two"), ("alive", "h-pv-two", "pv-two")}
+    for node_id, handle, name in want:
+        v = data.get(lost_key(node_id, handle))
+        pt.check(v and json.loads(v) == {"node": node_id, "volumeHandle": handle, "pv": name},
+                 "entry of %s on %s: %r (all: %r)" % (name, node_id, v, data))
+    pt.check(len(data) == len(want), "entries %r" % sorted(data))
+    seq = [(m, p) for m, p, _ in api.requests]
+    made = [i for i, (m, p) in enumerate(seq) if "/configmaps" in p and m in ("POST", "PATCH")]
+    gone = [i for i, (m, p) in enumerate(seq) if m == "DELETE" and p.split("?")[0].endswith("/pv-released")]
+    pt.check(made and gone and made[0] < gone[0], "the entry came after the PV's deletion: %r" % seq)
+    pt.check(any(m == "POST" and p.endswith("/configmaps") for m, p in seq), "the ConfigMap was not created")
+
+
 @t.test("SIGTERM: exits 0")
 def _():
     rc = d.stop()
     pt.check(rc == 0, "exit status %r" % rc)
+
+
+# ---- a node that comes back deletes what was removed while it was gone (node/lost.c)
+
+NODE_WORK = pt.mkdtemp("pcsi-lost-node-")
+NODE_SOCK = os.path.join(NODE_WORK, "csi.sock")
+csi = pt.protos().csi
+node_d = None
+
+
+def node_call(method, req):
+    path, _, resp = pt.rpc(csi, "Controller", method)
+    return pt.call(pt.unix_channel(NODE_SOCK), path, req, resp)
+
+
+def node_volumes():
+    return {e.volume.volume_id for e in node_call("ListVolumes", csi.ListVolumesRequest()).entries}
+
+
+@t.test("a node driver in distributed mode (no -registryEndpoint) under the id of a lost node deletes the "
+        "volumes its entries name (and their records), then the entries, within seconds of their "
+        "appearance; other nodes' entries, unknown volumes and entries naming no volume of the driver stay")
+def _():
+    global node_d
+    args = ["-mode=node", "-nodeid=back1", "-drivername=" + DRV, "-endpoint=unix://" + NODE_SOCK,
+            "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(NODE_WORK, "state"),
+            "-serviceAccountDir=" + api.sa_dir, "-v=4"]
+    os.environ.update(api.env())
+    try:
+        node_d = pt.Daemon(DRIVER, args, name="node-back1").start()
+    finally:
+        for k in api.env():
+            os.environ.pop(k)
+    ids = {}
+    for name in ("vol-lost", "vol-kept", "vol-other"):
+        r = node_call("CreateVolume", csi.CreateVolumeRequest(
+            name=name, capacity_range=csi.CapacityRange(required_bytes=4 << 20),
+            volume_capabilities=[pt.capability(csi)]))
+        ids[name] = r.volume.volume_id
+    rec = os.path.join(NODE_WORK, "state", "volumes", ids["vol-lost"] + ".json")
+    pt.check(os.path.exists(rec), "no record %s" % rec)
+    entries = {
+        lost_key("back1", ids["vol-lost"]): {"node": "back1", "volumeHandle": ids["vol-lost"], "pv": "pv-a"},
+        lost_key("back1", "never-made"): {"node": "back1", "volumeHandle": "never-made", "pv": "pv-b"},
+        lost_key("other", ids["vol-other"]): {"node": "other", "volumeHandle": ids["vol-other"], "pv": "pv-c"},
+        lost_key("back1", "../etc"): {"node": "back1", "volumeHandle": "../etc", "pv": "pv-d"},
+    }
+    cm = api.get("configmaps", LOST_CM)
+    cm["data"].update({k: json.dumps(v) for k, v in entries.items()})
+    t0 = time.monotonic()
+    api.put("configmaps", cm)
+    wait_for(lambda: ids["vol-lost"] not in node_volumes() and
+             lost_key("back1", ids["vol-lost"]) not in lost_entries() and
+             lost_key("back1", "never-made") not in lost_entries(), 15, "vol-lost deleted and its entry gone")
+    t.diag("deleted %.2f s after its entry appeared" % (time.monotonic() - t0))
+    pt.check(node_volumes() >= {ids["vol-kept"], ids["vol-other"]}, "volumes %r" % node_volumes())
+    pt.check(not os.path.exists(rec), "the record stayed")
+    data = lost_entries()
+    for k in (lost_key("other", ids["vol-other"]), lost_key("back1", "../etc"), lost_key("gone1", "h-pv-released")):
+        pt.check(k in data, "entry %s went: %r" % (k, sorted(data)))
+    err = node_d.stderr_text()
+    pt.check("volume deleted, its PV was removed while this node was gone" in err and "pv-a" in err,
+             "not logged:\n" + err[-2000:])
+    pt.check("names no volume of this driver" in err, "the bad entry was not warned about")
+
+
+@t.test("the node driver: SIGTERM exits 0")
+def _():
+    pt.check(node_d and node_d.stop() == 0, "exit status")
 
 
 # ---- the scheduler extender and pod webhook (-insecureSchedulerListen, -schedulerListen)

@@ -924,6 +924,10 @@ const WEBHOOKS_RULES = [
   ":persistentvolumes:get+list+watch+patch+delete",
   "storage.k8s.io:storageclasses+csinodes:get+list+watch",
 ].join(" ");
+// Distributed mode's lost volumes (orphans.c writes, node/lost.c reads and
+// removes entries): bound to the webhooks and the node pods.
+const LOST_ROLE = "Role/pmem-csi-lost-volumes";
+const LOST_RULES = ":configmaps:create :configmaps:list+watch :configmaps[pmem-csi-lost-volumes]:patch";
 t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provisioner roles; others get the health role or no token", () => {
   const p = [];
   for (const [mode, k] of Object.entries({ central: MODES.central, distributed: MODES.distributed })) {
@@ -951,7 +955,8 @@ t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provision
       const mount = spec.automountServiceAccountToken ?? sas.get(sa).automountServiceAccountToken ?? true;
       if (isWebhooks(d)) {
         const has = [...(bound.get(sa) || [])].sort().join(", ");
-        if (has !== WEBHOOKS_ROLE) p.push(`${mode}: ${sa} (-mode=webhooks) must be bound to ${WEBHOOKS_ROLE} only: ${has}`);
+        const want = (mode === "distributed" ? [LOST_ROLE, WEBHOOKS_ROLE] : [WEBHOOKS_ROLE]).sort().join(", ");
+        if (has !== want) p.push(`${mode}: ${sa} (-mode=webhooks) must be bound to ${want} only: ${has}`);
         if (!mount) p.push(`${mode}: ${d.doc.metadata.name} uses the API without a ServiceAccount token`);
       } else if (hasProv) {
         for (const r of roles) if (r !== HEALTH_ROLE && r !== WEBHOOKS_ROLE && !(bound.get(sa) || new Set()).has(r)) p.push(`${mode}: ${sa} (runs csi-provisioner) is not bound to ${r}`);
@@ -965,7 +970,7 @@ t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provision
       }
     }
   }
-  const role = byKind(ALL, "Role")[0].doc;
+  const role = byKind(ALL, "Role").find((d) => d.doc.metadata.name === "pmem-csi-external-provisioner-cfg").doc;
   const res = new Set(role.rules.flatMap((r) => r.resources));
   for (const r of ["leases", "csistoragecapacities", "pods", "replicasets"]) if (!res.has(r)) p.push(`provisioner Role lacks ${r}`);
   const health = byKind(ALL, "ClusterRole").find((d) => `ClusterRole/${d.doc.metadata.name}` === HEALTH_ROLE);
@@ -979,6 +984,12 @@ t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provision
   else {
     const got = wh.doc.rules.map((r) => `${r.apiGroups.join("+")}:${r.resources.join("+")}:${r.verbs.join("+")}`).sort().join(" ");
     if (got !== WEBHOOKS_RULES) p.push(`${WEBHOOKS_ROLE} grants more or less than it needs: ${got}`);
+  }
+  const lost = byKind(MODES.distributed.objs, "Role").find((d) => `Role/${d.doc.metadata.name}` === LOST_ROLE);
+  if (!lost) p.push(`distributed: ${LOST_ROLE} is missing`);
+  else {
+    const got = lost.doc.rules.map((r) => `${r.apiGroups.join("+")}:${r.resources.join("+")}${r.resourceNames ? `[${r.resourceNames.join("+")}]` : ""}:${r.verbs.join("+")}`).sort().join(" ");
+    if (got !== LOST_RULES) p.push(`${LOST_ROLE} grants more or less than it needs: ${got}`);
   }
   return p;
 });
