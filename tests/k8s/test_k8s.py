@@ -602,18 +602,25 @@ def off_node_y(deployment):
     t.diag("%s moved off node-y first" % deployment)
 
 
-def node_lost_scenario(claim, tell_timeout):
+def node_lost_scenario(claim, tell_timeout, distributed=False):
     """A pod writes to |claim| on node-y; node-y is powered off and its Node
     object deleted. The claim gets one Warning VolumeConditionAbnormal event
     naming the node and a VolumeLost condition, and the PV the lost-node
-    mark (kube/orphans.h); deleting the pod and the claim removes the PV; a
-    new machine named node-y joins with no volume."""
+    mark (kube/orphans.h); deleting the pod and the claim removes the PV.
+    Then the machine comes back after all, with its PMEM and disk, and joins
+    under its name: its driver deletes the volume removed while it was gone
+    (central mode: the controller's tombstone; distributed: the entry in
+    ConfigMap pmem-csi-lost-volumes, node/lost.h, which goes too) and keeps
+    the others it holds."""
     c = cl.get()
+    lvs0 = settled_lvs("node-y")
     k("apply", "-f", "-", input=pvc_yaml(claim, "pmem-csi-sc", "16Mi"))
     k("apply", "-f", "-", input=pod_yaml(claim + "-app", "node-y", claim=claim,
                                          cmd="echo y > /data/f && sync && exec sleep 100000"))
     wait_pod_running(claim + "-app")
     pv = kj("get", "pvc", claim)["spec"]["volumeName"]
+    lost = sorted(set(logical_volumes("node-y")) - set(lvs0))
+    pt.check(len(lost) == 1, "the claim's LV on node-y: %r (before: %r)" % (lost, lvs0))
     c.power_cut("node-y")
     k("delete", "node", "node-y", "--wait=true", timeout=120)
     t0 = time.monotonic()
@@ -638,18 +645,26 @@ def node_lost_scenario(claim, tell_timeout):
     t1 = time.monotonic()
     wait_gone("pv", pv, timeout=180)
     t.diag("the PV gone %.0f s after its PVC" % (time.monotonic() - t1))
-    boots = c.boot_ready("node-y", fresh=True)
-    t.diag("a new node-y Ready after %d boot%s" % (boots, "s" if boots > 1 else ""))
+    boots = c.boot_ready("node-y")  # the same machine: its PMEM and its disk
+    t.diag("node-y back and Ready after %d boot%s" % (boots, "s" if boots > 1 else ""))
     k("label", "nodes", "node-y", "storage=nvdimm", "--overwrite")
     wait_driver_ready("node-y")
-    lvs = settled_lvs("node-y")
-    pt.check(lvs == [], "the new node-y holds %r" % lvs)
+    t2 = time.monotonic()
+    wait(lambda: sorted(logical_volumes("node-y")) == lvs0, 300,
+         "the returning node-y to delete %s (and keep %r)" % (lost[0], lvs0))
+    t.diag("the returning node-y deleted the lost volume %.0f s after its driver was ready" % (time.monotonic() - t2))
+    if distributed:
+        def entries():
+            r = k("-n", NS, "get", "configmap", "pmem-csi-lost-volumes", "-o", "json", check=False)
+            data = (json.loads(r.stdout).get("data") or {}) if r.returncode == 0 else {}
+            return [v for v in data.values() if json.loads(v).get("node") == "node-y"]
+        wait(lambda: not entries(), 60, "node-y's entries in ConfigMap pmem-csi-lost-volumes to go")
 
 
 @t.test("central: node-y is lost for good (power off, its Node object deleted): a PVC only it held gets a "
         "Warning VolumeConditionAbnormal event naming the node at once, from the controller, and its VolumeLost "
-        "condition after -lostNodeGrace (30 s), no second event; deleting the PVC completes; a new machine "
-        "named node-y joins and the driver runs there")
+        "condition after -lostNodeGrace (30 s), no second event; deleting the PVC completes; the machine comes "
+        "back with its PMEM and its driver deletes the volume (the controller's tombstone)")
 @timed("central node deleted")
 def _():
     off_node_y("pmem-csi-controller")
@@ -1029,11 +1044,12 @@ def _():
 @t.test("distributed: node-y is lost for good (power off, its Node object deleted): the webhooks Deployment "
         "gives a PVC only it held a Warning VolumeConditionAbnormal event and a VolumeLost condition naming the "
         "node (after -lostNodeGrace, 30 s); deleting the PVC removes the Released PV, which no node's "
-        "csi-provisioner would; a new machine named node-y joins and the driver runs there")
+        "csi-provisioner would, after recording it in ConfigMap pmem-csi-lost-volumes; the machine comes back "
+        "with its PMEM and its driver deletes the volume and the entry")
 @timed("distributed node deleted")
 def _():
     # If the webhooks pod ran on node-y, pod GC removes it and it starts again on node-x.
-    node_lost_scenario("lost-d", 300)
+    node_lost_scenario("lost-d", 300, distributed=True)
 
 
 @t.test("metrics: Prometheus finds the driver pods through kubernetes_sd_configs (manifests/metrics/prometheus-scrape.yaml); "
