@@ -184,6 +184,7 @@ static void watch_start(struct pcsi_controller_role *r)
 	pcsi_orphans_start(&r->orphans, r->watch_kube,
 			   &(struct pcsi_orphans_opts){ .driver = cfg->driver_name,
 							.grace_s = cfg->lost_node_grace_s,
+							.tombstones = true,
 							.told_elsewhere = reported_here,
 							.node_deleted = node_deleted,
 							.data = r });

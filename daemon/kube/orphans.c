@@ -27,10 +27,12 @@ struct pv {
 	char *nodes[MAX_NODES];
 	int n_nodes;
 	bool bound;	      /* phase Bound */
+	bool policy_delete;   /* reclaim policy Delete */
 	bool released_delete; /* Released, reclaim policy Delete */
 	bool deleting;	      /* metadata.deletionTimestamp is set */
 	bool finalizer;	      /* external-provisioner's is there */
 	bool told;	      /* its claim was told: the PV's mark, or this process did */
+	bool buried;	      /* its volume's entries are written (this process did) */
 	bool busy;	      /* carried from the item it replaces */
 };
 
@@ -43,6 +45,7 @@ struct step {
 	char *key, *uid, *rv, *claim_ns, *claim_name, *claim_uid, *rest, *node;
 	char *tombs; /* the lost volume's entries for each node, JSON text; NULL: none */
 	bool deleting, finalizer;
+	bool remove; /* the PV is to go after the entries */
 	int what;
 };
 
@@ -137,8 +140,8 @@ static void *take_pv(json_object *obj, void *data)
 	p->claim_name = dup_str(obj, "spec.claimRef.name");
 	p->claim_uid = dup_str(obj, "spec.claimRef.uid");
 	p->bound = phase && !strcmp(phase, "Bound");
-	p->released_delete =
-		phase && !strcmp(phase, "Released") && policy && !strcmp(policy, "Delete");
+	p->policy_delete = policy && !strcmp(policy, "Delete");
+	p->released_delete = phase && !strcmp(phase, "Released") && p->policy_delete;
 	p->deleting = pcsi_kube_str(obj, "metadata.deletionTimestamp") != NULL;
 	ann = pcsi_kube_get(obj, "metadata.annotations"); /* a key with dots: not a path */
 	p->told = ann && json_object_is_type(ann, json_type_object) &&
@@ -420,7 +423,7 @@ static void send_delete(struct step *s)
 	send_json(s, STEP_DELETE, "DELETE", path, "application/json", opts);
 }
 
-static void consider(struct pcsi_orphans *o, const char *key, struct pv *p);
+static void consider(struct pcsi_orphans *o, const char *key, struct pv *p, bool gone);
 
 /* The step is over: the PV's item (if it is still the same PV) is told when
  * |told|, and looked at again if it changed while the step ran (its watch
@@ -436,7 +439,7 @@ static void end_step(struct step *s, bool told)
 		p->busy = false;
 		p->told |= told;
 		if (strcmp(p->rv, s->rv))
-			consider(o, s->key, p);
+			consider(o, s->key, p, false);
 	}
 	free(s->key);
 	free(s->uid);
@@ -448,6 +451,15 @@ static void end_step(struct step *s, bool told)
 	free(s->node);
 	free(s->tombs);
 	free(s);
+}
+
+/* The PV's entries are written: not again while this process runs. */
+static void mark_buried(struct step *s)
+{
+	struct pv *p = pcsi_informer_get(s->o->pvs, s->key);
+
+	if (p && !strcmp(p->uid, s->uid))
+		p->buried = true;
 }
 
 static void on_step(const struct pcsi_kube_result *res, void *data)
@@ -497,6 +509,13 @@ static void on_step(const struct pcsi_kube_result *res, void *data)
 				"the PV stays until it can",
 				"pv=%s configmap=%s/%s error=\"%s\"", s->key,
 				pcsi_kube_namespace(s->o->k), PCSI_LOST_VOLUMES, res->msg);
+			end_step(s, false);
+			return;
+		}
+		mark_buried(s);
+		if (!s->remove) {
+			pcsi_info(2, "lost nodes: a deleted volume recorded for its node's return",
+				  "pv=%s node=%s", s->key, s->node);
 			end_step(s, false);
 			return;
 		}
@@ -595,14 +614,19 @@ void pcsi_lost_volume_key(const char *node, const char *handle,
 		snprintf(out + 5 + 2 * i, 3, "%02x", md[i]);
 }
 
-static void consider(struct pcsi_orphans *o, const char *key, struct pv *p)
+/* |gone|: the PV was deleted (|p| is its last item). */
+static void consider(struct pcsi_orphans *o, const char *key, struct pv *p, bool gone)
 {
 	/* a PV being deleted needs only the finalizer off */
-	bool removable = o->opts.remove && (p->deleting ? p->finalizer : p->released_delete);
-	bool tell = !p->told && p->bound && !p->deleting && p->claim_name[0];
+	bool removable =
+		!gone && o->opts.remove && (p->deleting ? p->finalizer : p->released_delete);
+	bool tell = !gone && !p->told && p->bound && !p->deleting && p->claim_name[0];
+	/* the user's word to delete the volume: its claim or the PV deleted */
+	bool bury = o->opts.tombstones && !p->buried && p->handle[0] && p->policy_delete &&
+		    (gone || p->deleting || p->released_delete);
 	struct step *s;
 
-	if (p->busy || !pcsi_orphans_synced(o) || !(tell || removable) || !pv_lost(o, p))
+	if (p->busy || !pcsi_orphans_synced(o) || !(tell || removable || bury) || !pv_lost(o, p))
 		return;
 	s = pcsi_xcalloc(1, sizeof(*s));
 	s->o = o;
@@ -616,7 +640,8 @@ static void consider(struct pcsi_orphans *o, const char *key, struct pv *p)
 	s->node = pcsi_xstrdup(p->nodes[0]);
 	s->deleting = p->deleting;
 	s->finalizer = p->finalizer;
-	if (!tell && o->opts.tombstones && p->handle[0])
+	s->remove = removable;
+	if (!tell && bury)
 		s->tombs = tombstones(o, key, p);
 	pcsi_list_add_tail(&o->steps, &s->link);
 	p->busy = true;
@@ -626,30 +651,36 @@ static void consider(struct pcsi_orphans *o, const char *key, struct pv *p)
 		send_event(s);
 	else if (s->tombs)
 		send_tombstone(s);
-	else if (p->finalizer)
+	else if (removable && p->finalizer)
 		send_unfinalize(s);
-	else
+	else if (removable)
 		send_delete(s);
+	else /* nothing can be written (no namespace: warned) */
+		end_step(s, false);
 }
 
 /* ---- triggers ------------------------------------------------------------------------- */
 
 static void consider_each(const char *key, void *item, void *data)
 {
-	consider(data, key, item);
+	consider(data, key, item, false);
 }
 
 static void pv_changed(const char *key, void *before, void *now, void *data)
 {
 	struct pv *b = before, *p = now;
 
-	if (!p)
+	if (!p) { /* deleted: its volume is recorded if that was not done yet */
+		if (b)
+			consider(data, key, b, true);
 		return;
+	}
 	if (b && !strcmp(b->uid, p->uid)) {
 		p->told |= b->told;
+		p->buried |= b->buried;
 		p->busy = b->busy;
 	}
-	consider(data, key, p);
+	consider(data, key, p, false);
 }
 
 static void node_changed(const char *key, void *before, void *now, void *data)

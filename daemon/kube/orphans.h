@@ -21,13 +21,15 @@
  *     itself: takes external-provisioner's finalizer off the PV and deletes
  *     it, as the node's provisioner would have after DeleteVolume. A Bound
  *     or Retain PV stays: nothing is removed without the user's word.
- *     With |tombstones|, the volume is first recorded for the machine's
- *     return: an entry per node that held it in the ConfigMap
- *     PCSI_LOST_VOLUMES of the pod's namespace (made when missing), key
- *     pcsi_lost_volume_key(node, handle), value the JSON text
- *     {"node": <id>, "volumeHandle": <handle>, "pv": <name>}; the PV goes
- *     only once that is written. A node driver that runs again under that
- *     id deletes the volume there and its entry (node/lost.h).
+ *   - with |tombstones|, once the user asked for the volume's deletion (a
+ *     PV with reclaim policy Delete that is Released, being deleted, or
+ *     gone): records it for the machine's return, an entry per node that
+ *     held it in the ConfigMap PCSI_LOST_VOLUMES of the pod's namespace
+ *     (made when missing), key pcsi_lost_volume_key(node, handle), value
+ *     the JSON text {"node": <id>, "volumeHandle": <handle>, "pv": <name>};
+ *     with |remove| the PV goes only once that is written. A node driver
+ *     that runs again under that id deletes the volume there and its entry
+ *     (node/lost.h). A Retain PV's volume is never recorded.
  *     (In central mode the controller's DeleteVolume answers for a lost
  *     volume, and keeps the tombstone a returning machine needs.)
  * A node is gone when no Node object has had its name or carried its
@@ -40,8 +42,9 @@
  * Patches carry the PV's resourceVersion and the delete its uid, so that
  * several replicas may run.
  *
- * (The central controller keeps its tombstones in memory instead,
- * controller/service.h.) */
+ * (The central controller also keeps tombstones in memory,
+ * controller/service.h: they act at once when a node registers, and cover
+ * snapshots, which have no PV.) */
 #ifndef PCSI_KUBE_ORPHANS_H
 #define PCSI_KUBE_ORPHANS_H
 
@@ -57,7 +60,7 @@ struct pcsi_orphans_opts {
 	const char *driver; /* the CSI driver name PVs carry (borrowed) */
 	unsigned grace_s;
 	bool remove;	 /* remove Released PVs (see above) */
-	bool tombstones; /* record them first for the nodes' return (see above) */
+	bool tombstones; /* record deleted volumes for the nodes' return (see above) */
 	/* Whether volume |handle| was reported lost already; may be NULL. */
 	bool (*told_elsewhere)(const char *handle, void *data);
 	/* Runs for each Node object deleted (|name|; |id|: its topology label's

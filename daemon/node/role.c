@@ -125,15 +125,15 @@ static void on_recovered(void *data)
 	}
 	pcsi_media_start(&r->media, r->env->loop, r->backend, cfg->node_id,
 			 cfg->media_scan_interval_s, r->events);
-	if (!cfg->registry_endpoint) {
-		/* distributed mode: no controller keeps tombstones (lost.h) */
+	if (cfg->service_account_dir && *cfg->service_account_dir) {
 		struct pcsi_kube_opts o = { .sa_dir = cfg->service_account_dir,
 					    .qps = cfg->kube_api_qps,
 					    .burst = cfg->kube_api_burst };
 
 		r->lost = pcsi_node_lost_start(&r->node, &o, cfg->node_id);
-		return;
 	}
+	if (!cfg->registry_endpoint)
+		return;
 	if (pcsi_registration_start(&r->registration, r->env->loop, cfg->registry_endpoint,
 				    r->env->client_tls, r->backend, cfg->node_id,
 				    cfg->controller_endpoint, cfg->registration_interval_s * 1000,

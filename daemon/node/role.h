@@ -10,8 +10,8 @@
  * before each attempt (cxl.h). Copies a restart cut short are removed before Probe
  * says ready (copy.h); then the media-error scans start (media.h). Once ready it registers with -registryEndpoint, if
  * given, and keeps that registration alive. With -kubeletRegistrationDir it
- * registers itself with kubelet (kubelet.h). Without -registryEndpoint
- * (distributed mode) it deletes the volumes whose PV was removed while the
+ * registers itself with kubelet (kubelet.h). With the Kubernetes API
+ * (-serviceAccountDir in a pod) it deletes the volumes deleted while the
  * node was gone (lost.h). */
 #ifndef PCSI_NODE_ROLE_H
 #define PCSI_NODE_ROLE_H
@@ -45,7 +45,7 @@ struct pcsi_node_role {
 	struct pcsi_cxl cxl;		   /* -cxlRegions=auto */
 	struct pcsi_media media;	   /* -mediaScanInterval */
 	struct pcsi_volume_events *events; /* the media scan's PVC events */
-	struct pcsi_node_lost *lost;	   /* distributed mode: lost.h */
+	struct pcsi_node_lost *lost;	   /* lost.h */
 	bool registering, stopping;
 	bool recovering;		/* pcsi_copy_recover() runs */
 	void (*stopped_cb)(void *data); /* a stop waiting for the recovery */

@@ -16,6 +16,7 @@ real API server is met in the k8s suite.
     api.sa_dir                         # for -serviceAccountDir
 """
 import copy
+import hashlib
 import http.server
 import json
 import os
@@ -38,6 +39,14 @@ COLLECTIONS = {
     "/api/v1/configmaps": ("configmaps", True),
     "/api/v1/namespaces/%s/configmaps" % pt.SA_NAMESPACE: ("configmaps", True),
 }
+
+
+LOST_VOLUMES = pt.SA_NAMESPACE + "/pmem-csi-lost-volumes"
+
+
+def lost_key(node_id, handle):
+    """The key of a volume lost with its node in ConfigMap pmem-csi-lost-volumes."""
+    return "lost-" + hashlib.sha224(node_id.encode() + b"\0" + handle.encode()).hexdigest()[:40]
 
 
 def merge_patch(target, patch):
@@ -306,6 +315,10 @@ class FakeKube:
     def get(self, kind, key):
         with self.lock:
             return copy.deepcopy(self.store[kind].get(key))
+
+    def lost_entries(self):
+        """ConfigMap pmem-csi-lost-volumes's data: key -> value (JSON text)."""
+        return (self.get("configmaps", LOST_VOLUMES) or {}).get("data") or {}
 
     def expire_history(self):
         """Watches from any version seen so far now get 410 Gone."""

@@ -1029,10 +1029,10 @@ def _():
     pt.check("unregistered" in ctl.stderr_text() or "node unregistered" in ctl.stderr_text(), "no log line")
 
 
-def lost_pv(name, handle, node_id, claim, phase="Bound"):
+def lost_pv(name, handle, node_id, claim, phase="Bound", policy="Delete"):
     return {"metadata": {"name": name, "finalizers": ["external-provisioner.volume.kubernetes.io/finalizer"]},
             "spec": {"csi": {"driver": DRV, "volumeHandle": handle},
-                     "persistentVolumeReclaimPolicy": "Delete",
+                     "persistentVolumeReclaimPolicy": policy,
                      "claimRef": {"namespace": "apps", "name": claim, "uid": "pvc-uid-" + claim},
                      "nodeAffinity": {"required": {"nodeSelectorTerms": [
                          {"matchExpressions": [{"key": KEY, "operator": "In", "values": [node_id]}]}]}}},
@@ -1043,8 +1043,10 @@ def lost_pv(name, handle, node_id, claim, phase="Bound"):
         "only it held is lost (ControllerGetVolume abnormal, health DATA_LOSS, a Warning event on the PVC at once, "
         "after -lostNodeGrace its VolumeLost condition and the PV's lost-node mark, no second event; "
         "DeleteVolume OK at once), a cache volume keeps its other copy; a PV of a node deleted before the "
-        "controller started is told too (event, condition), and none is removed; should the node come back "
-        "with its volumes after all, the one deleted meanwhile is removed there, the other is known again")
+        "controller started is told too (event, condition), and none is removed; the volumes of Released or "
+        "deleted PVs (reclaim Delete) are recorded in ConfigMap pmem-csi-lost-volumes for their node's return, "
+        "a Retain one's not; should the node come back with its volumes after all, the one deleted meanwhile "
+        "is removed there, the other is known again")
 def _():
     import fake_kube
     global ctl, ch
@@ -1058,6 +1060,9 @@ def _():
     kube.put("persistentvolumes", lost_pv("pv-before", "pmem-before", "n9", "claim-before"))
     kube.put("persistentvolumes", lost_pv("pv-before-released", "pmem-before-2", "n9", "claim-gone",
                                           phase="Released"))
+    kube.put("persistentvolumes", lost_pv("pv-before-retain", "pmem-before-3", "n9", "claim-gone-3",
+                                          phase="Released", policy="Retain"))
+    kube.put("persistentvolumes", lost_pv("pv-before-deleted", "pmem-before-4", "n9", "claim-gone-4"))
     ch.close()
     ctl.kill()
     ctl = start_controller(kube=kube, extra=["-lostNodeGrace=1"])
@@ -1113,11 +1118,24 @@ def _():
              "events: %r" % [e["involvedObject"]["name"] for e in kube.events])
     rel = kube.get("persistentvolumes", "pv-before-released")["metadata"]
     pt.check(not rel.get("deletionTimestamp") and rel["finalizers"], "the controller removed a PV: %r" % rel)
+    kube.delete("persistentvolumes", "pv-before-deleted")  # e.g. its finalizer taken off by hand
+    want = {fake_kube.lost_key("n9", h): {"node": "n9", "volumeHandle": h, "pv": pv}
+            for h, pv in (("pmem-before-2", "pv-before-released"), ("pmem-before-4", "pv-before-deleted"))}
+    while {k: json.loads(v) for k, v in kube.lost_entries().items()} != want:
+        pt.check(time.monotonic() < deadline + 45, "entries %r, want %r" % (kube.lost_entries(), want))
+        time.sleep(0.2)
     t0 = time.monotonic()
     ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=only.volume_id))
     pt.check(time.monotonic() - t0 < 2, "DeleteVolume of the lost volume took %.1f s" % (time.monotonic() - t0))
     code, _, _ = rpc("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=only.volume_id))
     pt.check(code == SC.NOT_FOUND, "after the delete: %s" % code)
+    pv = kube.get("persistentvolumes", "pv-n3")  # as external-provisioner sees it then
+    pv["status"]["phase"] = "Released"
+    kube.put("persistentvolumes", pv)
+    key = fake_kube.lost_key("n3", only.volume_id)
+    while key not in kube.lost_entries():
+        pt.check(time.monotonic() < deadline + 60, "no entry for pv-n3: %r" % kube.lost_entries())
+        time.sleep(0.2)
     ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=cache.volume_id))
     pt.check(cache.volume_id not in node_ids("n2"), "the cache volume's copy on n2 stayed")
     # n3 comes back with its volumes: it registers like a new node; the

@@ -7,7 +7,6 @@ watches, 410 Gone, conflicts, kept connections, the token). TAP output.
 
 usage: test_webhooks.py PATH-TO-pmem-csi-driver
 """
-import hashlib
 import json
 import os
 import sys
@@ -282,15 +281,8 @@ def _():
         pt.check(len(lost_events(c)) == 1, "events on %s: %d" % (c, len(lost_events(c))))
 
 
-LOST_CM = pt.SA_NAMESPACE + "/pmem-csi-lost-volumes"
-
-
-def lost_key(node_id, handle):
-    return "lost-" + hashlib.sha224(node_id.encode() + b"\0" + handle.encode()).hexdigest()[:40]
-
-
-def lost_entries():
-    return (api.get("configmaps", LOST_CM) or {}).get("data") or {}
+lost_key = fake_kube.lost_key
+lost_entries = api.lost_entries
 
 
 @t.test("lost nodes: each removed PV's volume is first recorded for its node's return in ConfigMap "
@@ -362,7 +354,7 @@ def _():
         lost_key("other", ids["vol-other"]): {"node": "other", "volumeHandle": ids["vol-other"], "pv": "pv-c"},
         lost_key("back1", "../etc"): {"node": "back1", "volumeHandle": "../etc", "pv": "pv-d"},
     }
-    cm = api.get("configmaps", LOST_CM)
+    cm = api.get("configmaps", fake_kube.LOST_VOLUMES)
     cm["data"].update({k: json.dumps(v) for k, v in entries.items()})
     t0 = time.monotonic()
     api.put("configmaps", cm)
