@@ -25,8 +25,9 @@
  *     PV with reclaim policy Delete that is Released, being deleted, or
  *     gone): records it for the machine's return, an entry per node that
  *     held it in the ConfigMap PCSI_LOST_VOLUMES of the pod's namespace
- *     (made when missing), key pcsi_lost_volume_key(node, handle), value
- *     the JSON text {"node": <id>, "volumeHandle": <handle>, "pv": <name>};
+ *     (made when missing), key "lost-" and the first 40 hex digits of
+ *     sha224(node, NUL, handle), value the JSON text
+ *     {"node": <id>, "volumeHandle": <handle>, "pv": <name>};
  *     with |remove| the PV goes only once that is written. A node driver
  *     that runs again under that id deletes the volume there and its entry
  *     (node/lost.h). A Retain PV's volume is never recorded.
@@ -72,10 +73,6 @@ struct pcsi_orphans_opts {
 /* The ConfigMap of lost volumes, in the namespace of the pods. */
 #define PCSI_LOST_VOLUMES	 "pmem-csi-lost-volumes"
 #define PCSI_LOST_VOLUME_KEY_LEN 45 /* "lost-" and 40 hex digits */
-
-/* The ConfigMap key of the volume |handle| lost with node |node|. */
-void pcsi_lost_volume_key(const char *node, const char *handle,
-			  char out[PCSI_LOST_VOLUME_KEY_LEN + 1]);
 
 struct pcsi_orphans {
 	struct pcsi_kube *k; /* borrowed */
