@@ -163,6 +163,46 @@ static bool reported_here(const char *handle, void *data)
 	return pcsi_controller_knows_lost(&r->controller, handle);
 }
 
+/* ---- tombstones kept in the API server (kube/tombstones.h) --------------------------- */
+
+static void bury(const struct pcsi_tombstone *e, void *data)
+{
+	struct pcsi_controller_role *r = data;
+
+	if (pcsi_volume_id_ok(e->handle))
+		pcsi_controller_bury(&r->controller, e->handle, e->node);
+}
+
+static void on_tombstones(void *data)
+{
+	struct pcsi_controller_role *r = data;
+
+	pcsi_tombstones_foreach(r->tombstones, bury, r);
+}
+
+static void on_entry_removed(const struct pcsi_kube_result *res, void *data)
+{
+	(void)data;
+	if (res->error && res->error != -ENOENT)
+		pcsi_warn_rl(
+			NULL, 600000,
+			"cannot remove a served tombstone from the API server; harmless, it is "
+			"found served again after a restart",
+			"error=\"%s\"", res->msg);
+}
+
+/* service.h: a tombstone has served; its entry, if it has one, goes. */
+static void tombstone_done(const char *id, const char *node_id, void *data)
+{
+	struct pcsi_controller_role *r = data;
+	char key[PCSI_TOMBSTONE_KEY_LEN + 1];
+
+	if (!r->tombstones || pcsi_snapshot_id_is(id))
+		return;
+	pcsi_tombstone_key(node_id, id, key);
+	pcsi_tombstones_remove(r->tombstones, key, on_entry_removed, r);
+}
+
 static void watch_start(struct pcsi_controller_role *r)
 {
 	const struct pcsi_config *cfg = r->env->cfg;
@@ -188,11 +228,24 @@ static void watch_start(struct pcsi_controller_role *r)
 							.told_elsewhere = reported_here,
 							.node_deleted = node_deleted,
 							.data = r });
+	if (pcsi_kube_namespace(r->watch_kube)[0]) {
+		r->controller.tombstone_done = tombstone_done;
+		r->controller.hook_data = r;
+		r->tombstones = pcsi_tombstones_watch(r->watch_kube, on_tombstones, r);
+	} else {
+		pcsi_warn("no namespace file in the service account directory: the tombstones of "
+			  "volumes deleted while their node was lost live only as long as this "
+			  "process",
+			  "dir=%s", cfg->service_account_dir);
+	}
 }
 
 static void watch_stop(struct pcsi_controller_role *r)
 {
 	pcsi_orphans_stop(&r->orphans);
+	r->controller.tombstone_done = NULL;
+	pcsi_tombstones_stop(r->tombstones);
+	r->tombstones = NULL;
 	pcsi_volume_events_free(r->events);
 	r->events = NULL;
 	pcsi_kube_close(r->watch_kube);

@@ -22,6 +22,7 @@
 #include "daemon/kube/client.h"
 #include "daemon/kube/events.h"
 #include "daemon/kube/orphans.h"
+#include "daemon/kube/tombstones.h"
 
 struct pcsi_controller_role {
 	const struct pcsi_role_env *env; /* borrowed */
@@ -40,6 +41,7 @@ struct pcsi_controller_role {
 	struct pcsi_kube *watch_kube;
 	struct pcsi_volume_events *events;
 	struct pcsi_orphans orphans;
+	struct pcsi_tombstones *tombstones; /* the API server's, for the controller's */
 	bool started;
 };
 

@@ -2117,6 +2117,15 @@ static void lost_forget(struct pcsi_controller *c, struct lost *l)
 	free(l);
 }
 
+/* A tombstone has served (its volume removed from the returned node, or
+ * the node came back without it): forgotten, and |tombstone_done| told. */
+static void tombstone_done(struct pcsi_controller *c, struct lost *l)
+{
+	if (c->tombstone_done)
+		c->tombstone_done(l->id, l->node, c->hook_data);
+	lost_forget(c, l);
+}
+
 struct node_gone {
 	struct pcsi_controller *c;
 	const char *node;
@@ -2232,7 +2241,7 @@ static void on_purged(struct pcsi_client_call *call, void *data)
 			  "removed a volume deleted while its node was lost, now that it is back",
 			  "volume=%s node=%s", l->id, l->node);
 		pcsi_cluster_remove(c->cluster, l->id, l->node);
-		lost_forget(c, l);
+		tombstone_done(c, l);
 	}
 }
 
@@ -2260,7 +2269,7 @@ static void on_node_ready(const char *node_id, void *data)
 			continue;
 		}
 		if (!v || !pcsi_cvol_on(v, node_id)) {
-			lost_forget(c, l); /* a new machine under that name */
+			tombstone_done(c, l); /* a new machine under that name */
 			continue;
 		}
 		if (pcsi_inflight_take(&c->busy, l->id) < 0)
@@ -2280,6 +2289,31 @@ static void on_node_ready(const char *node_id, void *data)
 					  c->cluster->device_timeout_ms, on_purged, l);
 		}
 	}
+}
+
+void pcsi_controller_bury(struct pcsi_controller *c, const char *id, const char *node_id)
+{
+	struct lost *l = lost_find(c, id);
+	const struct pcsi_cnode *n;
+
+	if (l && (l->deleted || l->purging))
+		return; /* a tombstone already (cache volumes: of one copy) */
+	if (!l) {
+		if (c->n_lost >= PCSI_CONTROLLER_LOST_MAX)
+			lost_forget(c, pcsi_list_entry(c->lost.next, struct lost, link));
+		l = pcsi_xcalloc(1, sizeof(*l));
+		pcsi_list_add_tail(&c->lost, &l->link);
+		c->n_lost++;
+	}
+	snprintf(l->id, sizeof(l->id), "%s", id);
+	snprintf(l->node, sizeof(l->node), "%s", node_id);
+	l->c = c;
+	l->deleted = true;
+	pcsi_info(2, "deleted while its node was lost: removed there should it come back",
+		  "volume=%s node=%s", id, node_id);
+	n = pcsi_cluster_node(c->cluster, node_id);
+	if (n && n->ready) /* back already */
+		on_node_ready(node_id, c);
 }
 
 size_t pcsi_controller_node_deleted(struct pcsi_controller *c, const char *node_id,

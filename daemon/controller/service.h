@@ -26,7 +26,9 @@
  * (nothing is left to delete) and keeps a tombstone: should that node
  * register again with what it held, the deleted volume is removed there
  * once its registration has imported it. Up to PCSI_CONTROLLER_LOST_MAX
- * lost volumes and tombstones are kept, in memory only. */
+ * lost volumes and tombstones are kept in memory; those kept in the API
+ * server (kube/tombstones.h), which outlive this process, come in through
+ * pcsi_controller_bury(). */
 #ifndef PCSI_CONTROLLER_H
 #define PCSI_CONTROLLER_H
 
@@ -54,6 +56,10 @@ struct pcsi_controller {
 	bool wait_timer_open;
 	struct pcsi_list lost; /* volumes lost with a deleted node (service.c) */
 	size_t n_lost;
+	/* Runs when a tombstone has served: its volume was removed from its
+	 * returned node, or the node came back without it. May be NULL. */
+	void (*tombstone_done)(const char *id, const char *node_id, void *data);
+	void *hook_data;
 };
 
 /* Uses the cluster's loop (a timer). */
@@ -79,6 +85,11 @@ void pcsi_controller_end_grace(struct pcsi_controller *c, const char *why);
 size_t pcsi_controller_node_deleted(struct pcsi_controller *c, const char *node_id,
 				    void (*lost)(const char *id, const char *msg, void *data),
 				    void *data);
+
+/* Volume |id| on node |node_id| was deleted while that node was lost: a
+ * tombstone, which removes it there when the node registers with it (at
+ * once if it is registered now). */
+void pcsi_controller_bury(struct pcsi_controller *c, const char *id, const char *node_id);
 
 /* True when volume or snapshot |id| was lost with a node deleted while
  * this process ran (and reported then), deleted since or not. */

@@ -9,9 +9,9 @@
 #include <time.h>
 
 #include "daemon/core/log.h"
-#include "daemon/core/sha224.h"
 #include "daemon/core/util.h"
 #include "daemon/kube/events.h"
+#include "daemon/kube/tombstones.h"
 
 #define RESYNC_MS   30000
 #define MAX_NODES   8	 /* node ids a PV's affinity may name (a cache volume's copies) */
@@ -563,24 +563,6 @@ static void on_step(const struct pcsi_kube_result *res, void *data)
 
 /* ---- the decision ------------------------------------------------------------------ */
 
-/* The ConfigMap key of the volume |handle| lost with node |node| (orphans.h). */
-static void lost_volume_key(const char *node, const char *handle,
-			    char out[PCSI_LOST_VOLUME_KEY_LEN + 1])
-{
-	size_t n = strlen(node), h = strlen(handle);
-	char *buf = pcsi_xmalloc(n + 1 + h);
-	uint8_t md[PCSI_SHA224_LEN];
-
-	memcpy(buf, node, n);
-	buf[n] = '\0'; /* no node name holds a NUL: (node, handle) pairs cannot collide */
-	memcpy(buf + n + 1, handle, h);
-	pcsi_sha224(buf, n + 1 + h, md);
-	free(buf);
-	memcpy(out, "lost-", 5);
-	for (size_t i = 0; i < (PCSI_LOST_VOLUME_KEY_LEN - 5) / 2; i++)
-		snprintf(out + 5 + 2 * i, 3, "%02x", md[i]);
-}
-
 /* The lost volume's entries, "data" of the ConfigMap (orphans.h), or NULL
  * when none can be written (no namespace known: warned). */
 static char *tombstones(struct pcsi_orphans *o, const char *pv, const struct pv *p)
@@ -599,9 +581,9 @@ static char *tombstones(struct pcsi_orphans *o, const char *pv, const struct pv 
 	data = json_object_new_object();
 	for (int i = 0; i < p->n_nodes; i++) {
 		json_object *v = json_object_new_object();
-		char key[PCSI_LOST_VOLUME_KEY_LEN + 1];
+		char key[PCSI_TOMBSTONE_KEY_LEN + 1];
 
-		lost_volume_key(p->nodes[i], p->handle, key);
+		pcsi_tombstone_key(p->nodes[i], p->handle, key);
 		json_object_object_add(v, "node", json_object_new_string(p->nodes[i]));
 		json_object_object_add(v, "volumeHandle", json_object_new_string(p->handle));
 		json_object_object_add(v, "pv", json_object_new_string(pv));

@@ -24,13 +24,9 @@
  *   - with |tombstones|, once the user asked for the volume's deletion (a
  *     PV with reclaim policy Delete that is Released, being deleted, or
  *     gone): records it for the machine's return, an entry per node that
- *     held it in the ConfigMap PCSI_LOST_VOLUMES of the pod's namespace
- *     (made when missing), key "lost-" and the first 40 hex digits of
- *     sha224(node, NUL, handle), value the JSON text
- *     {"node": <id>, "volumeHandle": <handle>, "pv": <name>};
- *     with |remove| the PV goes only once that is written. A node driver
- *     that runs again under that id deletes the volume there and its entry
- *     (node/lost.h). A Retain PV's volume is never recorded.
+ *     held it in the ConfigMap of tombstones.h (made when missing); with
+ *     |remove| the PV goes only once that is written. A Retain PV's volume
+ *     is never recorded.
  *     (In central mode the controller's DeleteVolume answers for a lost
  *     volume, and keeps the tombstone a returning machine needs.)
  * A node is gone when no Node object has had its name or carried its
@@ -43,9 +39,8 @@
  * Patches carry the PV's resourceVersion and the delete its uid, so that
  * several replicas may run.
  *
- * (The central controller also keeps tombstones in memory,
- * controller/service.h: they act at once when a node registers, and cover
- * snapshots, which have no PV.) */
+ * (The central controller also keeps tombstones in memory for what it
+ * deleted itself, controller/service.h, snapshots included.) */
 #ifndef PCSI_KUBE_ORPHANS_H
 #define PCSI_KUBE_ORPHANS_H
 
@@ -69,10 +64,6 @@ struct pcsi_orphans_opts {
 	void (*node_deleted)(const char *name, const char *id, void *data);
 	void *data;
 };
-
-/* The ConfigMap of lost volumes, in the namespace of the pods. */
-#define PCSI_LOST_VOLUMES	 "pmem-csi-lost-volumes"
-#define PCSI_LOST_VOLUME_KEY_LEN 45 /* "lost-" and 40 hex digits */
 
 struct pcsi_orphans {
 	struct pcsi_kube *k; /* borrowed */

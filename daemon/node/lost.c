@@ -10,14 +10,13 @@
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
 #include "daemon/core/volid.h"
-#include "daemon/kube/informer.h"
-#include "daemon/kube/orphans.h"
+#include "daemon/kube/tombstones.h"
 
 #define ROUND_MS  (5 * 60 * 1000)
 #define MAX_ROUND 256 /* entries taken per round; the rest wait for the next */
 
 struct entry {
-	char key[PCSI_LOST_VOLUME_KEY_LEN + 1];
+	char key[PCSI_TOMBSTONE_KEY_LEN + 1];
 	char id[PCSI_VOLUME_ID_MAX + 1];
 	char pv[256];
 };
@@ -27,7 +26,7 @@ struct pcsi_node_lost {
 	struct pcsi_kube_opts opts;
 	const char *node_id;
 	struct pcsi_kube *k;
-	struct pcsi_informer *cms; /* the namespace's ConfigMaps: PCSI_LOST_VOLUMES's data */
+	struct pcsi_tombstones *ts;
 	struct pcsi_kube_call *call;
 	uv_timer_t *timer; /* allocated: closed with its own callback */
 	struct entry *todo;
@@ -90,17 +89,7 @@ static void on_entry_removed(const struct pcsi_kube_result *r, void *data)
 
 static void remove_entry(struct pcsi_node_lost *l)
 {
-	json_object *patch = json_object_new_object(), *data = json_object_new_object();
-	char path[200];
-
-	json_object_object_add(data, l->todo[l->i].key, NULL); /* null: the key goes */
-	json_object_object_add(patch, "data", data);
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s",
-		 pcsi_kube_namespace(l->k), PCSI_LOST_VOLUMES);
-	l->call = pcsi_kube_request(l->k, "PATCH", path, NULL, "application/merge-patch+json",
-				    json_object_to_json_string_ext(patch, JSON_C_TO_STRING_PLAIN),
-				    on_entry_removed, l);
-	json_object_put(patch);
+	l->call = pcsi_tombstones_remove(l->ts, l->todo[l->i].key, on_entry_removed, l);
 }
 
 static void on_rec_removed(int error, void *data)
@@ -173,71 +162,29 @@ static void next_entry(struct pcsi_node_lost *l)
 	pcsi_volrec_load(l->n, l->todo[l->i].id, &l->rec, on_rec_loaded, l);
 }
 
-/* Takes the entries that name this node from the ConfigMap's data. */
-static void take_entries(struct pcsi_node_lost *l, json_object *data)
+/* Takes an entry that names this node. */
+static void take_entry(const struct pcsi_tombstone *t, void *data)
 {
-	if (!data || !json_object_is_type(data, json_type_object))
+	struct pcsi_node_lost *l = data;
+	struct entry *e;
+
+	if (l->n_todo >= MAX_ROUND || strcmp(t->node, l->node_id) ||
+	    strlen(t->key) > PCSI_TOMBSTONE_KEY_LEN)
 		return;
-	l->todo = pcsi_xcalloc(MAX_ROUND, sizeof(*l->todo));
-	json_object_object_foreach(data, key, val)
-	{
-		json_object *v;
-		const char *node, *handle, *pv;
-
-		if (l->n_todo >= MAX_ROUND)
-			break;
-		if (strlen(key) > PCSI_LOST_VOLUME_KEY_LEN ||
-		    !json_object_is_type(val, json_type_string))
-			continue;
-		v = json_tokener_parse(json_object_get_string(val));
-		node = pcsi_kube_str(v, "node");
-		handle = pcsi_kube_str(v, "volumeHandle");
-		pv = pcsi_kube_str(v, "pv");
-		if (node && !strcmp(node, l->node_id)) {
-			if (handle && pcsi_volume_id_ok(handle)) {
-				struct entry *e = &l->todo[l->n_todo++];
-				snprintf(e->key, sizeof(e->key), "%s", key);
-				snprintf(e->id, sizeof(e->id), "%s", handle);
-				snprintf(e->pv, sizeof(e->pv), "%s", pv ? pv : "");
-			} else {
-				pcsi_warn_rl(
-					NULL, 600000,
-					"lost volumes: an entry for this node names no volume of "
-					"this driver; left alone",
-					"key=%s", key);
-			}
-		}
-		json_object_put(v);
+	if (!pcsi_volume_id_ok(t->handle)) {
+		pcsi_warn_rl(NULL, 600000,
+			     "lost volumes: an entry for this node names no volume of this driver; "
+			     "left alone",
+			     "key=%s", t->key);
+		return;
 	}
+	e = &l->todo[l->n_todo++];
+	snprintf(e->key, sizeof(e->key), "%s", t->key);
+	snprintf(e->id, sizeof(e->id), "%s", t->handle);
+	snprintf(e->pv, sizeof(e->pv), "%s", t->pv);
 }
 
-/* The ConfigMap's data is all that is kept of it; other ConfigMaps are not. */
-static void *take_cm(json_object *obj, void *data)
-{
-	const char *name = pcsi_kube_str(obj, "metadata.name");
-	json_object *d = pcsi_kube_get(obj, "data");
-
-	(void)data;
-	if (!name || strcmp(name, PCSI_LOST_VOLUMES))
-		return NULL;
-	return d ? json_object_get(d) : json_object_new_object();
-}
-
-static void drop_cm(void *item, void *data)
-{
-	(void)data;
-	json_object_put(item);
-}
-
-static void cm_changed(const char *key, void *before, void *now, void *data)
-{
-	(void)key;
-	(void)before;
-	if (now)
-		round_start(data);
-}
-
-static void cm_synced(void *data)
+static void on_tombstones(void *data)
 {
 	round_start(data);
 }
@@ -246,8 +193,6 @@ static void cm_synced(void *data)
  * (then one more follows it). */
 static void round_start(struct pcsi_node_lost *l)
 {
-	char path[200];
-
 	if (!l->running)
 		return;
 	if (l->in_round) {
@@ -256,21 +201,14 @@ static void round_start(struct pcsi_node_lost *l)
 	}
 	if (!l->k && open_client(l) < 0)
 		return;
-	if (!l->cms) {
-		static const struct pcsi_informer_ops ops = { take_cm, drop_cm, cm_changed,
-							      cm_synced };
-
-		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps",
-			 pcsi_kube_namespace(l->k));
-		l->cms = pcsi_informer_start(l->k, path, &ops, l);
-		return; /* cm_synced starts the first round */
+	if (!l->ts) {
+		l->ts = pcsi_tombstones_watch(l->k, on_tombstones, l);
+		return; /* its first list starts the first round */
 	}
-	if (!pcsi_informer_synced(l->cms))
-		return;
-	snprintf(path, sizeof(path), "%s/%s", pcsi_kube_namespace(l->k), PCSI_LOST_VOLUMES);
 	l->again = false;
 	l->in_round = true;
-	take_entries(l, pcsi_informer_get(l->cms, path));
+	l->todo = pcsi_xcalloc(MAX_ROUND, sizeof(*l->todo));
+	pcsi_tombstones_foreach(l->ts, take_entry, l);
 	l->i = 0;
 	next_entry(l);
 }
@@ -342,8 +280,8 @@ void pcsi_node_lost_stop(struct pcsi_node_lost *l)
 	}
 	if (l->deleting) /* the others end by themselves, then nothing more starts */
 		pcsi_backend_cancel(&l->breq);
-	pcsi_informer_stop(l->cms);
-	l->cms = NULL;
+	pcsi_tombstones_stop(l->ts);
+	l->ts = NULL;
 	pcsi_kube_close(l->k);
 	l->k = NULL;
 }

@@ -1,23 +1,22 @@
-/* lost.h: volumes deleted while this node was gone.
+/* lost.h: in distributed mode, the volumes deleted while this node was
+ * gone.
  *
  * Once a node's Node object has been gone for -lostNodeGrace and the user
- * has deleted the claim of a volume there (or its PV, reclaim policy
- * Delete), the volume is recorded in the ConfigMap PCSI_LOST_VOLUMES of the
- * pods' namespace (kube/orphans.h): by the webhooks Deployment before it
- * removes the PV in distributed mode, where nobody called DeleteVolume; by
- * the controller in central mode, which answered DeleteVolume for the lost
- * volume and whose own tombstones live only as long as its process.
- * Should the machine come back under the same node id, the volume is still
- * on its PMEM, and nothing else would ever delete it. This module watches
- * the namespace's ConfigMaps from when the node is ready, and whenever that
- * one changes, and every 5 minutes (for what had to wait), goes through
- * each entry naming this node: deletes the volume (erased as its record
- * asks, as DeleteVolume does; a volume that is not there is fine), then its
- * record, then the entry (a merge patch). A volume that cannot go now
- * (published, another operation on it, a backend error) keeps its entry
- * for the next round. Only the entries' own words count: nothing is
- * deleted because a PV is missing. Outside a pod (no API server) it says so
- * once and stops. */
+ * has deleted the claim of a volume there, the webhooks Deployment removes
+ * its PV, nobody having called DeleteVolume (kube/orphans.h), after writing
+ * an entry for it into the API server (kube/tombstones.h). Should the
+ * machine come back under the same node id, the volume is still on its
+ * PMEM, and nothing else would ever delete it. This module watches those
+ * entries from when the node is ready, and whenever they change, and
+ * every 5 minutes (for what had to wait), goes through each entry naming
+ * this node: deletes the volume (erased as its record asks, as
+ * DeleteVolume does; a volume that is not there is fine), then its record,
+ * then the entry. A volume that cannot go now (published, another
+ * operation on it, a backend error) keeps its entry for the next round.
+ * Only the entries' own words count: nothing is deleted because a PV is
+ * missing. Outside a pod (no API server) it says so once and stops. (In
+ * central mode the controller, which holds the picture, acts on the
+ * entries instead: controller/service.h.) */
 #ifndef PCSI_NODE_LOST_H
 #define PCSI_NODE_LOST_H
 

@@ -125,7 +125,8 @@ static void on_recovered(void *data)
 	}
 	pcsi_media_start(&r->media, r->env->loop, r->backend, cfg->node_id,
 			 cfg->media_scan_interval_s, r->events);
-	if (cfg->service_account_dir && *cfg->service_account_dir) {
+	/* distributed mode (no controller, whose tombstones serve in central mode) */
+	if (!cfg->registry_endpoint && cfg->service_account_dir && *cfg->service_account_dir) {
 		struct pcsi_kube_opts o = { .sa_dir = cfg->service_account_dir,
 					    .qps = cfg->kube_api_qps,
 					    .burst = cfg->kube_api_burst };

@@ -10,9 +10,9 @@
  * before each attempt (cxl.h). Copies a restart cut short are removed before Probe
  * says ready (copy.h); then the media-error scans start (media.h). Once ready it registers with -registryEndpoint, if
  * given, and keeps that registration alive. With -kubeletRegistrationDir it
- * registers itself with kubelet (kubelet.h). With the Kubernetes API
- * (-serviceAccountDir in a pod) it deletes the volumes deleted while the
- * node was gone (lost.h). */
+ * registers itself with kubelet (kubelet.h). In distributed mode (no
+ * -registryEndpoint), with the Kubernetes API, it deletes the volumes
+ * deleted while the node was gone (lost.h). */
 #ifndef PCSI_NODE_ROLE_H
 #define PCSI_NODE_ROLE_H
 

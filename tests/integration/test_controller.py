@@ -1045,8 +1045,8 @@ def lost_pv(name, handle, node_id, claim, phase="Bound", policy="Delete"):
         "DeleteVolume OK at once), a cache volume keeps its other copy; a PV of a node deleted before the "
         "controller started is told too (event, condition), and none is removed; the volumes of Released or "
         "deleted PVs (reclaim Delete) are recorded in ConfigMap pmem-csi-lost-volumes for their node's return, "
-        "a Retain one's not; should the node come back with its volumes after all, the one deleted meanwhile "
-        "is removed there, the other is known again")
+        "a Retain one's not; should the node come back with its volumes after all, even after a controller "
+        "restart, the one deleted meanwhile is removed there (and its entry), the other is known again")
 def _():
     import fake_kube
     global ctl, ch
@@ -1136,6 +1136,12 @@ def _():
     while key not in kube.lost_entries():
         pt.check(time.monotonic() < deadline + 60, "no entry for pv-n3: %r" % kube.lost_entries())
         time.sleep(0.2)
+    # The controller restarts meanwhile: its tombstones come back from the API server.
+    ch.close()
+    ctl.kill()
+    ctl = start_controller(kube=kube, extra=["-lostNodeGrace=1"])
+    ch = pt.unix_channel(CTL_SOCK)
+    wait_registered(["n1", "n2"])
     ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=cache.volume_id))
     pt.check(cache.volume_id not in node_ids("n2"), "the cache volume's copy on n2 stayed")
     # n3 comes back with its volumes: it registers like a new node; the
@@ -1148,6 +1154,11 @@ def _():
                  % (node_ids("n3"), pt._tail(ctl.stderr_text())))
         time.sleep(0.2)
     pt.check("removed a volume deleted while its node was lost" in ctl.stderr_text(), "not logged")
+    deadline = time.monotonic() + 10
+    while key in kube.lost_entries():
+        pt.check(time.monotonic() < deadline, "the served entry stayed: %r" % kube.lost_entries())
+        time.sleep(0.2)
+    pt.check(set(kube.lost_entries()) == set(want), "entries of n9: %r" % kube.lost_entries())
     pt.check(kept.volume_id in node_ids("n3"), "the volume nobody deleted is gone from n3: %r" % node_ids("n3"))
     g = ok_call("ControllerGetVolume", csi.ControllerGetVolumeRequest(volume_id=kept.volume_id))
     pt.check(not g.status.volume_condition.abnormal and holders(g.volume) == ["n3"],

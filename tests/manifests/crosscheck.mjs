@@ -924,8 +924,8 @@ const WEBHOOKS_RULES = [
   ":persistentvolumes:get+list+watch+patch+delete",
   "storage.k8s.io:storageclasses+csinodes:get+list+watch",
 ].join(" ");
-// The lost volumes' ConfigMap (orphans.c writes, node/lost.c reads and
-// removes entries): bound to the node pods and the webhooks or controller.
+// The lost volumes' ConfigMap (kube/tombstones.h: orphans.c writes, the
+// central controller or node/lost.c act on entries and remove them).
 const LOST_ROLE = "Role/pmem-csi-lost-volumes";
 const LOST_RULES = ":configmaps:create :configmaps:list+watch :configmaps[pmem-csi-lost-volumes]:patch";
 t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provisioner roles; others get the health role or no token", () => {
@@ -964,8 +964,7 @@ t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provision
       } else {
         const has = [...(bound.get(sa) || [])];
         const health = has.includes(HEALTH_ROLE);
-        if (has.some((r) => r !== HEALTH_ROLE && r !== LOST_ROLE)) p.push(`${mode}: ${sa} needs no roles but ${HEALTH_ROLE} and ${LOST_ROLE}: has ${has.join(", ")}`);
-        if (health !== has.includes(LOST_ROLE)) p.push(`${mode}: ${sa} has one of ${HEALTH_ROLE} and ${LOST_ROLE}, not both: ${has.join(", ")}`);
+        if (has.some((r) => r !== HEALTH_ROLE)) p.push(`${mode}: ${sa} needs no roles but ${HEALTH_ROLE}: has ${has.join(", ")}`);
         if (mount && !health) p.push(`${mode}: ${d.doc.metadata.name} needs no API access: automountServiceAccountToken: false`);
         if (health && !mount) p.push(`${mode}: ${d.doc.metadata.name} is bound to ${HEALTH_ROLE} without a ServiceAccount token`);
       }
