@@ -2134,12 +2134,11 @@ struct node_gone {
 	size_t n;
 };
 
-static void remember_lost(const struct pcsi_cvol *v, void *data)
+/* |l| (lost_find()'s; NULL: a new one, the oldest forgotten beyond the
+ * limit) as lost on |node_id|. */
+static struct lost *lost_set(struct pcsi_controller *c, struct lost *l, const char *id,
+			     const char *node_id, bool deleted)
 {
-	struct node_gone *g = data;
-	struct pcsi_controller *c = g->c;
-	struct lost *l = lost_find(c, v->id);
-
 	if (!l) {
 		if (c->n_lost >= PCSI_CONTROLLER_LOST_MAX)
 			lost_forget(c, pcsi_list_entry(c->lost.next, struct lost, link));
@@ -2147,10 +2146,19 @@ static void remember_lost(const struct pcsi_cvol *v, void *data)
 		pcsi_list_add_tail(&c->lost, &l->link);
 		c->n_lost++;
 	}
-	snprintf(l->id, sizeof(l->id), "%s", v->id);
-	snprintf(l->node, sizeof(l->node), "%s", g->node);
+	snprintf(l->id, sizeof(l->id), "%s", id);
+	snprintf(l->node, sizeof(l->node), "%s", node_id);
 	l->c = c;
-	l->deleted = false;
+	l->deleted = deleted;
+	return l;
+}
+
+static void remember_lost(const struct pcsi_cvol *v, void *data)
+{
+	struct node_gone *g = data;
+	struct pcsi_controller *c = g->c;
+	struct lost *l = lost_set(c, lost_find(c, v->id), v->id, g->node, false);
+
 	l->size = v->size;
 	snprintf(l->msg, sizeof(l->msg),
 		 "node %.128s, the only one that held this %s, was deleted from the cluster: its "
@@ -2298,17 +2306,7 @@ void pcsi_controller_bury(struct pcsi_controller *c, const char *id, const char 
 
 	if (l && (l->deleted || l->purging))
 		return; /* a tombstone already (cache volumes: of one copy) */
-	if (!l) {
-		if (c->n_lost >= PCSI_CONTROLLER_LOST_MAX)
-			lost_forget(c, pcsi_list_entry(c->lost.next, struct lost, link));
-		l = pcsi_xcalloc(1, sizeof(*l));
-		pcsi_list_add_tail(&c->lost, &l->link);
-		c->n_lost++;
-	}
-	snprintf(l->id, sizeof(l->id), "%s", id);
-	snprintf(l->node, sizeof(l->node), "%s", node_id);
-	l->c = c;
-	l->deleted = true;
+	lost_set(c, l, id, node_id, true);
 	pcsi_info(2, "deleted while its node was lost: removed there should it come back",
 		  "volume=%s node=%s", id, node_id);
 	n = pcsi_cluster_node(c->cluster, node_id);
