@@ -2304,7 +2304,7 @@ void pcsi_controller_bury(struct pcsi_controller *c, const char *id, const char 
 	struct lost *l = lost_find(c, id);
 	const struct pcsi_cnode *n;
 
-	if (l && (l->deleted || l->purging))
+	if (l && l->deleted)
 		return; /* a tombstone already (cache volumes: of one copy) */
 	lost_set(c, l, id, node_id, true);
 	pcsi_info(2, "deleted while its node was lost: removed there should it come back",

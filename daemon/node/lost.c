@@ -35,7 +35,6 @@ struct pcsi_node_lost {
 	struct pcsi_backend_req breq;
 	bool held;     /* todo[i]'s id is in n->busy */
 	bool deleting; /* breq is in flight */
-	bool on_pool;  /* the record's load or removal is in flight */
 	bool in_round; /* todo is being worked through */
 	bool again;    /* the ConfigMap changed meanwhile: another round after it */
 	bool running;
@@ -97,7 +96,6 @@ static void on_rec_removed(int error, void *data)
 	struct pcsi_node_lost *l = data;
 	const struct entry *e = &l->todo[l->i];
 
-	l->on_pool = false;
 	if (!l->running)
 		return entry_end(l);
 	if (error) { /* the volume is gone: a stale record only costs an erase shortcut */
@@ -130,7 +128,7 @@ static void on_deleted(struct pcsi_backend_req *req, void *data)
 		  !req->existed	       ? "-"
 		  : l->rec.erase_after ? "whole"
 				       : "first 4 KiB");
-	l->on_pool = true; /* also after a stop: the volume is gone, so goes its record */
+	/* also after a stop: the volume is gone, so goes its record */
 	pcsi_volrec_store(l->n, e->id, NULL, on_rec_removed, l);
 }
 
@@ -139,7 +137,6 @@ static void on_rec_loaded(int error, void *data)
 	struct pcsi_node_lost *l = data;
 
 	(void)error; /* no record (or an unreadable one): the defaults, erase included */
-	l->on_pool = false;
 	if (!l->running)
 		return entry_end(l);
 	l->breq = (struct pcsi_backend_req){ .id = l->todo[l->i].id, .erase = l->rec.erase_after };
@@ -158,7 +155,6 @@ static void next_entry(struct pcsi_node_lost *l)
 		return next_entry(l);
 	}
 	l->held = true;
-	l->on_pool = true;
 	pcsi_volrec_load(l->n, l->todo[l->i].id, &l->rec, on_rec_loaded, l);
 }
 
@@ -229,20 +225,14 @@ struct pcsi_node_lost *pcsi_node_lost_start(struct pcsi_node *n, const struct pc
 	return l;
 }
 
-/* 0, or -1 (logged; -ENOENT, not in a pod: the rounds stop). */
+/* 0, or -1 (logged): tried again at the next round, or for good not at
+ * all (not in a pod, no namespace). */
 static int open_client(struct pcsi_node_lost *l)
 {
 	char err[256] = "";
 	int rc = pcsi_kube_open(l->n->loop, &l->opts, &l->k, err, sizeof(err));
 
-	if (rc == 0 && !pcsi_kube_namespace(l->k)[0]) {
-		pcsi_warn("lost volumes: no namespace file in the service account directory; "
-			  "not looked for",
-			  "dir=%s", l->opts.sa_dir);
-		rc = -ENOENT;
-	} else if (rc == -ENOENT) {
-		pcsi_info(1, "lost volumes: not in a Kubernetes pod; not looked for", "%s", "");
-	} else if (rc < 0) {
+	if (rc < 0 && rc != -ENOENT) {
 		pcsi_warn_rl(
 			NULL, 600000,
 			"lost volumes: cannot use the Kubernetes API; trying again in 5 minutes",
@@ -251,12 +241,18 @@ static int open_client(struct pcsi_node_lost *l)
 		return -1;
 	}
 	if (rc == -ENOENT) {
+		pcsi_info(1, "lost volumes: not in a Kubernetes pod; not looked for", "%s", "");
+	} else if (!pcsi_kube_namespace(l->k)[0]) {
+		pcsi_warn("lost volumes: no namespace file in the service account directory; "
+			  "not looked for",
+			  "dir=%s", l->opts.sa_dir);
 		pcsi_kube_close(l->k);
-		l->k = NULL;
-		uv_timer_stop(l->timer);
-		return -1;
+	} else {
+		return 0;
 	}
-	return 0;
+	l->k = NULL;
+	uv_timer_stop(l->timer); /* for good */
+	return -1;
 }
 
 static void on_timer_closed(uv_handle_t *h)
