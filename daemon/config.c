@@ -54,6 +54,10 @@ enum {
 	OPT_NODE_SELECTOR,
 	OPT_SCHED_LISTEN,
 	OPT_INSECURE_SCHED_LISTEN,
+	OPT_NODE_IDENTITY,
+	OPT_NODE_SA,
+	OPT_MAX_NODES,
+	OPT_REG_TOKEN,
 	/* klog */
 	OPT_LOGTOSTDERR,
 	OPT_ALSOLOGTOSTDERR,
@@ -111,6 +115,10 @@ static const struct option options[] = {
 	{ "nodeSelector", required_argument, NULL, OPT_NODE_SELECTOR },
 	{ "schedulerListen", required_argument, NULL, OPT_SCHED_LISTEN },
 	{ "insecureSchedulerListen", required_argument, NULL, OPT_INSECURE_SCHED_LISTEN },
+	{ "nodeIdentity", required_argument, NULL, OPT_NODE_IDENTITY },
+	{ "nodeServiceAccount", required_argument, NULL, OPT_NODE_SA },
+	{ "maxNodes", required_argument, NULL, OPT_MAX_NODES },
+	{ "registryTokenFile", required_argument, NULL, OPT_REG_TOKEN },
 	{ "logtostderr", optional_argument, NULL, OPT_LOGTOSTDERR },
 	{ "alsologtostderr", optional_argument, NULL, OPT_ALSOLOGTOSTDERR },
 	{ "stderrthreshold", required_argument, NULL, OPT_STDERRTHRESHOLD },
@@ -142,6 +150,18 @@ static const char usage[] =
 	"  -registryEndpoint=URL      controller: where the Registry service listens (TCP);\n"
 	"                             node: the controller's registry to register with\n"
 	"  -controllerEndpoint=URL    node: where its controller service listens (TCP)\n"
+	"  -nodeIdentity=proven|shared  controller: a node registers, moves or unregisters\n"
+	"                             only with proof that it runs on that node: a per-node\n"
+	"                             certificate or a ServiceAccount token (default proven;\n"
+	"                             shared: any holder of the nodes' certificate, the\n"
+	"                             default with -insecure)\n"
+	"  -nodeServiceAccount=[NS:]NAME  controller: the node pods' ServiceAccount whose\n"
+	"                             tokens prove a node (default pmem-csi-node in the\n"
+	"                             controller's namespace)\n"
+	"  -maxNodes=N                controller: most nodes registered at once (default 10000)\n"
+	"  -registryTokenFile=FILE    node: a ServiceAccount token for the audience\n"
+	"                             <drivername> that proves this node to the registry\n"
+	"                             (read before each registration)\n"
 	"  -resizerEndpoint=URL       node: a unix socket for one cluster-wide csi-resizer\n"
 	"                             (distributed mode): it leaves growing a volume to\n"
 	"                             NodeExpandVolume on the node that holds it\n"
@@ -455,6 +475,17 @@ static int validate(struct pcsi_config *c, FILE *err)
 			     "-keyFile\n");
 		return -EINVAL;
 	}
+	if (!c->node_identity_set)
+		c->node_identity_shared = c->insecure;
+	if (c->node_service_account &&
+	    (!*c->node_service_account || strlen(c->node_service_account) > 317 ||
+	     strspn(c->node_service_account, "abcdefghijklmnopqrstuvwxyz0123456789.-:") !=
+		     strlen(c->node_service_account) ||
+	     strchr(c->node_service_account, ':') != strrchr(c->node_service_account, ':'))) {
+		fprintf(err, "pmem-csi-driver: -nodeServiceAccount must be NAME or NAMESPACE:NAME "
+			     "(lower-case letters, digits, '.', '-')\n");
+		return -EINVAL;
+	}
 	if (c->mode == PCSI_MODE_NODE && c->registry_endpoint && !c->controller_endpoint) {
 		fprintf(err,
 			"pmem-csi-driver: -registryEndpoint in node mode needs -controllerEndpoint "
@@ -521,6 +552,8 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.metrics_path = "/metrics",
 		.kube_api_qps = 5,
 		.kube_api_burst = 10,
+		.node_service_account = "pmem-csi-node",
+		.max_nodes = 10000,
 		.log = { .to_stderr = true, .stderr_threshold = 2, .file_max_mb = 1800 },
 	};
 	/* 0, not 1: glibc then also forgets a place inside an argument where an
@@ -670,6 +703,35 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			break;
 		case OPT_INSECURE_SCHED_LISTEN:
 			cfg->insecure_scheduler_listen = *optarg ? optarg : NULL;
+			break;
+		case OPT_NODE_IDENTITY:
+			if (strcmp(optarg, "proven") && strcmp(optarg, "shared")) {
+				fprintf(err,
+					"pmem-csi-driver: -nodeIdentity=%s: expected proven or "
+					"shared\n",
+					optarg);
+				return -EINVAL;
+			}
+			cfg->node_identity_shared = !strcmp(optarg, "shared");
+			cfg->node_identity_set = true;
+			break;
+		case OPT_NODE_SA:
+			cfg->node_service_account = optarg;
+			break;
+		case OPT_MAX_NODES:
+			if (parse_num("maxNodes", optarg, 1, 1000000, &n, err) < 0)
+				return -EINVAL;
+			cfg->max_nodes = (uint32_t)n;
+			break;
+		case OPT_REG_TOKEN:
+			if (*optarg && optarg[0] != '/') {
+				fprintf(err,
+					"pmem-csi-driver: -registryTokenFile=%s: expected an "
+					"absolute path\n",
+					optarg);
+				return -EINVAL;
+			}
+			cfg->registry_token_file = *optarg ? optarg : NULL;
 			break;
 		case OPT_LOGTOSTDERR:
 			if (parse_go_bool("logtostderr", optarg, &cfg->log.to_stderr, err) < 0)

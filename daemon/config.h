@@ -58,6 +58,11 @@ struct pcsi_config {
 	const char *ca_file, *cert_file, *key_file;
 	const char *client_cert_file, *client_key_file; /* default: cert/key */
 	bool insecure;					/* allow plaintext TCP */
+	/* controller: who may speak for a node at the registry (nodeauth.h) */
+	bool node_identity_shared, node_identity_set;
+	const char *node_service_account; /* "[NS:]NAME" of the node pods */
+	uint32_t max_nodes;
+	const char *registry_token_file; /* node: its proof for the registry */
 	const char *metrics_listen;
 	int verbosity;
 	enum pcsi_log_format log_format;

@@ -144,6 +144,10 @@ static void complete(struct pcsi_client_call *call, enum pcsi_status status, con
 	call->body = NULL;
 	free(call->path);
 	call->path = NULL;
+	if (call->authorization) /* a credential */
+		explicit_bzero(call->authorization, strlen(call->authorization));
+	free(call->authorization);
+	call->authorization = NULL;
 	uv_close((uv_handle_t *)&call->timer, on_call_timer_closed);
 }
 
@@ -345,7 +349,7 @@ static void start_stream(struct pcsi_client_call *call)
 	struct cconn *cc = chan->conn;
 	char timeout[24];
 	nghttp2_data_provider prd = { .source.ptr = call, .read_callback = on_body_read };
-	nghttp2_nv hdrs[8] = {
+	nghttp2_nv hdrs[9] = {
 		NV(":method", "POST"),
 		NV(":scheme", chan->tls ? "https" : "http"),
 		NV(":path", call->path),
@@ -362,6 +366,10 @@ static void start_stream(struct pcsi_client_call *call)
 		pcsi_timeout_format(timeout, sizeof(timeout), due > now ? due - now : 1);
 		hdrs[n++] = (nghttp2_nv)NV("grpc-timeout", timeout);
 	}
+	if (call->authorization) /* a credential: not indexed by HPACK */
+		hdrs[n++] =
+			(nghttp2_nv){ (uint8_t *)"authorization", (uint8_t *)call->authorization,
+				      13, strlen(call->authorization), NGHTTP2_NV_FLAG_NO_INDEX };
 	id = nghttp2_submit_request(cc->c.ng, NULL, hdrs, n, &prd, call);
 	if (id < 0) {
 		complete(call, PCSI_UNAVAILABLE, nghttp2_strerror(id));
@@ -379,6 +387,14 @@ void pcsi_channel_call(struct pcsi_channel *chan, struct pcsi_client_call *call,
 		       const ProtobufCMessage *input, uint64_t timeout_ms, pcsi_client_cb cb,
 		       void *data)
 {
+	pcsi_channel_call_auth(chan, call, service_name, method, input, timeout_ms, NULL, cb, data);
+}
+
+void pcsi_channel_call_auth(struct pcsi_channel *chan, struct pcsi_client_call *call,
+			    const char *service_name, const ProtobufCMethodDescriptor *method,
+			    const ProtobufCMessage *input, uint64_t timeout_ms,
+			    const char *authorization, pcsi_client_cb cb, void *data)
+{
 	struct pcsi_msgdec *dec = pcsi_xmalloc(sizeof(*dec));
 	size_t len = protobuf_c_message_get_packed_size(input);
 
@@ -390,6 +406,7 @@ void pcsi_channel_call(struct pcsi_channel *chan, struct pcsi_client_call *call,
 	call->data = data;
 	call->timeout_ms = timeout_ms;
 	call->path = pcsi_xasprintf("/%s/%s", service_name, method->name);
+	call->authorization = authorization ? pcsi_xstrdup(authorization) : NULL;
 	call->body_len = PCSI_MSG_HDR_LEN + len;
 	call->body = pcsi_xmalloc(call->body_len);
 	pcsi_msg_hdr(call->body, (uint32_t)len);

@@ -56,6 +56,7 @@ struct pcsi_client_call {
 	struct pcsi_channel *chan;
 	const ProtobufCMethodDescriptor *method;
 	char *path;
+	char *authorization; /* the request's "authorization" header, or NULL */
 	uint8_t *body;
 	size_t body_len, body_off;
 	uint64_t timeout_ms;
@@ -84,6 +85,13 @@ void pcsi_channel_call(struct pcsi_channel *chan, struct pcsi_client_call *call,
 		       const char *service_name, const ProtobufCMethodDescriptor *method,
 		       const ProtobufCMessage *input, uint64_t timeout_ms, pcsi_client_cb cb,
 		       void *data);
+
+/* The same with the request header "authorization: |authorization|" (copied;
+ * sent unindexed, never logged); NULL for none. */
+void pcsi_channel_call_auth(struct pcsi_channel *chan, struct pcsi_client_call *call,
+			    const char *service_name, const ProtobufCMethodDescriptor *method,
+			    const ProtobufCMessage *input, uint64_t timeout_ms,
+			    const char *authorization, pcsi_client_cb cb, void *data);
 
 /* Cancels a call that has not completed: its callback runs later with CANCELLED. */
 void pcsi_client_call_cancel(struct pcsi_client_call *call);

@@ -1,6 +1,7 @@
 /* conn.c: HTTP/2 over libuv streams with optional TLS. See conn.h. */
 #include "rpc/conn.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,30 @@ void pcsi_conn_describe_peer(struct pcsi_conn *c)
 		uv_ip6_name(in6, host, sizeof(host));
 		snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host, ntohs(in6->sin6_port));
 	}
+}
+
+int pcsi_conn_peer_ip(struct pcsi_conn *c, char *out, size_t size)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+
+	if (c->io.handle.type != UV_TCP ||
+	    uv_tcp_getpeername(&c->io.tcp, (struct sockaddr *)&ss, &len) != 0)
+		return -ENOTCONN;
+	if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+		if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+			return inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], out, (socklen_t)size)
+				       ? 0
+				       : -ENOTCONN;
+		return inet_ntop(AF_INET6, &in6->sin6_addr, out, (socklen_t)size) ? 0 : -ENOTCONN;
+	}
+	if (ss.ss_family == AF_INET)
+		return inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out,
+				 (socklen_t)size)
+			       ? 0
+			       : -ENOTCONN;
+	return -ENOTCONN;
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)

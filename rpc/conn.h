@@ -81,6 +81,10 @@ void pcsi_conn_close(struct pcsi_conn *c, const char *reason);
 /* Fills c->peer from the stream's peer address. */
 void pcsi_conn_describe_peer(struct pcsi_conn *c);
 
+/* The numeric address (no port; IPv4-mapped IPv6 addresses as IPv4) of a TCP
+ * connection's peer into |out|. Returns 0, or -ENOTCONN. */
+int pcsi_conn_peer_ip(struct pcsi_conn *c, char *out, size_t size);
+
 /* The nghttp2 options every session of ours is made with (server and
  * client): no pushed streams, and a stream's state is freed when it closes
  * instead of being kept for the priority tree (gRPC sends no priorities;

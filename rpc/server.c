@@ -58,6 +58,7 @@ struct pcsi_call {
 	int32_t stream_id;
 	struct pcsi_call *prev, *next; /* in sc->calls */
 	char *path;
+	char *authorization; /* the request's "authorization" header, or NULL */
 	const ProtobufCService *service;
 	const ProtobufCMethodDescriptor *method;
 	ProtobufCMessage *input;
@@ -137,6 +138,9 @@ static void call_free(struct pcsi_call *call)
 		protobuf_c_message_free_unpacked(call->input, NULL);
 	pcsi_msgdec_done(&call->dec);
 	free(call->path);
+	if (call->authorization) /* a credential */
+		explicit_bzero(call->authorization, strlen(call->authorization));
+	free(call->authorization);
 	free(call->out);
 	free(call->message);
 	if (call->timer_open)
@@ -344,6 +348,24 @@ const char *pcsi_call_path(const struct pcsi_call *call)
 	return call->path ? call->path : "";
 }
 
+const char *pcsi_call_authorization(const struct pcsi_call *call)
+{
+	return call->authorization;
+}
+
+int pcsi_call_peer(const struct pcsi_call *call, struct pcsi_call_peer *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!call->sc)
+		return -ENOTCONN;
+	if (call->sc->c.io.handle.type == UV_TCP &&
+	    pcsi_conn_peer_ip(&call->sc->c, out->ip, sizeof(out->ip)) < 0)
+		return -ENOTCONN;
+	if (call->sc->c.tls)
+		pcsi_tls_peer_cn(call->sc->c.tls, out->cn, sizeof(out->cn));
+	return 0;
+}
+
 uint64_t pcsi_call_remaining_ms(const struct pcsi_call *call)
 {
 	uint64_t now;
@@ -444,6 +466,9 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint
 	if (IS(":path")) {
 		free(call->path);
 		call->path = pcsi_xstrndup((const char *)value, valuelen);
+	} else if (IS("authorization")) {
+		free(call->authorization);
+		call->authorization = pcsi_xstrndup((const char *)value, valuelen);
 	} else if (IS(":method")) {
 		call->bad_method = !(valuelen == 4 && !memcmp(value, "POST", 4));
 	} else if (IS("content-type")) {

@@ -92,6 +92,21 @@ bool pcsi_call_is_cancelled(const struct pcsi_call *call);
 /* "/pkg.Service/Method" of the call. */
 const char *pcsi_call_path(const struct pcsi_call *call);
 
+/* The value of the request's "authorization" header as sent (bounded by
+ * the header list limit), or NULL. It is a credential: never log it. */
+const char *pcsi_call_authorization(const struct pcsi_call *call);
+
+/* Who is calling: |ip|, the peer's numeric address on a TCP connection ("" on
+ * a unix socket); |cn|, the subject common name of the peer's certificate on
+ * a TLS connection ("" otherwise; the certificate was verified by the
+ * handshake, its name checked against the listener's peer name). Returns 0,
+ * or -ENOTCONN once the call's connection is gone. */
+struct pcsi_call_peer {
+	char ip[48];
+	char cn[256];
+};
+int pcsi_call_peer(const struct pcsi_call *call, struct pcsi_call_peer *out);
+
 /* Milliseconds left before the client's deadline; UINT64_MAX without one. */
 uint64_t pcsi_call_remaining_ms(const struct pcsi_call *call);
 

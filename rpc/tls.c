@@ -160,6 +160,28 @@ void pcsi_tls_free(struct pcsi_tls *t)
 	free(t);
 }
 
+void pcsi_tls_peer_cn(struct pcsi_tls *t, char *out, size_t size)
+{
+	X509 *cert = t->done ? SSL_get0_peer_certificate(t->ssl) : NULL;
+	X509_NAME *subj = cert ? X509_get_subject_name(cert) : NULL;
+	int i = subj ? X509_NAME_get_index_by_NID(subj, NID_commonName, -1) : -1;
+	const unsigned char *s;
+	ASN1_STRING *v;
+	int n;
+
+	out[0] = '\0';
+	/* Exactly one CN, a plain string without NULs that fits. */
+	if (i < 0 || X509_NAME_get_index_by_NID(subj, NID_commonName, i) >= 0)
+		return;
+	v = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, i));
+	s = ASN1_STRING_get0_data(v);
+	n = ASN1_STRING_length(v);
+	if (n <= 0 || (size_t)n >= size || memchr(s, 0, (size_t)n))
+		return;
+	memcpy(out, s, (size_t)n);
+	out[n] = '\0';
+}
+
 void pcsi_tls_feed(struct pcsi_tls *t, const void *buf, size_t n)
 {
 	BIO_write(t->rbio, buf, (int)n);

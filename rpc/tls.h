@@ -50,6 +50,11 @@ int pcsi_tls_write(struct pcsi_tls *t, const void *buf, size_t n);
 size_t pcsi_tls_pending(struct pcsi_tls *t);
 size_t pcsi_tls_take(struct pcsi_tls *t, void *buf, size_t n);
 
+/* The subject common name of the peer's certificate once the handshake is
+ * complete ("" before, or when the certificate has no single CN that is a
+ * string of fewer than |size| bytes without NULs). */
+void pcsi_tls_peer_cn(struct pcsi_tls *t, char *out, size_t size);
+
 /* Why the handshake or a read failed (static or internal storage). */
 const char *pcsi_tls_error(struct pcsi_tls *t);
 

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/core/log.h"
@@ -252,6 +253,54 @@ static void watch_stop(struct pcsi_controller_role *r)
 	r->watch_kube = NULL;
 }
 
+/* ---- who may speak for a node ------------------------------------------------------ */
+
+/* The node pods' ServiceAccount as the API server names its user. */
+static char *node_sa_user(const struct pcsi_config *cfg, struct pcsi_kube *k)
+{
+	const char *sa = cfg->node_service_account;
+
+	if (strchr(sa, ':'))
+		return pcsi_xasprintf("system:serviceaccount:%s", sa);
+	return pcsi_xasprintf("system:serviceaccount:%s:%s", k ? pcsi_kube_namespace(k) : "", sa);
+}
+
+static void auth_start(struct pcsi_controller_role *r)
+{
+	const struct pcsi_config *cfg = r->env->cfg;
+	struct pcsi_kube_opts o = { .sa_dir = cfg->service_account_dir, .qps = 0 };
+	char err[256] = "", *user;
+	int rc = cfg->node_identity_shared
+			 ? -ENOENT
+			 : pcsi_kube_open(r->env->loop, &o, &r->auth_kube, err, sizeof(err));
+
+	if (rc < 0 && rc != -ENOENT)
+		pcsi_warn("Kubernetes API: cannot use it; nodes prove who they are by per-node "
+			  "certificates only",
+			  "error=\"%s\"", err);
+	if (rc < 0)
+		r->auth_kube = NULL;
+	user = node_sa_user(cfg, r->auth_kube);
+	r->auth = pcsi_nodeauth_new(r->env->loop,
+				    &(struct pcsi_nodeauth_opts){
+					    .shared = cfg->node_identity_shared,
+					    .audience = cfg->driver_name,
+					    .sa_username = user,
+					    .max_proofs = 2 * (size_t)cfg->max_nodes,
+				    },
+				    r->auth_kube);
+	if (cfg->node_identity_shared)
+		pcsi_warn(
+			"-nodeIdentity=shared: any holder of the nodes' certificate may register, "
+			"move or unregister any node",
+			"insecure=%s", cfg->insecure ? "true" : "false");
+	else
+		pcsi_info(1, "nodes prove who they are at the registry",
+			  "certificates=per-node tokens=%s serviceAccount=%s",
+			  r->auth_kube ? "reviewed" : "no (not in a pod)", user);
+	free(user);
+}
+
 /* ---- start and close ---------------------------------------------------------------- */
 
 int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi_role_env *env)
@@ -260,7 +309,8 @@ int pcsi_controller_role_start(struct pcsi_controller_role *r, const struct pcsi
 
 	r->env = env;
 	pcsi_cluster_init(&r->cluster, env->loop, env->client_tls);
-	pcsi_registry_init(&r->registry, &r->cluster);
+	auth_start(r);
+	pcsi_registry_init(&r->registry, &r->cluster, r->auth, cfg->max_nodes);
 	pcsi_controller_init(&r->controller, &r->cluster, cfg->driver_name,
 			     (uint64_t)cfg->registration_grace_s * 1000);
 	r->started = true;
@@ -290,6 +340,10 @@ void pcsi_controller_role_close(struct pcsi_controller_role *r)
 	r->started = false;
 	kube_stop(r);
 	watch_stop(r);
+	pcsi_nodeauth_free(r->auth);
+	r->auth = NULL;
+	pcsi_kube_close(r->auth_kube);
+	r->auth_kube = NULL;
 	pcsi_controller_done(&r->controller);
 	pcsi_cluster_done(&r->cluster);
 }

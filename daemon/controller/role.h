@@ -16,6 +16,7 @@
 #define PCSI_CONTROLLER_ROLE_H
 
 #include "daemon/controller/cluster.h"
+#include "daemon/controller/nodeauth.h"
 #include "daemon/controller/registry.h"
 #include "daemon/controller/service.h"
 #include "daemon/csi/role.h"
@@ -42,6 +43,10 @@ struct pcsi_controller_role {
 	struct pcsi_volume_events *events;
 	struct pcsi_orphans orphans;
 	struct pcsi_tombstones *tombstones; /* the API server's, for the controller's */
+	/* Who may speak for a node at the registry, with a client of its own
+	 * for the TokenReviews (not paced by -kube-api-qps: nodeauth.h). */
+	struct pcsi_nodeauth *auth;
+	struct pcsi_kube *auth_kube;
 	bool started;
 };
 

@@ -153,6 +153,45 @@ int pcsi_write_file_atomic(const char *path, const char *text, size_t len)
 	return rc;
 }
 
+int pcsi_read_file(const char *path, size_t max, char **out, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), rc = 0;
+	char *buf;
+	size_t n = 0;
+
+	*out = NULL;
+	*len = 0;
+	if (fd < 0)
+		return -errno;
+	buf = pcsi_xmalloc(max + 1);
+	for (;;) {
+		ssize_t r = read(fd, buf + n, max + 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = -errno;
+			break;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+		if (n > max) {
+			rc = -EFBIG;
+			break;
+		}
+	}
+	close(fd);
+	if (rc < 0) {
+		explicit_bzero(buf, max + 1);
+		free(buf);
+		return rc;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
 int pcsi_unlink_durable(const char *path)
 {
 	if (unlink(path) < 0)

@@ -37,6 +37,11 @@ int pcsi_parse_bool(const char *s, bool *out);
  * for the thread pool. 0 or -errno (the write's own: -ENOSPC when full). */
 int pcsi_write_file_atomic(const char *path, const char *text, size_t len);
 
+/* Reads the whole of |path|, at most |max| bytes, into a new NUL-terminated
+ * buffer (*out, to free; *len bytes). Blocks: for the thread pool. 0, or
+ * -errno (-EFBIG: longer than |max|; nothing is returned then). */
+int pcsi_read_file(const char *path, size_t max, char **out, size_t *len);
+
 /* Removes |path| (a missing one is fine) and fsyncs its directory, so that
  * the removal outlives a power cut once this has returned 0. Blocks. 0 or
  * -errno. */

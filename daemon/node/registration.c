@@ -10,14 +10,73 @@
 #include "daemon/core/util.h"
 #include "proto/registry.pb-c.h"
 
-#define SVC "registry.v1.Registry"
+#define SVC	  "registry.v1.Registry"
+#define MAX_TOKEN (8u << 10)
 
+static void read_token(struct pcsi_registration *r);
 static void read_capacity(struct pcsi_registration *r);
 static void send_bye(struct pcsi_registration *r);
 
 static void on_timer(uv_timer_t *t)
 {
-	read_capacity(pcsi_container_of(t, struct pcsi_registration, timer));
+	read_token(pcsi_container_of(t, struct pcsi_registration, timer));
+}
+
+static void wipe(char **s)
+{
+	if (*s) {
+		explicit_bzero(*s, strlen(*s));
+		free(*s);
+		*s = NULL;
+	}
+}
+
+/* ---- the token: read on the thread pool before each registration ----------------- */
+
+static void token_fn(uv_work_t *w)
+{
+	struct pcsi_registration *r = w->data;
+	size_t len;
+
+	r->token_rc = pcsi_read_file(r->token_file, MAX_TOKEN, &r->token_read, &len);
+	if (r->token_rc == 0) {
+		r->token_read[strcspn(r->token_read, "\r\n")] = '\0';
+		if (!r->token_read[0]) {
+			wipe(&r->token_read);
+			r->token_rc = -ENODATA;
+		}
+	}
+}
+
+static void on_token(uv_work_t *w, int status)
+{
+	struct pcsi_registration *r = w->data;
+
+	(void)status;
+	r->in_token = false;
+	if (r->token_rc == 0) {
+		wipe(&r->authorization);
+		r->authorization = pcsi_xasprintf("Bearer %s", r->token_read);
+		wipe(&r->token_read);
+	} else {
+		/* The last token read, if any, goes again: the controller decides. */
+		pcsi_warn_rl(r->token_file, 600000, "cannot read the registry token",
+			     "file=%s error=\"%s\"", r->token_file,
+			     r->token_rc == -EFBIG ? "longer than 8 KiB" : strerror(-r->token_rc));
+	}
+	if (r->stopping)
+		send_bye(r);
+	else
+		read_capacity(r);
+}
+
+static void read_token(struct pcsi_registration *r)
+{
+	if (!r->token_file)
+		return read_capacity(r);
+	r->in_token = true;
+	r->token_work.data = r;
+	uv_queue_work(r->loop, &r->token_work, token_fn, on_token);
 }
 
 /* The longest wait before a retry: the heartbeat interval, at most a minute. */
@@ -74,7 +133,8 @@ static void send_register(struct pcsi_registration *r, const struct pcsi_capacit
 		in.capacity = &c;
 	}
 	r->in_call = true;
-	pcsi_channel_call(r->chan, &r->call, SVC, m, &in.base, 60000, on_registered, r);
+	pcsi_channel_call_auth(r->chan, &r->call, SVC, m, &in.base, 60000, r->authorization,
+			       on_registered, r);
 }
 
 static void on_capacity(struct pcsi_backend_req *req, void *data)
@@ -103,8 +163,8 @@ static void read_capacity(struct pcsi_registration *r)
 
 int pcsi_registration_start(struct pcsi_registration *r, uv_loop_t *loop, const char *registry,
 			    struct pcsi_tls_ctx *tls, struct pcsi_backend *backend,
-			    const char *node_id, const char *endpoint, uint32_t interval_ms,
-			    char *err, size_t errlen)
+			    const char *node_id, const char *endpoint, const char *token_file,
+			    uint32_t interval_ms, char *err, size_t errlen)
 {
 	/* Retries never wait longer than a heartbeat: after a controller restart
 	 * every node must be back well inside its registration grace window,
@@ -125,8 +185,9 @@ int pcsi_registration_start(struct pcsi_registration *r, uv_loop_t *loop, const 
 	r->backend = backend;
 	r->node_id = pcsi_xstrdup(node_id);
 	r->endpoint = pcsi_xstrdup(endpoint);
+	r->token_file = token_file ? pcsi_xstrdup(token_file) : NULL;
 	uv_timer_init(loop, &r->timer);
-	read_capacity(r);
+	read_token(r);
 	return 0;
 }
 
@@ -138,6 +199,8 @@ static void on_timer_closed(uv_handle_t *h)
 	pcsi_channel_close(r->chan);
 	free(r->node_id);
 	free(r->endpoint);
+	free(r->token_file);
+	wipe(&r->authorization);
 	if (r->stopped_cb)
 		r->stopped_cb(r->stopped_data);
 }
@@ -162,7 +225,8 @@ static void send_bye(struct pcsi_registration *r)
 	in.node_id = r->node_id;
 	/* The call struct is reused only after the cancelled one completed: use a
 	 * second one for the goodbye. */
-	pcsi_channel_call(r->chan, &r->bye, SVC, m, &in.base, 2000, on_unregistered, r);
+	pcsi_channel_call_auth(r->chan, &r->bye, SVC, m, &in.base, 2000, r->authorization,
+			       on_unregistered, r);
 }
 
 void pcsi_registration_stop(struct pcsi_registration *r, void (*cb)(void *data), void *data)
@@ -173,6 +237,6 @@ void pcsi_registration_stop(struct pcsi_registration *r, void (*cb)(void *data),
 	uv_timer_stop(&r->timer);
 	if (r->in_call)
 		pcsi_client_call_cancel(&r->call); /* its callback sees stopping */
-	if (!r->in_capacity)
-		send_bye(r); /* else once the backend answered */
+	if (!r->in_capacity && !r->in_token)
+		send_bye(r); /* else once the backend or the token read answered */
 }

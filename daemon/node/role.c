@@ -137,8 +137,8 @@ static void on_recovered(void *data)
 		return;
 	if (pcsi_registration_start(&r->registration, r->env->loop, cfg->registry_endpoint,
 				    r->env->client_tls, r->backend, cfg->node_id,
-				    cfg->controller_endpoint, cfg->registration_interval_s * 1000,
-				    err, sizeof(err)) == 0)
+				    cfg->controller_endpoint, cfg->registry_token_file,
+				    cfg->registration_interval_s * 1000, err, sizeof(err)) == 0)
 		r->registering = true;
 	else
 		pcsi_err("cannot register", "err=\"%s\"", err);

@@ -19,6 +19,14 @@
 # DAYS (default 365) is the validity of the leaf certificates. A new CA is
 # valid for CA_DAYS days (environment, default 3650).
 #
+# A node's own certificate (central mode outside Kubernetes, where each
+# machine gets its own key file; in Kubernetes nodes prove their name with
+# their pod's ServiceAccount token instead):
+#   --node NAME      issue OUTDIR/NAME.crt and NAME.key with CN NAME (the node
+#                    name, -nodeid) and SAN DNS "pmem-node-controller" (the
+#                    nodes' name every registry checks): the controller takes
+#                    its registrations for node NAME only
+#
 # Options, for other names under the same CA (a renamed Service, the
 # scheduler extender's serving certificate, tests):
 #   --leaf NAME      issue OUTDIR/NAME.crt and NAME.key instead of the two above
@@ -36,7 +44,7 @@ set -eu
 
 prog=setup-ca
 usage() {
-	echo "usage: $0 [--leaf NAME [--cn CN] [--org O] [--san SAN]... [--usage LIST]" >&2
+	echo "usage: $0 [--node NAME | --leaf NAME [--cn CN] [--org O] [--san SAN]... [--usage LIST]" >&2
 	echo "       [--key-usage LIST] [--key ALG]] [--ca-cn CN] [--ca-key ALG] OUTDIR [DAYS]" >&2
 	exit 2
 }
@@ -45,9 +53,10 @@ leaf= cn= org= sans= eku=serverAuth,clientAuth ku=digitalSignature key_alg=ec-p2
 ca_cn=pmem-ca ca_key_alg=ec-p256
 while [ $# -gt 0 ]; do
 	case $1 in
-	--leaf | --cn | --org | --san | --usage | --key-usage | --key | --ca-cn | --ca-key)
+	--node | --leaf | --cn | --org | --san | --usage | --key-usage | --key | --ca-cn | --ca-key)
 		[ $# -ge 2 ] || usage
 		case $1 in
+		--node) leaf=$2 cn=$2 sans="${sans}${sans:+,}DNS:pmem-node-controller" ;;
 		--leaf) leaf=$2 ;;
 		--cn) cn=$2 ;;
 		--org) org=$2 ;;

@@ -156,6 +156,11 @@ try:
                             stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
         if cp.returncode:
             raise pt.DaemonError("setup-ca.sh failed:\n" + cp.stdout)
+        for n in NODES:  # each node's own certificate: its proof of its name
+            cp = subprocess.run(["sh", pt.setup_ca_path(), "--node", n, certs], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+            if cp.returncode:
+                raise pt.DaemonError("setup-ca.sh --node failed:\n" + cp.stdout)
 
         def tls(leaf):
             return ["-caFile=" + os.path.join(certs, "ca.crt"), "-certFile=" + os.path.join(certs, leaf + ".crt"),
@@ -172,7 +177,7 @@ try:
                 "-deviceManager=" + BACKEND, "-statePath=" + os.path.join(WORK, "state-" + n), "-v=5"]
             start(args + ["-registryEndpoint=tcp://127.0.0.1:%d" % reg,
                           "-controllerEndpoint=tcp://127.0.0.1:%d" % pt.free_port(),
-                          "-registrationInterval=5"] + tls("pmem-node-controller"), "node" if i == 0 else n)
+                          "-registrationInterval=5"] + tls(n), "node" if i == 0 else n)
         # Registered once the controller reports the node's capacity.
         csi = pt.protos().csi
         path, _, resp = pt.rpc(csi, "Controller", "GetCapacity")

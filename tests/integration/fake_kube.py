@@ -7,8 +7,9 @@ timeoutSeconds and 410 Gone for a version that is too old), merge patches
 with resourceVersion preconditions (409), strategic merge patches of a PVC's
 status conditions (merged by type), deletes with a uid precondition that
 wait for the object's finalizers (deletionTimestamp), POST of events, GET,
-POST (409 when it exists) and merge patches of ConfigMaps. The
-real API server is met in the k8s suite.
+POST (409 when it exists) and merge patches of ConfigMaps, and TokenReviews
+(of the tokens a test put into api.tokens). The real API server is met in
+the k8s suite.
 
     api = FakeKube(certs)              # pcsi_test.certs()
     api.put("storageclasses", sc)      # add or replace, notifies watches
@@ -76,6 +77,9 @@ class FakeKube:
         self.deletes = []  # (kind, name, uid precondition)
         self.connections = 0
         self.fail_patch = {}  # key -> HTTP status to answer once
+        # TokenReview: token -> (username, node name or None, audiences)
+        self.tokens = {}
+        self.reviews = []  # the audiences each review asked for
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -258,6 +262,23 @@ class FakeKube:
                     with api.lock:
                         api.events.append(ev)
                     return self.answer(201, ev)
+                if parts == ["apis", "authentication.k8s.io", "v1", "tokenreviews"]:
+                    spec = (self.body() or {}).get("spec") or {}
+                    asked = spec.get("audiences") or ["https://kubernetes.default.svc"]
+                    with api.lock:
+                        api.reviews.append(asked)
+                        known = api.tokens.get(spec.get("token"))
+                    status = {"authenticated": False, "error": "invalid bearer token"}
+                    if known and set(known[2]) & set(asked):
+                        user = {"username": known[0], "uid": "uid-" + known[0], "groups": [
+                            "system:serviceaccounts", "system:authenticated"]}
+                        if known[1]:
+                            user["extra"] = {"authentication.kubernetes.io/node-name": [known[1]],
+                                             "authentication.kubernetes.io/pod-name": ["pod-on-" + known[1]]}
+                        status = {"authenticated": True, "user": user,
+                                  "audiences": sorted(set(known[2]) & set(asked))}
+                    return self.answer(201, {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+                                             "spec": spec, "status": status})
                 if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "configmaps":
                     cm = self.body()
                     cm["metadata"]["namespace"] = parts[3]

@@ -297,18 +297,19 @@ def tls_channel(port, ca=None, cert=None, key=None, server_name=REGISTRY_NAME, h
     return grpc.secure_channel("%s:%d" % (host, port), creds, options=opts)
 
 
-def call(channel, path, request, response_class, timeout=RPC_TIMEOUT, raw=False):
-    """Unary call by path. With raw=True `request` is bytes sent as they are."""
+def call(channel, path, request, response_class, timeout=RPC_TIMEOUT, raw=False, metadata=None):
+    """Unary call by path. With raw=True `request` is bytes sent as they are;
+    |metadata|: [(header, value)] sent with it."""
     ser = (lambda b: b) if raw else (lambda m: m.SerializeToString())
     fn = channel.unary_unary(path, request_serializer=ser,
                              response_deserializer=(lambda b: b) if response_class is None else response_class.FromString)
-    return fn(request, timeout=timeout)
+    return fn(request, timeout=timeout, metadata=metadata)
 
 
-def call_code(channel, path, request, response_class, timeout=RPC_TIMEOUT, raw=False):
+def call_code(channel, path, request, response_class, timeout=RPC_TIMEOUT, raw=False, metadata=None):
     """(status code, details, response or None) instead of raising."""
     try:
-        r = call(channel, path, request, response_class, timeout=timeout, raw=raw)
+        r = call(channel, path, request, response_class, timeout=timeout, raw=raw, metadata=metadata)
         return grpc.StatusCode.OK, "", r
     except grpc.RpcError as e:
         return e.code(), e.details(), None
@@ -711,6 +712,9 @@ class Certs:
     someone_else                -- right CA, CN/SAN someone-else
     node_cn_only                -- right CA, CN pmem-node-controller, no SAN
     node_san_only               -- right CA, CN someone-else, SAN DNS pmem-node-controller
+    node_leaf(NAME)             -- node NAME's own certificate (setup-ca.sh --node NAME: CN
+                                   NAME, SAN DNS pmem-node-controller), made on first use;
+                                   what proves to the registry that a node is NAME
     Each leaf is a (crt, key) pair of paths; ca / foreign_ca are (crt, key) too.
     """
 
@@ -735,6 +739,17 @@ class Certs:
     def server_flags(self, leaf):
         """-caFile/-certFile/-keyFile for a server presenting `leaf`."""
         return ["-caFile=" + self.ca[0], "-certFile=" + leaf[0], "-keyFile=" + leaf[1]]
+
+    def node_leaf(self, name):
+        """Node |name|'s own certificate (crt, key), made once."""
+        j = lambda n: os.path.join(self.dir, n)
+        if not os.path.exists(j(name + ".crt")):
+            setup_ca(self.dir, "--node", name)
+        return (j(name + ".crt"), j(name + ".key"))
+
+    def node_flags(self, name):
+        """-caFile/-certFile/-keyFile of node |name| with its own certificate."""
+        return self.server_flags(self.node_leaf(name))
 
 
 _certs = Lazy(Certs)

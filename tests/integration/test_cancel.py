@@ -43,7 +43,7 @@ node = pt.Daemon(DRIVER, ["-mode=node", "-nodeid=n1", "-endpoint=unix://" + NODE
                           "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(WORK, "n1"),
                           "-registryEndpoint=tcp://127.0.0.1:%d" % REG,
                           "-controllerEndpoint=tcp://127.0.0.1:%d" % pt.free_port(), "-registrationInterval=1",
-                          "-v=4"] + C.server_flags(C.node), name="n1").start()
+                          "-v=4"] + C.node_flags("n1"), name="n1").start()
 del os.environ["PCSI_FAKE_DELAY_MS"]
 del os.environ["PCSI_FAKE_LANES"]
 ctl_ch = pt.unix_channel(CTL_SOCK)

@@ -100,7 +100,8 @@ def start_controller(grace=0, kube=False, extra=()):
 
 
 def start_node(n, leaf=None):
-    args = pt.registered_node_args(WORK, n, REG_PORT, PORTS[n], C.server_flags(leaf or C.node), ["-v=4"])
+    args = pt.registered_node_args(WORK, n, REG_PORT, PORTS[n], C.server_flags(leaf or C.node_leaf(n)),
+                                   ["-v=4"])
     os.environ["PCSI_FAKE_CAPACITY"] = str(CAPS[n])
     d = pt.Daemon(DRIVER, args, name=n).start()
     del os.environ["PCSI_FAKE_CAPACITY"]
@@ -557,10 +558,10 @@ def _():
     ok_call("DeleteVolume", csi.DeleteVolumeRequest(volume_id=w.volume_id))
 
 
-def stand_in_node(**methods):
-    """A python csi.v1.Controller over mutual TLS with the node's certificate,
-    serving |methods| (name=function(request, context)); returns the server,
-    its endpoint and a registry channel with the node's certificate."""
+def stand_in_node(node, **methods):
+    """A python csi.v1.Controller over mutual TLS with the certificate of node
+    |node|, serving |methods| (name=function(request, context)); returns the
+    server, its endpoint and a registry channel with that certificate."""
     def rd(path):
         with open(path, "rb") as f:
             return f.read()
@@ -571,11 +572,12 @@ def stand_in_node(**methods):
             fn, request_deserializer=req_cls.FromString, response_serializer=resp_cls.SerializeToString)
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("csi.v1.Controller", handlers),))
-    creds = grpc.ssl_server_credentials([(rd(C.node[1]), rd(C.node[0]))], root_certificates=rd(C.ca[0]),
+    leaf = C.node_leaf(node)
+    creds = grpc.ssl_server_credentials([(rd(leaf[1]), rd(leaf[0]))], root_certificates=rd(C.ca[0]),
                                         require_client_auth=True)
     port = server.add_secure_port("127.0.0.1:0", creds)
     server.start()
-    reg = pt.tls_channel(REG_PORT, ca=C.ca[0], cert=C.node[0], key=C.node[1])
+    reg = pt.tls_channel(REG_PORT, ca=C.ca[0], cert=leaf[0], key=leaf[1])
     return server, "tcp://127.0.0.1:%d" % port, reg
 
 
@@ -589,7 +591,7 @@ def _():
 
     def get_capacity(req, ctx):
         return csi.GetCapacityResponse(available_capacity=256 * MiB)
-    server, ep, reg = stand_in_node(ListVolumes=list_volumes, GetCapacity=get_capacity)
+    server, ep, reg = stand_in_node("old-node", ListVolumes=list_volumes, GetCapacity=get_capacity)
     try:
         path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
         code, details, _ = pt.call_code(reg, path, P.registry.RegisterNodeControllerRequest(
@@ -636,7 +638,7 @@ def _():
         return csi.ControllerListVolumeHealthResponse(entries=[get_health(
             csi.ControllerGetVolumeHealthRequest(volume_id=vol), ctx).volume_health])
 
-    server, ep, reg = stand_in_node(ListVolumes=list_volumes, ControllerGetVolume=get_volume,
+    server, ep, reg = stand_in_node("sick-node", ListVolumes=list_volumes, ControllerGetVolume=get_volume,
                                     ControllerGetVolumeHealth=get_health, ControllerListVolumeHealth=list_health,
                                     GetCapacity=get_capacity)
     path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
@@ -701,7 +703,7 @@ def _():
     def get_capacity(req, ctx):
         asked.append(1)
         return csi.GetCapacityResponse(available_capacity=64 * MiB)
-    server, ep, reg = stand_in_node(ListVolumes=list_volumes, GetCapacity=get_capacity)
+    server, ep, reg = stand_in_node("cap-node", ListVolumes=list_volumes, GetCapacity=get_capacity)
     path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
 
     def register(cap=None):
@@ -773,7 +775,7 @@ def _():
     def list_volumes(req, ctx):
         return csi.ListVolumesResponse(entries=[csi.ListVolumesResponse.Entry(
             volume=csi.Volume(volume_id=i, capacity_bytes=b)) for i, b in held.items()])
-    server, ep, reg = stand_in_node(CreateVolume=create_volume, DeleteVolume=delete_volume,
+    server, ep, reg = stand_in_node("slow-node", CreateVolume=create_volume, DeleteVolume=delete_volume,
                                     ListVolumes=list_volumes)
     path, _, resp = pt.rpc(P.registry, "Registry", "RegisterNodeController")
     req = P.registry.RegisterNodeControllerRequest(node_id="slow-node", endpoint=ep)
@@ -932,6 +934,160 @@ def _():
                  "the failure reason should be logged once per change:\n" + pt._tail(log))
     finally:
         d.stop()
+
+
+def registry_call(reg, method, req, token=None):
+    """Registry |method| (RegisterNodeController, UnregisterNodeController) on
+    channel |reg|, with "authorization: Bearer |token|" when given."""
+    path, _, resp = pt.rpc(P.registry, "Registry", method)
+    md = [("authorization", "Bearer " + token)] if token else None
+    return pt.call_code(reg, path, req, resp, metadata=md)
+
+
+@t.test("a node speaks only for itself (-nodeIdentity=proven): with node a's certificate or ServiceAccount token, "
+        "registering, re-pointing or unregistering node b is refused and changes nothing; the shared certificate "
+        "without a token is UNAUTHENTICATED; a token of another ServiceAccount, of no node, or unknown to the API "
+        "server is refused; an endpoint on another address is refused, an empty host becomes the caller's; "
+        "-maxNodes refuses a further new node, not a heartbeat; the refusals are logged without the token; a node "
+        "process sends the token of -registryTokenFile, read again before each registration")
+def _():
+    import fake_kube
+    kube = fake_kube.FakeKube(C)
+    sa = "system:serviceaccount:%s:pmem-csi-node" % pt.SA_NAMESPACE
+    kube.tokens = {"tok-a": (sa, "id-a", [DRV]), "tok-b": (sa, "id-b", [DRV]),
+                   "tok-other-sa": ("system:serviceaccount:apps:default", "id-a", [DRV]),
+                   "tok-no-node": (sa, None, [DRV]), "tok-api-audience": (sa, "id-a", ["https://kubernetes.default.svc"])}
+    port, sock = pt.free_port(), os.path.join(WORK, "ident.sock")
+    saved = dict(os.environ)
+    os.environ.update(kube.env())
+    try:
+        d = pt.Daemon(DRIVER, ["-mode=controller", "-endpoint=unix://" + sock,
+                               "-registryEndpoint=tcp://127.0.0.1:%d" % port, "-registrationGrace=0",
+                               "-maxNodes=2", "-serviceAccountDir=" + kube.sa_dir, "-v=4"]
+                      + C.server_flags(C.registry), name="ident-controller").start()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    # stand-in node services: the controller imports what a registered node holds
+    def list_volumes(req, ctx):
+        return csi.ListVolumesResponse()
+
+    def get_capacity(req, ctx):
+        return csi.GetCapacityResponse(available_capacity=64 * MiB)
+    servers = []
+    try:
+        eps = {}
+        for n in ("id-a", "id-b", "id-c"):
+            server, ep, _ = stand_in_node(n, ListVolumes=list_volumes, GetCapacity=get_capacity)
+            servers.append(server)
+            eps[n] = ep
+        leaf = lambda n: C.node_leaf(n)
+        chan = lambda cert: pt.tls_channel(port, ca=C.ca[0], cert=cert[0], key=cert[1])
+        own_a, shared = chan(leaf("id-a")), chan(C.node)
+        R = P.registry.RegisterNodeControllerRequest
+        U = P.registry.UnregisterNodeControllerRequest
+        dch = pt.unix_channel(sock)
+
+        def registered():
+            r = ok_call("GetCapacity", csi.GetCapacityRequest(), dch)
+            regs = {}
+            for n in ("id-a", "id-b", "id-c"):
+                c = ok_call("GetCapacity", csi.GetCapacityRequest(accessible_topology=csi.Topology(
+                    segments={KEY: n})), dch)
+                regs[n] = c.available_capacity > 0
+            return regs, r
+
+        def expect(code, got, what):
+            pt.check(got[0] == code, "%s: %s %s" % (what, got[0], got[1]))
+
+        # node a with its own certificate, then node b with its token (shared certificate)
+        expect(SC.OK, registry_call(own_a, "RegisterNodeController", R(node_id="id-a", endpoint=eps["id-a"])),
+               "id-a with its own certificate")
+        expect(SC.OK, registry_call(shared, "RegisterNodeController", R(node_id="id-b", endpoint=eps["id-b"]),
+                                    "tok-b"), "id-b with its token")
+        before = registered()[0]
+        pt.check(before == {"id-a": True, "id-b": True, "id-c": False}, "registered: %r" % before)
+        # node a's credentials for node b: register, re-point, unregister
+        for what, ch_, tok in (("a's certificate", own_a, None), ("a's token", shared, "tok-a")):
+            expect(SC.PERMISSION_DENIED, registry_call(ch_, "RegisterNodeController",
+                                                       R(node_id="id-b", endpoint=eps["id-a"]), tok),
+                   "re-pointing id-b with " + what)
+            expect(SC.PERMISSION_DENIED, registry_call(ch_, "UnregisterNodeController", U(node_id="id-b"), tok),
+                   "unregistering id-b with " + what)
+            expect(SC.PERMISSION_DENIED, registry_call(ch_, "RegisterNodeController",
+                                                       R(node_id="id-c", endpoint=eps["id-c"]), tok),
+                   "registering id-c with " + what)
+        pt.check(registered()[0] == before, "something changed: %r" % (registered()[0],))
+        # no proof, or proofs that prove nothing
+        expect(SC.UNAUTHENTICATED, registry_call(shared, "RegisterNodeController",
+                                                 R(node_id="id-c", endpoint=eps["id-c"])), "shared, no token")
+        expect(SC.UNAUTHENTICATED, registry_call(shared, "UnregisterNodeController", U(node_id="id-b")),
+               "unregister, shared, no token")
+        for tok in ("tok-other-sa", "tok-no-node", "tok-api-audience", "tok-unknown"):
+            expect(SC.PERMISSION_DENIED, registry_call(shared, "RegisterNodeController",
+                                                       R(node_id="id-a", endpoint=eps["id-a"]), tok), tok)
+        pt.check(kube.reviews and all(a == [DRV] for a in kube.reviews), "reviews asked for: %r" % kube.reviews)
+        # the endpoint: another address, a host name, an empty host
+        port_a = eps["id-a"].rsplit(":", 1)[1]
+        expect(SC.PERMISSION_DENIED, registry_call(own_a, "RegisterNodeController",
+                                                   R(node_id="id-a", endpoint="tcp://127.0.0.2:" + port_a)),
+               "id-a at another address")
+        expect(SC.INVALID_ARGUMENT, registry_call(own_a, "RegisterNodeController",
+                                                  R(node_id="id-a", endpoint="tcp://localhost:" + port_a)),
+               "id-a at a host name")
+        expect(SC.OK, registry_call(own_a, "RegisterNodeController", R(node_id="id-a", endpoint="tcp://:" + port_a)),
+               "id-a with an empty host")
+        # a heartbeat with the token again costs no review
+        n = len(kube.reviews)
+        for _ in range(3):
+            expect(SC.OK, registry_call(shared, "RegisterNodeController", R(node_id="id-b", endpoint=eps["id-b"]),
+                                        "tok-b"), "id-b heartbeat")
+        pt.check(len(kube.reviews) == n, "heartbeats reviewed again: %d -> %d" % (n, len(kube.reviews)))
+        # -maxNodes=2: a third new node is refused, the two registered are not
+        expect(SC.RESOURCE_EXHAUSTED, registry_call(chan(leaf("id-c")), "RegisterNodeController",
+                                                    R(node_id="id-c", endpoint=eps["id-c"])), "a third node")
+        # node b may unregister itself
+        expect(SC.OK, registry_call(shared, "UnregisterNodeController", U(node_id="id-b"), "tok-b"),
+               "id-b unregisters itself")
+        pt.check(registered()[0] == {"id-a": True, "id-b": False, "id-c": False}, "after: %r" % (registered()[0],))
+        # a node process with the shared certificate proves its name with the
+        # token in -registryTokenFile, read again before every heartbeat
+        tokfile = os.path.join(WORK, "id-b.token")
+        with open(tokfile, "w") as f:
+            f.write("tok-a\n")  # node a's token: the node is id-b, so refused
+        kube.tokens["tok-b2"] = kube.tokens["tok-b"]
+        os.environ["PCSI_FAKE_CAPACITY"] = str(64 * MiB)
+        node = pt.Daemon(DRIVER, pt.registered_node_args(WORK, "id-b", port, pt.free_port(), C.server_flags(C.node),
+                                                         ["-registryTokenFile=" + tokfile, "-v=4"]),
+                         name="id-b").start()
+        del os.environ["PCSI_FAKE_CAPACITY"]
+        try:
+            deadline = time.monotonic() + 30
+            while "PERMISSION_DENIED" not in node.stderr_text():
+                pt.check(time.monotonic() < deadline, "no refusal in the node's log:\n" + pt._tail(node.stderr_text()))
+                time.sleep(0.2)
+            pt.check(not registered()[0]["id-b"], "id-b registered with id-a's token")
+            with open(tokfile + ".new", "w") as f:
+                f.write("tok-b2\n")
+            os.rename(tokfile + ".new", tokfile)  # as kubelet renews it
+            deadline = time.monotonic() + 30
+            while not registered()[0]["id-b"]:
+                pt.check(time.monotonic() < deadline, "id-b did not register with its renewed token:\n"
+                         + pt._tail(node.stderr_text()))
+                time.sleep(0.2)
+            pt.check(not any(tok in node.stderr_text() for tok in kube.tokens), "a token reached the node's log")
+        finally:
+            pt.check(node.stop() == 0, "node exit")
+        log = d.stderr_text()
+        pt.check("registry: call refused" in log, "refusals not logged")
+        pt.check(not any(tok in log for tok in kube.tokens), "a token reached the log")
+        dch.close()
+    finally:
+        for server in servers:
+            server.stop(0)
+        rc = d.stop()
+        kube.stop()
+    pt.check(rc == 0, "controller exit %r" % rc)
 
 
 @t.test("metrics: registered nodes and controller -> node calls per node, method and status")

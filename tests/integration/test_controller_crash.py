@@ -75,7 +75,7 @@ class Controller:
 
 
 def start_node(n):
-    args = pt.registered_node_args(WORK, n, REG_PORT, PORTS[n], C.server_flags(C.node), ["-v=3"])
+    args = pt.registered_node_args(WORK, n, REG_PORT, PORTS[n], C.node_flags(n), ["-v=3"])
     os.environ["PCSI_FAKE_DELAY_MS"] = "150"
     try:
         return pt.Daemon(DRIVER, args, name=n).start()

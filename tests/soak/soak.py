@@ -144,7 +144,7 @@ elif MODE == "controller":
             "-deviceManager=fake-for-testing-only", "-statePath=" + os.path.join(WORK, n),
             "-registryEndpoint=tcp://127.0.0.1:%d" % REG,
             "-controllerEndpoint=tcp://127.0.0.1:%d" % pt.free_port(), "-registrationInterval=2",
-            "-v=1"] + C.server_flags(C.node), name=n).start())
+            "-v=1"] + C.node_flags(n), name=n).start())
     CLIENTS = 4
 elif MODE == "node":
     SOCK = os.path.join(WORK, "csi.sock")

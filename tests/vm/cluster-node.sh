@@ -12,8 +12,8 @@ log=$shared/$node.log
 "$driver" "$@" -mode=node -nodeid="$node" -deviceManager="$backend" -statePath="/tmp/state-$node" \
 	-endpoint="tcp://:$csiport" -controllerEndpoint="tcp://:$ctlport" \
 	-registryEndpoint="tcp://$VM_HOST_ADDR:$regport" -registrationInterval=2 \
-	-caFile="$certs/ca.crt" -certFile="$certs/pmem-node-controller.crt" \
-	-keyFile="$certs/pmem-node-controller.key" -v=5 2>"$log" &
+	-caFile="$certs/ca.crt" -certFile="$certs/$node.crt" -keyFile="$certs/$node.key" \
+	-v=5 2>"$log" &
 pid=$!
 echo "$node: driver started (pid $pid, $backend backend)"
 while [ ! -e "$shared/stop" ]; do

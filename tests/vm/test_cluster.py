@@ -115,10 +115,13 @@ def step(name):
     return deco
 
 
-@step("certificates and the controller (registry on 127.0.0.1:%d, mutual TLS)" % REG)
+@step("certificates (one per node) and the controller (registry on 127.0.0.1:%d, mutual TLS)" % REG)
 def _():
     r = subprocess.run(["sh", pt.setup_ca_path(), CERTS], capture_output=True, text=True)
     pt.check(r.returncode == 0, r.stdout + r.stderr)
+    for name in NODES:  # each node's own certificate: its proof of its name
+        r = subprocess.run(["sh", pt.setup_ca_path(), "--node", name, CERTS], capture_output=True, text=True)
+        pt.check(r.returncode == 0, r.stdout + r.stderr)
     os.chmod(CERTS, 0o755)
     sock = os.path.join(SHARED, "controller.sock")
     state["ctl"] = pt.Daemon(DRIVER, [
