@@ -111,7 +111,7 @@ static void kube_start(struct pcsi_controller_role *r)
 				    .qps = cfg->kube_api_qps,
 				    .burst = cfg->kube_api_burst,
 				    .timeout_ms = 10000 };
-	char err[256];
+	char err[256] = "";
 	int rc;
 
 	if (!pcsi_controller_in_grace(&r->controller))

@@ -134,24 +134,18 @@ uv_loop_t *pcsi_kube_loop(struct pcsi_kube *k)
 	return k->loop;
 }
 
+/* A small file that must not be empty (pcsi_read_file()). */
 static int read_small_file(const char *path, size_t max, char **out)
 {
-	FILE *f = fopen(path, "re");
 	size_t n;
-	char *buf;
+	int rc = pcsi_read_file(path, max, out, &n);
 
-	if (!f)
-		return -errno;
-	buf = pcsi_xmalloc(max + 1);
-	n = fread(buf, 1, max + 1, f);
-	fclose(f);
-	if (n > max || n == 0) {
-		free(buf);
-		return n ? -EFBIG : -ENODATA;
+	if (rc == 0 && n == 0) {
+		free(*out);
+		*out = NULL;
+		rc = -ENODATA;
 	}
-	buf[n] = '\0';
-	*out = buf;
-	return 0;
+	return rc;
 }
 
 /* Keeps the token's first line only (files may end in a newline). */
@@ -794,8 +788,9 @@ int pcsi_kube_open(uv_loop_t *loop, const struct pcsi_kube_opts *o, struct pcsi_
 	path = pcsi_xasprintf("%s/token", o->sa_dir);
 	rc = read_small_file(path, MAX_TOKEN, &token);
 	if (rc < 0) {
+		snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rc));
 		free(path);
-		return rc == -ENOENT ? -ENOENT : rc;
+		return rc;
 	}
 	ip = is_ip(host, &ss, (int)port);
 

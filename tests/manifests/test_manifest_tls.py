@@ -190,12 +190,16 @@ class LocalPod:
         self.uid = csc.get("runAsUser", psc.get("runAsUser"))
         self.gid = csc.get("runAsGroup", psc.get("runAsGroup"))
         self.fs_group = psc.get("fsGroup")
+        self.tokens = []  # (token, audience) of its projected ServiceAccount tokens
         for v in self.spec.get("volumes", []):
             p = os.path.join(self.dir, "vol-" + v["name"])
             os.makedirs(p)
             os.chmod(p, 0o777 if "emptyDir" in v else 0o755)
             if "secret" in v:
                 self._secret(p, v["secret"], secrets)
+            for src in v.get("projected", {}).get("sources", []):
+                if "serviceAccountToken" in src:
+                    self._token(p, src["serviceAccountToken"], v["projected"].get("defaultMode", 0o644))
             self.vol_dirs[v["name"]] = p
 
     def _secret(self, path, sv, secrets):
@@ -215,6 +219,16 @@ class LocalPod:
             if self.fs_group is not None and os.geteuid() == 0:
                 os.chown(f, 0, self.fs_group)
             os.chmod(f, mode)
+
+    def _token(self, path, sat, mode):
+        """A projected ServiceAccount token: a random one here, for a stand-in
+        API server to review (the real API server is met in the k8s suite)."""
+        token = "tok-%s-%s" % (self.dir.rsplit("/", 1)[-1], os.urandom(8).hex())
+        f = os.path.join(path, sat["path"])
+        with open(f, "w") as fh:
+            fh.write(token)
+        os.chmod(f, mode)
+        self.tokens.append((token, sat.get("audience", "https://kubernetes.default.svc")))
 
     def host_path(self, container_path):
         best = None
@@ -467,8 +481,24 @@ def central_run(source_name, make_secrets, registration):
     def creds(sname):
         return files[(sname, "ca.crt")], files[(sname, "tls.crt")], files[(sname, "tls.key")]
 
-    cargs = ctl.args() + ["-v=5"]
-    controller = ctl.start("controller", cargs)
+    # The controller reviews the node pod's token (its proof that it runs on
+    # node FIELD["spec.nodeName"]) with a stand-in API server.
+    import fake_kube
+    kube = fake_kube.FakeKube(pt.certs())
+    sa = "system:serviceaccount:%s:%s" % (FIELD["metadata.namespace"], node.spec["serviceAccountName"])
+    kube.tokens = {tok: (sa, FIELD["spec.nodeName"], [aud]) for tok, aud in node.tokens}
+    os.chmod(kube.sa_dir, 0o755)  # the controller runs as the pod's user
+    for f in os.listdir(kube.sa_dir):
+        os.chmod(os.path.join(kube.sa_dir, f), 0o644)
+    pt.check(len(kube.tokens) == 1, "the node pod has %d projected tokens" % len(kube.tokens))
+    cargs = ctl.args() + ["-v=5", "-serviceAccountDir=" + kube.sa_dir]
+    saved = dict(os.environ)
+    os.environ.update(kube.env())
+    try:
+        controller = ctl.start("controller", cargs)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     try:
         reg_port = ctl.ports[10000]
         # 1. The Registry accepts the node certificate...
@@ -505,6 +535,7 @@ def central_run(source_name, make_secrets, registration):
                          "--- node ---\n%s\n--- controller ---\n%s"
                          % (pt._tail(nd.stderr_text(), 20), pt._tail(controller.stderr_text(), 20)))
                 t.diag("%s: node registered; controller RSS %s, node RSS %s" % (source_name, rss(controller), rss(nd)))
+                pt.check(kube.reviews, "%s: the node registered without its token being reviewed" % source_name)
             for d, lp, ready in ((controller, ctl, True), (nd, node, registration and FAKE)):
                 metrics_checks(d, lp, ready)
             kubelet_checks(nd, node)
@@ -513,6 +544,7 @@ def central_run(source_name, make_secrets, registration):
             pt.check(rc == 0, "node exit code after SIGTERM: %s\n%s" % (rc, pt._tail(nd.stderr_text())))
     finally:
         rc = controller.stop()
+        kube.stop()
     pt.check(rc == 0, "controller exit code after SIGTERM: %s\n%s" % (rc, pt._tail(controller.stderr_text())))
 
 
