@@ -38,15 +38,21 @@ struct pcsi_kube_call *pcsi_kube_post_event(struct pcsi_kube *k, const struct pc
 	json_object_object_add(inv, "kind", json_object_new_string(obj->kind));
 	json_object_object_add(inv, "namespace", json_object_new_string(obj->ns));
 	json_object_object_add(inv, "name", json_object_new_string(obj->name));
-	json_object_object_add(inv, "uid", json_object_new_string(obj->uid));
+	if (obj->uid)
+		json_object_object_add(inv, "uid", json_object_new_string(obj->uid));
+	if (obj->field_path)
+		json_object_object_add(inv, "fieldPath", json_object_new_string(obj->field_path));
 	json_object_object_add(ev, "involvedObject", inv);
 	json_object_object_add(ev, "type", json_object_new_string(type));
 	json_object_object_add(ev, "reason", json_object_new_string(reason));
 	json_object_object_add(ev, "message",
 			       json_object_new_string_len(msg, (int)strnlen(msg, MSG_MAX)));
 	json_object_object_add(src, "component", json_object_new_string(component));
-	if (host)
+	json_object_object_add(ev, "reportingComponent", json_object_new_string(component));
+	if (host) {
 		json_object_object_add(src, "host", json_object_new_string(host));
+		json_object_object_add(ev, "reportingInstance", json_object_new_string(host));
+	}
 	json_object_object_add(ev, "source", src);
 	json_object_object_add(ev, "firstTimestamp", json_object_new_string(ts));
 	json_object_object_add(ev, "lastTimestamp", json_object_new_string(ts));

@@ -28,13 +28,15 @@
 
 #include "daemon/kube/client.h"
 
-/* The object an Event is about. */
+/* The object an Event is about (|uid|, |field_path| may be NULL). */
 struct pcsi_kube_ref {
-	const char *api_version, *kind, *ns, *name, *uid;
+	const char *api_version, *kind, *ns, *name, *uid, *field_path;
 };
 
 /* Posts an Event of |type| ("Normal", "Warning") with |reason| and |msg|
- * about |obj|, from |component| on |host| (may be NULL). */
+ * about |obj|, from |component| on |host| (may be NULL), also named as the
+ * reporting controller and instance (what the admission policy of the
+ * manifests holds a node pod to: its own node's name). */
 struct pcsi_kube_call *pcsi_kube_post_event(struct pcsi_kube *k, const struct pcsi_kube_ref *obj,
 					    const char *type, const char *reason, const char *msg,
 					    const char *component, const char *host,

@@ -270,14 +270,21 @@ static void on_list(const struct pcsi_kube_result *r, void *data)
 	watch(inf);
 }
 
+/* '?' before the first parameter, '&' after the path's own (a selector). */
+static char query_sep(const struct pcsi_informer *inf)
+{
+	return strchr(inf->path, '?') ? '&' : '?';
+}
+
 static void list_page(struct pcsi_informer *inf)
 {
 	char path[2048], cont[1200];
 
 	if (inf->cont && pcsi_kube_escape(cont, sizeof(cont), inf->cont))
-		snprintf(path, sizeof(path), "%s?limit=%d&continue=%s", inf->path, PAGE, cont);
+		snprintf(path, sizeof(path), "%s%climit=%d&continue=%s", inf->path, query_sep(inf),
+			 PAGE, cont);
 	else
-		snprintf(path, sizeof(path), "%s?limit=%d", inf->path, PAGE);
+		snprintf(path, sizeof(path), "%s%climit=%d", inf->path, query_sep(inf), PAGE);
 	inf->call = pcsi_kube_request(inf->k, "GET", path, NULL, NULL, NULL, on_list, inf);
 }
 
@@ -324,8 +331,8 @@ static void watch(struct pcsi_informer *inf)
 	char path[1200];
 
 	snprintf(path, sizeof(path),
-		 "%s?watch=1&allowWatchBookmarks=true&timeoutSeconds=300&resourceVersion=%s",
-		 inf->path, inf->rv);
+		 "%s%cwatch=1&allowWatchBookmarks=true&timeoutSeconds=300&resourceVersion=%s",
+		 inf->path, query_sep(inf), inf->rv);
 	inf->call = pcsi_kube_watch(inf->k, path, on_event, on_watch_end, inf);
 }
 

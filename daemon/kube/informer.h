@@ -31,7 +31,9 @@ struct pcsi_informer_ops {
 };
 
 /* |path| is the collection, e.g. "/api/v1/persistentvolumeclaims" or
- * "/apis/storage.k8s.io/v1/csinodes" (no query). */
+ * "/apis/storage.k8s.io/v1/csinodes", optionally with a query of selectors
+ * ("?fieldSelector=metadata.name%3Dx": RBAC's resourceNames allow a list or
+ * watch only when it names the object so). */
 struct pcsi_informer *pcsi_informer_start(struct pcsi_kube *k, const char *path,
 					  const struct pcsi_informer_ops *ops, void *data);
 

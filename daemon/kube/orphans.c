@@ -49,15 +49,7 @@ struct step {
 	int what;
 };
 
-enum {
-	STEP_EVENT,
-	STEP_CONDITION,
-	STEP_MARK,
-	STEP_TOMBSTONE,
-	STEP_TOMBSTONE_CREATE,
-	STEP_UNFINALIZE,
-	STEP_DELETE
-};
+enum { STEP_EVENT, STEP_CONDITION, STEP_MARK, STEP_TOMBSTONE, STEP_UNFINALIZE, STEP_DELETE };
 
 /* ---- what is kept ------------------------------------------------------------------- */
 
@@ -239,6 +231,18 @@ static void match_label(const char *key, void *item, void *data)
 		m->found = true;
 }
 
+bool pcsi_orphans_node_here(struct pcsi_orphans *o, const char *id)
+{
+	struct label_match lm = { id, false };
+
+	if (!o->nodes || !pcsi_informer_synced(o->nodes))
+		return false;
+	if (pcsi_informer_get(o->nodes, id))
+		return true;
+	pcsi_informer_foreach(o->nodes, match_label, &lm);
+	return lm.found;
+}
+
 /* Gone: no Node object has been found by the name or the label |id| for
  * the grace period (a Node deleted and made again by its kubelet is not
  * gone; nor is one whose watch event comes after its PV's). */
@@ -383,22 +387,6 @@ static void send_tombstone(struct step *s)
 	send_json(s, STEP_TOMBSTONE, "PATCH", path, "application/merge-patch+json", patch);
 }
 
-/* The ConfigMap with the entries, when there was none. */
-static void send_tombstone_create(struct step *s)
-{
-	json_object *cm = json_object_new_object(), *meta = json_object_new_object();
-	char path[200];
-
-	json_object_object_add(cm, "apiVersion", json_object_new_string("v1"));
-	json_object_object_add(cm, "kind", json_object_new_string("ConfigMap"));
-	json_object_object_add(meta, "name", json_object_new_string(PCSI_LOST_VOLUMES));
-	json_object_object_add(cm, "metadata", meta);
-	json_object_object_add(cm, "data", json_tokener_parse(s->tombs));
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps",
-		 pcsi_kube_namespace(s->o->k));
-	send_json(s, STEP_TOMBSTONE_CREATE, "POST", path, "application/json", cm);
-}
-
 /* external-provisioner's finalizer off, conditional on the version seen. */
 static void send_unfinalize(struct step *s)
 {
@@ -497,18 +485,16 @@ static void on_step(const struct pcsi_kube_result *res, void *data)
 		end_step(s, true);
 		return;
 	case STEP_TOMBSTONE:
-	case STEP_TOMBSTONE_CREATE:
-		if (res->error == -ENOENT && s->what == STEP_TOMBSTONE) {
-			send_tombstone_create(s);
-			return;
-		}
-		if (res->error) { /* -EEXIST: made meanwhile; the next look patches it */
+		if (res->error) { /* -ENOENT: the manifests make it; nothing here may */
 			pcsi_warn_rl(
 				NULL, 60000,
 				"lost nodes: cannot record a lost volume for its node's return; "
 				"the PV stays until it can",
-				"pv=%s configmap=%s/%s error=\"%s\"", s->key,
-				pcsi_kube_namespace(s->o->k), PCSI_LOST_VOLUMES, res->msg);
+				"pv=%s configmap=%s/%s error=\"%s%s\"", s->key,
+				pcsi_kube_namespace(s->o->k), PCSI_LOST_VOLUMES, res->msg,
+				res->error == -ENOENT
+					? " (the ConfigMap is missing: apply the manifests)"
+					: "");
 			end_step(s, false);
 			return;
 		}
@@ -670,6 +656,8 @@ static void node_changed(const char *key, void *before, void *now, void *data)
 {
 	struct pcsi_orphans *o = data;
 
+	if (now && !before && o->opts.node_added)
+		o->opts.node_added(key, now, o->opts.data);
 	if (now || !before)
 		return;
 	if (o->opts.node_deleted)

@@ -24,9 +24,9 @@
  *   - with |tombstones|, once the user asked for the volume's deletion (a
  *     PV with reclaim policy Delete that is Released, being deleted, or
  *     gone): records it for the machine's return, an entry per node that
- *     held it in the ConfigMap of tombstones.h (made when missing); with
- *     |remove| the PV goes only once that is written. A Retain PV's volume
- *     is never recorded.
+ *     held it in the ConfigMap of tombstones.h (which the manifests make: a
+ *     missing one is logged, and the PV stays); with |remove| the PV goes
+ *     only once that is written. A Retain PV's volume is never recorded.
  *     (In central mode the controller's DeleteVolume answers for a lost
  *     volume, and keeps the tombstone a returning machine needs.)
  * A node is gone when no Node object has had its name or carried its
@@ -62,6 +62,8 @@ struct pcsi_orphans_opts {
 	/* Runs for each Node object deleted (|name|; |id|: its topology label's
 	 * value, "" without one) before the PVs are looked at; may be NULL. */
 	void (*node_deleted)(const char *name, const char *id, void *data);
+	/* The same for each Node object that appears; may be NULL. */
+	void (*node_added)(const char *name, const char *id, void *data);
 	void *data;
 };
 
@@ -82,6 +84,10 @@ struct pcsi_orphans {
 /* Starts watching (requests go out on later turns). */
 void pcsi_orphans_start(struct pcsi_orphans *o, struct pcsi_kube *k,
 			const struct pcsi_orphans_opts *opts);
+
+/* Whether a Node object carries the name or the topology label |id| now
+ * (false before the first list). */
+bool pcsi_orphans_node_here(struct pcsi_orphans *o, const char *id);
 
 /* True once the first lists of Nodes and PVs are complete. */
 bool pcsi_orphans_synced(const struct pcsi_orphans *o);

@@ -131,7 +131,7 @@ static void on_recovered(void *data)
 					    .qps = cfg->kube_api_qps,
 					    .burst = cfg->kube_api_burst };
 
-		r->lost = pcsi_node_lost_start(&r->node, &o, cfg->node_id);
+		r->lost = pcsi_node_lost_start(&r->node, &o, cfg->driver_name, cfg->node_id);
 	}
 	if (!cfg->registry_endpoint)
 		return;

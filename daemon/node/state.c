@@ -134,6 +134,10 @@ static void do_store(struct job *j)
 	}
 	if (j->rec.pending)
 		json_object_object_add(o, "pending", json_object_new_boolean(true));
+	if (j->rec.lost[0])
+		json_object_object_add(o, "lost", json_object_new_string(j->rec.lost));
+	if (j->rec.gone)
+		json_object_object_add(o, "gone", json_object_new_boolean(true));
 	if (j->rec.regrow) {
 		json_object *g = json_object_new_object();
 
@@ -190,6 +194,11 @@ static int read_rec(const char *path, struct pcsi_volrec *out)
 		snprintf(out->group, sizeof(out->group), "%s", json_object_get_string(v));
 	if (json_object_object_get_ex(o, "pending", &v))
 		out->pending = json_object_get_boolean(v);
+	if (json_object_object_get_ex(o, "lost", &v) && json_object_is_type(v, json_type_string) &&
+	    json_object_get_string_len(v) < (int)sizeof(out->lost))
+		snprintf(out->lost, sizeof(out->lost), "%s", json_object_get_string(v));
+	if (json_object_object_get_ex(o, "gone", &v))
+		out->gone = json_object_get_boolean(v);
 	if (json_object_object_get_ex(o, "created", &v))
 		out->created_s = json_object_get_int64(v);
 	if (json_object_object_get_ex(o, "created_ns", &v))

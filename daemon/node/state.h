@@ -45,6 +45,12 @@ struct pcsi_volrec {
 	enum pcsi_medium grow_medium;
 	/* A snapshot taken as a member of a group snapshot: the group's id. */
 	char group[PCSI_VOLUME_ID_MAX + 1];
+	/* Distributed mode (node/lost.h): the key of the lost-volume entry this
+	 * volume is deleted for, written before the delete; |gone| once the
+	 * volume is deleted (the record then stays, and says so, until the
+	 * entry is removed). */
+	char lost[48];
+	bool gone;
 };
 
 /* One record of pcsi_volrec_list(). */

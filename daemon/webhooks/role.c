@@ -10,6 +10,25 @@
 
 #define RETRY_MS 10000
 
+static bool node_here(const char *node, void *data)
+{
+	struct pcsi_webhooks_role *r = data;
+
+	return pcsi_orphans_node_here(&r->orphans, node);
+}
+
+/* A node that comes back may have acknowledged entries before its Node
+ * object was made again. */
+static void node_added(const char *name, const char *id, void *data)
+{
+	struct pcsi_webhooks_role *r = data;
+
+	(void)name;
+	(void)id;
+	if (r->tombstones)
+		pcsi_tombstones_settle(r->tombstones);
+}
+
 static void try_open(struct pcsi_webhooks_role *r)
 {
 	const struct pcsi_config *cfg = r->env->cfg;
@@ -37,7 +56,13 @@ static void try_open(struct pcsi_webhooks_role *r)
 			   &(struct pcsi_orphans_opts){ .driver = cfg->driver_name,
 							.grace_s = cfg->lost_node_grace_s,
 							.remove = true,
-							.tombstones = true });
+							.tombstones = true,
+							.node_added = node_added,
+							.data = r });
+	if (pcsi_kube_namespace(r->kube)[0]) {
+		r->tombstones = pcsi_tombstones_watch(r->kube, NULL, NULL);
+		pcsi_tombstones_take_acks(r->tombstones, node_here, r);
+	}
 	if (cfg->has_node_selector)
 		pcsi_rescheduler_start(&r->rescheduler, r->kube, cfg);
 	if ((cfg->scheduler_listen || cfg->insecure_scheduler_listen) &&
@@ -77,6 +102,8 @@ void pcsi_webhooks_role_close(struct pcsi_webhooks_role *r)
 		return;
 	r->started = false;
 	pcsi_rescheduler_stop(&r->rescheduler);
+	pcsi_tombstones_stop(r->tombstones);
+	r->tombstones = NULL;
 	pcsi_orphans_stop(&r->orphans);
 	pcsi_scheduler_stop(&r->scheduler);
 	pcsi_kube_close(r->kube);

@@ -6,7 +6,8 @@ resourceVersion and paging, watches as chunked streams of JSON lines (with
 timeoutSeconds and 410 Gone for a version that is too old), merge patches
 with resourceVersion preconditions (409), strategic merge patches of a PVC's
 status conditions (merged by type), deletes with a uid precondition that
-wait for the object's finalizers (deletionTimestamp), POST of events, GET,
+wait for the object's finalizers (deletionTimestamp), POST of events (also
+listed and watched in the driver's namespace), GET,
 POST (409 when it exists) and merge patches of ConfigMaps, and TokenReviews
 (of the tokens a test put into api.tokens). The real API server is met in
 the k8s suite.
@@ -39,6 +40,7 @@ COLLECTIONS = {
     "/apis/storage.k8s.io/v1/csistoragecapacities": ("csistoragecapacities", True),
     "/api/v1/configmaps": ("configmaps", True),
     "/api/v1/namespaces/%s/configmaps" % pt.SA_NAMESPACE: ("configmaps", True),
+    "/api/v1/namespaces/%s/events" % pt.SA_NAMESPACE: ("events", True),
 }
 
 
@@ -259,9 +261,13 @@ class FakeKube:
                 parts = self.path.strip("/").split("/")
                 if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "events":
                     ev = self.body()
+                    ev["metadata"]["namespace"] = parts[3]
+                    ev["metadata"].setdefault("name", ev["metadata"].get("generateName", "ev.")
+                                              + os.urandom(5).hex())
                     with api.lock:
                         api.events.append(ev)
-                    return self.answer(201, ev)
+                        new = api._store_locked("events", ev, "ADDED")
+                    return self.answer(201, new)
                 if parts == ["apis", "authentication.k8s.io", "v1", "tokenreviews"]:
                     spec = (self.body() or {}).get("spec") or {}
                     asked = spec.get("audiences") or ["https://kubernetes.default.svc"]

@@ -1146,9 +1146,11 @@ def _():
     log = ctl.stderr_text()
     pt.check("registration grace period ended early" in log, "not logged")
     pt.check(api.get().token not in log, "the service account token was logged")
-    path, auth, accept = api.get().requests[-1]
+    lists = [r for r in api.get().requests if r[0].startswith("/api/v1/nodes?")]
+    pt.check(lists, "no node list among %r" % api.get().requests)
+    path, auth, accept = lists[-1]
     pt.check(auth == "Bearer " + api.get().token and "PartialObjectMetadataList" in (accept or ""),
-             "request: %r" % (api.get().requests[-1],))
+             "request: %r" % (lists[-1],))
     retry_ok("DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id), time.monotonic() + 15)
 
 
@@ -1207,6 +1209,7 @@ def _():
     import fake_kube
     global ctl, ch
     kube = fake_kube.FakeKube(C)
+    kube.put("configmaps", {"metadata": {"name": "pmem-csi-lost-volumes", "namespace": pt.SA_NAMESPACE}})
     for n in CAPS:
         kube.put("nodes", {"metadata": {"name": "k8s-" + n, "labels": {KEY: n}}})
     # A node deleted while no controller ran: only the PVs remember it.

@@ -79,6 +79,10 @@ api.put("persistentvolumeclaims", pvc("by-annotation", "", "no-label",
                                       ann={"volume.kubernetes.io/storage-provisioner": DRV}))
 api.put("persistentvolumeclaims", pvc("bound", "pmem", "no-label", phase="Bound"))
 
+# The lost volumes' ConfigMap, as the manifests ship it (nothing makes it at run time).
+api.put("configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "pmem-csi-lost-volumes", "namespace": pt.SA_NAMESPACE}})
+
 args = ["-v=4", "-logging-format=text", "-mode=webhooks", "-drivername=" + DRV,
         '-nodeSelector={"storage":"pmem"}', "-metricsListen=127.0.0.1:%d" % METRICS,
         "-serviceAccountDir=" + api.sa_dir, "-lostNodeGrace=1"]
@@ -286,7 +290,7 @@ lost_entries = api.lost_entries
 
 
 @t.test("lost nodes: each removed PV's volume is first recorded for its node's return in ConfigMap "
-        "pmem-csi-lost-volumes (made when missing), one entry per node that held it")
+        "pmem-csi-lost-volumes (the manifests' own, patched, never made here), one entry per node that held it")
 def _():
     data = lost_entries()
     want = {("gone1", "h-pv-released", "pv-released"), ("alive", "h-pv-alive", "pv-alive"),
@@ -300,7 +304,7 @@ def _():
     made = [i for i, (m, p) in enumerate(seq) if "/configmaps" in p and m in ("POST", "PATCH")]
     gone = [i for i, (m, p) in enumerate(seq) if m == "DELETE" and p.split("?")[0].endswith("/pv-released")]
     pt.check(made and gone and made[0] < gone[0], "the entry came after the PV's deletion: %r" % seq)
-    pt.check(any(m == "POST" and p.endswith("/configmaps") for m, p in seq), "the ConfigMap was not created")
+    pt.check(not any(m == "POST" and p.endswith("/configmaps") for m, p in seq), "a ConfigMap was made")
 
 
 @t.test("SIGTERM: exits 0")
@@ -326,9 +330,25 @@ def node_volumes():
     return {e.volume.volume_id for e in node_call("ListVolumes", csi.ListVolumesRequest()).entries}
 
 
+def put_entries(entries):
+    """Adds |entries| ({key: value dict or raw text}) to the ConfigMap, as an admin could."""
+    cm = api.get("configmaps", fake_kube.LOST_VOLUMES)
+    cm["data"] = dict(cm.get("data") or {})
+    cm["data"].update({k: v if isinstance(v, str) else json.dumps(v) for k, v in entries.items()})
+    api.put("configmaps", cm)
+
+
+def acks(key=None):
+    return [e for e in api.events if e["reason"] == "LostVolumeDeleted"
+            and (key is None or e["involvedObject"].get("fieldPath") == "data." + key)]
+
+
 @t.test("a node driver in distributed mode (no -registryEndpoint) under the id of a lost node deletes the "
-        "volumes its entries name (and their records), then the entries, within seconds of their "
-        "appearance; other nodes' entries, unknown volumes and entries naming no volume of the driver stay")
+        "volume an entry names once no PV names it, records that, and acknowledges the entry with an Event "
+        "(its own node as the reporting instance) instead of writing the ConfigMap; deletes nothing for an "
+        "entry whose volume a PV names (a forged entry, a Retain PV), for an entry not shaped as its writer "
+        "makes it (a key that is not its pair's, a value with more), for other nodes' entries, nor for a volume "
+        "that is not here")
 def _():
     global node_d
     args = ["-mode=node", "-nodeid=back1", "-drivername=" + DRV, "-endpoint=unix://" + NODE_SOCK,
@@ -341,41 +361,91 @@ def _():
         for k in api.env():
             os.environ.pop(k)
     ids = {}
-    for name in ("vol-lost", "vol-kept", "vol-other"):
+    for name in ("vol-lost", "vol-kept", "vol-other", "vol-named", "vol-badkey", "vol-extra"):
         r = node_call("CreateVolume", csi.CreateVolumeRequest(
             name=name, capacity_range=csi.CapacityRange(required_bytes=4 << 20),
             volume_capabilities=[pt.capability(csi)]))
         ids[name] = r.volume.volume_id
     rec = os.path.join(NODE_WORK, "state", "volumes", ids["vol-lost"] + ".json")
     pt.check(os.path.exists(rec), "no record %s" % rec)
+    # A PV that names vol-named (Bound, Retain), alive: its entry is forged.
+    named = pv("pv-named", ["back1"], claim="c-named", policy="Retain")
+    named["spec"]["csi"]["volumeHandle"] = ids["vol-named"]
+    api.put("persistentvolumes", named)
+    n_requests = len(api.requests)
+    lost = lost_key("back1", ids["vol-lost"])
     entries = {
-        lost_key("back1", ids["vol-lost"]): {"node": "back1", "volumeHandle": ids["vol-lost"], "pv": "pv-a"},
+        lost: {"node": "back1", "volumeHandle": ids["vol-lost"], "pv": "pv-a"},
         lost_key("back1", "never-made"): {"node": "back1", "volumeHandle": "never-made", "pv": "pv-b"},
         lost_key("other", ids["vol-other"]): {"node": "other", "volumeHandle": ids["vol-other"], "pv": "pv-c"},
         lost_key("back1", "../etc"): {"node": "back1", "volumeHandle": "../etc", "pv": "pv-d"},
+        lost_key("back1", ids["vol-named"]): {"node": "back1", "volumeHandle": ids["vol-named"], "pv": "pv-e"},
+        "lost-" + "0" * 40: {"node": "back1", "volumeHandle": ids["vol-badkey"], "pv": "pv-f"},
+        lost_key("back1", ids["vol-extra"]): {"node": "back1", "volumeHandle": ids["vol-extra"], "pv": "pv-g",
+                                              "more": "x"},
     }
-    cm = api.get("configmaps", fake_kube.LOST_VOLUMES)
-    cm["data"].update({k: json.dumps(v) for k, v in entries.items()})
     t0 = time.monotonic()
-    api.put("configmaps", cm)
-    wait_for(lambda: ids["vol-lost"] not in node_volumes() and
-             lost_key("back1", ids["vol-lost"]) not in lost_entries() and
-             lost_key("back1", "never-made") not in lost_entries(), 15, "vol-lost deleted and its entry gone")
-    t.diag("deleted %.2f s after its entry appeared" % (time.monotonic() - t0))
-    pt.check(node_volumes() >= {ids["vol-kept"], ids["vol-other"]}, "volumes %r" % node_volumes())
-    pt.check(not os.path.exists(rec), "the record stayed")
-    data = lost_entries()
-    for k in (lost_key("other", ids["vol-other"]), lost_key("back1", "../etc"), lost_key("gone1", "h-pv-released")):
-        pt.check(k in data, "entry %s went: %r" % (k, sorted(data)))
+    put_entries(entries)
+    wait_for(lambda: ids["vol-lost"] not in node_volumes() and acks(lost), 15,
+             "vol-lost deleted and its entry acknowledged")
+    t.diag("deleted and acknowledged %.2f s after its entry appeared" % (time.monotonic() - t0))
+    time.sleep(1)  # the rest of the round
+    pt.check(node_volumes() >= {ids[n] for n in ids if n != "vol-lost"}, "volumes %r" % node_volumes())
+    ev = acks(lost)[0]
+    pt.check(ev["reportingInstance"] == "back1" and ev["involvedObject"]["kind"] == "ConfigMap" and
+             ev["involvedObject"]["name"] == "pmem-csi-lost-volumes" and ids["vol-lost"] in ev["message"],
+             "acknowledgement %r" % ev)
+    pt.check(len(acks()) == 1, "other entries acknowledged: %r" % acks())
+    with open(rec) as f:
+        r = json.load(f)
+    pt.check(r.get("gone") is True and r.get("lost") == lost, "the record after the delete: %r" % r)
+    pt.check(set(entries) <= set(lost_entries()), "the node changed the entries: %r" % sorted(lost_entries()))
+    writes = [(m, p) for m, p, _ in api.requests[n_requests:] if m in ("PATCH", "PUT", "DELETE")
+              or (m == "POST" and "/configmaps" in p)]
+    pt.check(not writes, "the node wrote: %r" % writes)
     err = node_d.stderr_text()
     pt.check("volume deleted, its PV was removed while this node was gone" in err and "pv-a" in err,
              "not logged:\n" + err[-2000:])
-    pt.check("names no volume of this driver" in err, "the bad entry was not warned about")
+    pt.check("a PV names the volume of an entry for this node; nothing is deleted" in err,
+             "the entry of a named volume was not warned about")
+    pt.check(err.count("an entry that its writer did not make") >= 3, "the bad entries were not warned about")
+    pt.check("names a volume that is not here" in err, "the entry of a missing volume was not warned about")
 
 
-@t.test("the node driver: SIGTERM exits 0")
+@t.test("the webhooks remove an entry once its own node acknowledged it and is back, not before, and not for an "
+        "acknowledgement from another node; the node then removes the record of the deleted volume")
 def _():
-    pt.check(node_d and node_d.stop() == 0, "exit status")
+    global d
+    lost = [k for k in lost_entries() if acks(k)][0]
+    # Forged: another node says it deleted back1's volume of entry vol-named's key.
+    named_key = [k for k, v in lost_entries().items() if json.loads(v).get("pv") == "pv-e"][0]
+    forged = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "forged.1", "namespace": pt.SA_NAMESPACE},
+              "involvedObject": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": pt.SA_NAMESPACE,
+                                 "name": "pmem-csi-lost-volumes", "fieldPath": "data." + named_key},
+              "reason": "LostVolumeDeleted", "type": "Normal", "message": "forged",
+              "reportingComponent": DRV, "reportingInstance": "other"}
+    api.put("events", forged)
+    os.environ.update(api.env())
+    d = pt.Daemon(DRIVER, args, name="webhooks-acks")
+    d.start(wait=False)
+    for k in api.env():
+        os.environ.pop(k)
+    time.sleep(3)
+    pt.check(lost in lost_entries(), "removed while back1 has no Node object")
+    api.put("nodes", node("back1", {TOPO: "back1"}))
+    t0 = time.monotonic()
+    wait_for(lambda: lost not in lost_entries(), 15, "the acknowledged entry removed")
+    t.diag("removed %.2f s after the node came back" % (time.monotonic() - t0))
+    pt.check(named_key in lost_entries(), "an entry acknowledged by another node was removed")
+    rec_dir = os.path.join(NODE_WORK, "state", "volumes")
+    wait_for(lambda: not any(json.load(open(os.path.join(rec_dir, f))).get("gone") for f in os.listdir(rec_dir)
+                             if f.endswith(".json")), 15, "the record of the deleted volume removed")
+
+
+@t.test("the node driver and the second webhooks process: SIGTERM exits 0")
+def _():
+    pt.check(node_d and node_d.stop() == 0, "node exit status")
+    pt.check(d.stop() == 0, "webhooks exit status")
 
 
 # ---- the scheduler extender and pod webhook (-insecureSchedulerListen, -schedulerListen)

@@ -924,10 +924,25 @@ const WEBHOOKS_RULES = [
   ":persistentvolumes:get+list+watch+patch+delete",
   "storage.k8s.io:storageclasses+csinodes:get+list+watch",
 ].join(" ");
-// The lost volumes' ConfigMap (kube/tombstones.h: orphans.c writes, the
-// central controller or node/lost.c act on entries and remove them).
+// The lost volumes' ConfigMap (kube/tombstones.h): the controller (central)
+// or the webhooks (distributed) write entries; the nodes (distributed) read
+// them and acknowledge with Events, which the webhooks read. Each names the
+// one ConfigMap; nobody may create ConfigMaps.
 const LOST_ROLE = "Role/pmem-csi-lost-volumes";
-const LOST_RULES = ":configmaps:create :configmaps:list+watch :configmaps[pmem-csi-lost-volumes]:patch";
+const LOST_READER = "Role/pmem-csi-lost-volumes-reader";
+const LOST_ACKS = "Role/pmem-csi-lost-volumes-acks";
+const LOST_RULES = {
+  [LOST_ROLE]: ":configmaps[pmem-csi-lost-volumes]:list+watch+patch",
+  [LOST_READER]: ":configmaps[pmem-csi-lost-volumes]:list+watch",
+  [LOST_ACKS]: ":events:list+watch",
+};
+// Roles that only some pods may hold, by mode and ServiceAccount; a pod that
+// runs csi-provisioner holds every other role of its mode.
+const ONLY = {
+  central: { [LOST_ROLE]: "pmem-csi-controller", "ClusterRole/pmem-csi-controller-node-identity": "pmem-csi-controller",
+    [LOST_READER]: null, [LOST_ACKS]: null },
+  distributed: { [LOST_ROLE]: "pmem-csi-webhooks", [LOST_ACKS]: "pmem-csi-webhooks", [LOST_READER]: "pmem-csi-node" },
+};
 t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provisioner roles; others get the health role or no token", () => {
   const p = [];
   for (const [mode, k] of Object.entries({ central: MODES.central, distributed: MODES.distributed })) {
@@ -955,11 +970,17 @@ t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provision
       const mount = spec.automountServiceAccountToken ?? sas.get(sa).automountServiceAccountToken ?? true;
       if (isWebhooks(d)) {
         const has = [...(bound.get(sa) || [])].sort().join(", ");
-        const want = (mode === "distributed" ? [LOST_ROLE, WEBHOOKS_ROLE] : [WEBHOOKS_ROLE]).sort().join(", ");
+        const want = (mode === "distributed" ? [LOST_ROLE, LOST_ACKS, WEBHOOKS_ROLE] : [WEBHOOKS_ROLE]).sort().join(", ");
         if (has !== want) p.push(`${mode}: ${sa} (-mode=webhooks) must be bound to ${want} only: ${has}`);
         if (!mount) p.push(`${mode}: ${d.doc.metadata.name} uses the API without a ServiceAccount token`);
       } else if (hasProv) {
-        for (const r of roles) if (r !== HEALTH_ROLE && r !== WEBHOOKS_ROLE && !(bound.get(sa) || new Set()).has(r)) p.push(`${mode}: ${sa} (runs csi-provisioner) is not bound to ${r}`);
+        const only = ONLY[mode];
+        for (const r of roles) {
+          const has = (bound.get(sa) || new Set()).has(r);
+          const mine = !(r in only) || only[r] === sa;
+          if (r !== HEALTH_ROLE && r !== WEBHOOKS_ROLE && mine && !has) p.push(`${mode}: ${sa} (runs csi-provisioner) is not bound to ${r}`);
+          if (!mine && has) p.push(`${mode}: ${sa} (runs csi-provisioner) must not be bound to ${r}`);
+        }
         if (!mount) p.push(`${mode}: ${d.doc.metadata.name} runs csi-provisioner without a ServiceAccount token`);
       } else {
         const has = [...(bound.get(sa) || [])];
@@ -985,12 +1006,18 @@ t.test("RBAC: ServiceAccounts exist; provisioner pods are bound to the provision
     const got = wh.doc.rules.map((r) => `${r.apiGroups.join("+")}:${r.resources.join("+")}:${r.verbs.join("+")}`).sort().join(" ");
     if (got !== WEBHOOKS_RULES) p.push(`${WEBHOOKS_ROLE} grants more or less than it needs: ${got}`);
   }
-  const lost = byKind(ALL, "Role").find((d) => `Role/${d.doc.metadata.name}` === LOST_ROLE);
-  if (!lost) p.push(`${LOST_ROLE} is missing`);
-  else {
+  for (const [name, want] of Object.entries(LOST_RULES)) {
+    const lost = byKind(ALL, "Role").find((d) => `Role/${d.doc.metadata.name}` === name);
+    if (!lost) {
+      p.push(`${name} is missing`);
+      continue;
+    }
     const got = lost.doc.rules.map((r) => `${r.apiGroups.join("+")}:${r.resources.join("+")}${r.resourceNames ? `[${r.resourceNames.join("+")}]` : ""}:${r.verbs.join("+")}`).sort().join(" ");
-    if (got !== LOST_RULES) p.push(`${LOST_ROLE} grants more or less than it needs: ${got}`);
+    if (got !== want) p.push(`${name} grants more or less than it needs: ${got}`);
   }
+  const anyCreate = [...byKind(ALL, "Role"), ...byKind(ALL, "ClusterRole")].filter((d) =>
+    d.doc.rules.some((r) => r.resources.includes("configmaps") && r.verbs.some((v) => v === "create" || v === "*")));
+  if (anyCreate.length) p.push(`a role may create ConfigMaps: ${anyCreate.map((d) => d.doc.metadata.name).join(", ")}`);
   return p;
 });
 

@@ -22,7 +22,7 @@ const NOT_OBJECTS = new Set(["metrics/prometheus-scrape.yaml"]);
 const CLUSTER_SCOPED = new Set(["Namespace", "CSIDriver", "StorageClass", "ClusterRole",
   "ClusterRoleBinding", "PersistentVolume", "ClusterIssuer", "PriorityClass", "VolumeSnapshotClass",
   "VolumeGroupSnapshotClass",
-  "VolumeAttributesClass"]);
+  "VolumeAttributesClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]);
 
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
