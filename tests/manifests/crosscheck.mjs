@@ -544,6 +544,23 @@ for (const [mode, list] of Object.entries(modePods)) {
   }
 }
 
+t.test("every container of the shipped pods has a read-only root filesystem; the node driver's writable paths are volumes", () => {
+  const p = [];
+  for (const [mode, list] of Object.entries(modePods)) {
+    for (const d of list) {
+      const spec = podSpecOf(d.doc);
+      for (const c of allContainers(spec)) {
+        if (!(c.securityContext || {}).readOnlyRootFilesystem) p.push(`${mode}: ${d.doc.metadata.name}/${c.name}: root filesystem writable`);
+      }
+      const drv = allContainers(spec).find((c) => (c.args || []).includes("-mode=node"));
+      if (!drv) continue;
+      const mounted = new Set((drv.volumeMounts || []).map((m) => m.mountPath));
+      for (const w of ["/run", "/tmp", "/etc/lvm/backup", "/etc/lvm/archive"]) if (!mounted.has(w)) p.push(`${mode}: ${d.doc.metadata.name}: ${w} (lvm2, libblkid, mkfs write there) is not a volume`);
+    }
+  }
+  return p;
+});
+
 t.test("node pods mount the kubelet directories the driver needs, with Bidirectional propagation", () => {
   const p = [];
   for (const [mode, list] of Object.entries(modePods)) {
