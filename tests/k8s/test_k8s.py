@@ -15,6 +15,7 @@ is removed after a run without failures), PCSI_CACHE,
 PCSI_K8S_E2E, the PCSI_E2E_* variables of e2e_storage.py, PCSI_K8S_ONLY
 (below), PCSI_K8S_TRACE=1 (slow kubectl calls and waits on stderr).
 """
+import hashlib
 import json
 import os
 import re
@@ -265,6 +266,69 @@ def _():
                 return False
         return True
     wait(cond, 120, "CSINode objects naming the driver")
+
+
+def node_token(node, audience=None):
+    """A token of the node pods' ServiceAccount bound to the driver pod on
+    |node|: what that pod holds (its registry token with |audience| DRV,
+    else its API token)."""
+    args = ["-n", NS, "create", "token", "pmem-csi-node", "--bound-object-kind=Pod",
+            "--bound-object-name=" + driver_pod(node), "--duration=10m"]
+    return k(*(args + (["--audience=" + audience] if audience else []))).stdout.strip()
+
+
+def k_as(token, *args, input=None):
+    """kubectl with |token| as its only credential."""
+    c = cl.get()
+    cfg = os.path.join(WORK, "token-%s.kubeconfig" % hashlib.sha224(token.encode()).hexdigest()[:12])
+    with open(cfg, "w") as f:
+        json.dump({"apiVersion": "v1", "kind": "Config",
+                   "clusters": [{"name": "pcsi", "cluster": {"server": "https://%s:6443" % kc.BRIDGE_IP,
+                                                            "certificate-authority": os.path.join(c.pki, "ca.crt")}}],
+                   "users": [{"name": "u", "user": {"token": token}}],
+                   "contexts": [{"name": "pcsi", "context": {"cluster": "pcsi", "user": "u"}}],
+                   "current-context": "pcsi"}, f)
+    return c.run(c.kube, "kubectl", "--kubeconfig", cfg, *args, check=False, input=input)
+
+
+@t.test("central: a node speaks only for itself at the registry: with node-x's pod token and the nodes' shared "
+        "certificate, registering, re-pointing or unregistering node-y is PERMISSION_DENIED, the certificate "
+        "without a token UNAUTHENTICATED, node-y's own token from another address cannot move it; node-y stays "
+        "registered")
+@timed("central node identity")
+def _():
+    c = cl.get()
+    certs = os.path.join(WORK, "certs")
+    tls = [os.path.join(certs, f) for f in ("ca.crt", "pmem-node-controller.crt", "pmem-node-controller.key")]
+    ctl = kj("-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=pmem-csi-controller")["items"][0]
+    addr = ctl["status"]["podIP"] + ":10000"
+    y_ep = "tcp://%s:10001" % kj("-n", NS, "get", "pod", driver_pod("node-y"))["status"]["podIP"]
+    here = "tcp://%s:10001" % kc.BRIDGE_IP  # the address these calls come from
+    tx, ty = node_token("node-x", DRV), node_token("node-y", DRV)
+
+    def call(token, *what):
+        r = c.run("/usr/bin/python3", os.path.join(HERE, "registry_call.py"), addr, *tls, token or "-", *what,
+                  check=False, timeout=120)
+        return (r.stdout + r.stderr).strip()
+    for want, token, what in (
+            ("PERMISSION_DENIED", tx, ("register", "node-y", y_ep)),
+            ("PERMISSION_DENIED", tx, ("register", "node-y", here)),
+            ("PERMISSION_DENIED", tx, ("unregister", "node-y")),
+            ("UNAUTHENTICATED", None, ("unregister", "node-y")),
+            ("UNAUTHENTICATED", None, ("register", "node-y", here)),
+            ("PERMISSION_DENIED", ty, ("register", "node-y", y_ep))):  # its own token, another address
+        got = call(token, *what)
+        pt.check(got.startswith(want + " "), "%s with %s: %s" % (" ".join(what),
+                                                                  "node-x's token" if token == tx else
+                                                                  "node-y's token" if token else "no token", got))
+    log = k("-n", NS, "logs", ctl["metadata"]["name"], "-c", "pmem-driver", "--tail=-1").stdout
+    pt.check(log.count("registry: call refused") >= 1, "no refusal logged")
+    pt.check(tx not in log and ty not in log, "a token reached the controller's log")
+    # node-y is where it was: the registration of its own pod renews it.
+    metrics = c.run("curl", "-s", "--max-time", "10", "http://%s:10010/metrics" % ctl["status"]["podIP"],
+                    check=False).stdout
+    ages = re.findall(r'^pmem_node_registration_age_seconds\{[^}]*node="node-y"[^}]*\} (\S+)', metrics, re.M)
+    pt.check(ages and float(ages[0]) < 90, "node-y's registration: %r" % ages)
 
 
 @t.test("central: a cache PVC (cacheSize 2, Immediate) is bound to a PV whose node affinity names node-x and node-y")
@@ -602,6 +666,30 @@ def off_node_y(deployment):
     t.diag("%s moved off node-y first" % deployment)
 
 
+LOST_CM = "pmem-csi-lost-volumes"
+
+
+def lost_key(node, handle):
+    return "lost-" + hashlib.sha224(node.encode() + b"\0" + handle.encode()).hexdigest()[:40]
+
+
+def forged_entry_deletes_nothing(pv):
+    """An entry shaped exactly as the webhooks write it, but written by an
+    admin for a volume whose PV is alive (Bound): node-y's driver deletes
+    nothing (node/lost.h), says so, and leaves the entry."""
+    handle = kj("get", "pv", pv)["spec"]["csi"]["volumeHandle"]
+    key = lost_key("node-y", handle)
+    entry = json.dumps({"node": "node-y", "volumeHandle": handle, "pv": pv})
+    k("-n", NS, "patch", "configmap", LOST_CM, "--type=merge", "-p", json.dumps({"data": {key: entry}}))
+    pod = driver_pod("node-y")
+    wait(lambda: "a PV names the volume of an entry for this node; nothing is deleted" in
+         k("-n", NS, "logs", pod, "-c", "pmem-driver", "--tail=-1").stdout, 120,
+         "node-y's driver to see the forged entry")
+    pt.check(handle in logical_volumes("node-y"), "the forged entry deleted %s" % handle)
+    pt.check(kj("get", "pv", pv)["status"]["phase"] == "Bound", "the PV changed")
+    k("-n", NS, "patch", "configmap", LOST_CM, "--type=merge", "-p", json.dumps({"data": {key: None}}))
+
+
 def node_lost_scenario(claim, tell_timeout, distributed=False):
     """A pod writes to |claim| on node-y; node-y is powered off and its Node
     object deleted. The claim gets one Warning VolumeConditionAbnormal event
@@ -621,6 +709,8 @@ def node_lost_scenario(claim, tell_timeout, distributed=False):
     pv = kj("get", "pvc", claim)["spec"]["volumeName"]
     lost = sorted(set(logical_volumes("node-y")) - set(lvs0))
     pt.check(len(lost) == 1, "the claim's LV on node-y: %r (before: %r)" % (lost, lvs0))
+    if distributed:
+        forged_entry_deletes_nothing(pv)
     c.power_cut("node-y")
     k("delete", "node", "node-y", "--wait=true", timeout=120)
     t0 = time.monotonic()
@@ -711,6 +801,47 @@ def _():
     wait(lambda: set(capacities("pmem-csi-sc")) == {"node-x", "node-y"}, 300, "CSIStorageCapacity objects")
     for n, (cap, mx) in capacities("pmem-csi-sc").items():
         pt.check(cap > 1 << 30 and 0 < mx <= cap, "%s: capacity %d, max %d" % (n, cap, mx))
+
+
+@t.test("distributed: a node pod's token (real RBAC and the admission policy): it reads the lost volumes' "
+        "ConfigMap by name but cannot patch it or make ConfigMaps; an Event that acknowledges an entry as another "
+        "node, or reports a volume condition as another node or about something else than a PVC, is refused; "
+        "its own node's report is allowed")
+@timed("distributed trust")
+def _():
+    tx = node_token("node-x")
+    r = k_as(tx, "-n", NS, "get", "configmaps", "--field-selector=metadata.name=" + LOST_CM, "-o", "name")
+    pt.check(r.returncode == 0 and LOST_CM in r.stdout, "the reader's list: %s%s" % (r.stdout, r.stderr))
+    r = k_as(tx, "-n", NS, "patch", "configmap", LOST_CM, "--type=merge", "-p",
+             json.dumps({"data": {lost_key("node-y", "pvc-000-" + "0" * 56): "{}"}}))
+    pt.check(r.returncode != 0 and "forbidden" in r.stderr.lower(), "patch with node-x's token: %s%s"
+             % (r.stdout, r.stderr))
+    r = k_as(tx, "-n", NS, "create", "configmap", "made-by-a-node")
+    pt.check(r.returncode != 0 and "forbidden" in r.stderr.lower(), "create with node-x's token: %s%s"
+             % (r.stdout, r.stderr))
+    cm_uid = kj("-n", NS, "get", "configmap", LOST_CM)["metadata"]["uid"]
+
+    def event(reason, instance, kind="ConfigMap", name=LOST_CM, ns=NS):
+        return json.dumps({"apiVersion": "v1", "kind": "Event",
+                           "metadata": {"generateName": "trust-", "namespace": ns},
+                           "involvedObject": {"apiVersion": "v1", "kind": kind, "namespace": ns, "name": name,
+                                              "uid": cm_uid if kind == "ConfigMap" else "",
+                                              "fieldPath": "data." + lost_key("node-y", "x") if kind == "ConfigMap"
+                                              else ""},
+                           "reason": reason, "type": "Normal", "message": "from a test",
+                           "source": {"component": DRV, "host": instance},
+                           "reportingComponent": DRV, "reportingInstance": instance})
+    for what, body, ok in (
+            ("an acknowledgement as node-y", event("LostVolumeDeleted", "node-y"), False),
+            ("a condition as node-y", event("VolumeConditionAbnormal", "node-y", "PersistentVolumeClaim", "some-claim"),
+             False),
+            ("a condition about the ConfigMap", event("VolumeConditionAbnormal", "node-x"), False),
+            ("its own condition report", event("VolumeConditionNormal", "node-x", "PersistentVolumeClaim",
+                                               "some-claim"), True)):
+        r = k_as(tx, "create", "-f", "-", input=body)
+        pt.check((r.returncode == 0) == ok, "%s with node-x's token: %s%s" % (what, r.stdout, r.stderr))
+        if not ok:
+            pt.check("pmem-csi-node-events" in r.stderr, "%s: not the policy's refusal: %s" % (what, r.stderr))
 
 
 @t.test("distributed: WaitForFirstConsumer: the PVC binds when its pod is scheduled; capacity follows usage")
