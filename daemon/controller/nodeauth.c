@@ -23,6 +23,8 @@
 #define PROOF_MS	(5 * 60 * 1000) /* a proof is remembered this long at most */
 #define MAX_TOKEN	(8u << 10)	/* longer "tokens" are refused unseen */
 #define NODE_NAME_EXTRA "authentication.kubernetes.io/node-name"
+#define POD_NAME_EXTRA	"authentication.kubernetes.io/pod-name"
+#define POD_UID_EXTRA	"authentication.kubernetes.io/pod-uid"
 #define ENDPOINT_MAX	300
 
 /* A token's proof: the node it names, until when. */
@@ -31,6 +33,8 @@ struct proof {
 	struct proof *next;   /* in its bucket */
 	uint8_t digest[PCSI_SHA224_LEN];
 	uint64_t until_ms;
+	char ips[2][48]; /* the token's pod's addresses (dual stack: two) */
+	size_t n_ips;
 	char node[];
 };
 
@@ -41,7 +45,11 @@ struct check {
 	char *token; /* while a review is due */
 	char *node;
 	bool has_endpoint;
-	char endpoint[ENDPOINT_MAX];
+	char asked[ENDPOINT_MAX];    /* the endpoint as registered */
+	char endpoint[ENDPOINT_MAX]; /* the endpoint to use (the host filled in) */
+	char node_proven[130];	     /* a review's: the token's node */
+	char pod[2][256];	     /* a review's: the token's pod's namespace and name */
+	char pod_uid[64];
 	pcsi_nodeauth_cb cb;
 	void *data;
 	struct pcsi_kube_call *kc;
@@ -115,8 +123,8 @@ static void grow(struct pcsi_nodeauth *a)
 	free(old);
 }
 
-static void proof_add(struct pcsi_nodeauth *a, const uint8_t *digest, const char *node,
-		      uint64_t until_ms)
+static struct proof *proof_add(struct pcsi_nodeauth *a, const uint8_t *digest, const char *node,
+			       uint64_t until_ms)
 {
 	struct proof *p = proof_find(a, digest);
 	size_t b, len = strlen(node);
@@ -134,8 +142,10 @@ static void proof_add(struct pcsi_nodeauth *a, const uint8_t *digest, const char
 	b = bucket_of(a, digest);
 	p->next = a->buckets[b];
 	a->buckets[b] = p;
+	p->n_ips = 0;
 	pcsi_list_add_tail(&a->ages, &p->age);
 	a->n_proofs++;
+	return p;
 }
 
 /* Until when a proof by |token| may be remembered: 5 minutes, and not past
@@ -209,25 +219,50 @@ static void finish(struct check *c, int status, const char *fmt, ...)
 	pcsi_later_run(c->a->loop, &c->later, deliver, c);
 }
 
-/* What the proof of a token that names |node| says for check |c|. */
-static void decide(struct check *c, const char *node)
+/* What proof |p| of a token says for check |c|: its node, and the endpoint
+ * must be on its pod's address. */
+static void decide(struct check *c, const struct proof *p)
 {
-	if (!strcmp(node, c->node))
-		finish(c, PCSI_OK, "proven by a ServiceAccount token");
-	else
-		finish(c, PCSI_PERMISSION_DENIED,
-		       "the ServiceAccount token is of a pod on node %.128s, not on %.128s", node,
-		       c->node);
+	const char *ips[2] = { p->ips[0], p->ips[1] };
+	char err[300];
+	int st;
+
+	if (strcmp(p->node, c->node))
+		return finish(c, PCSI_PERMISSION_DENIED,
+			      "the ServiceAccount token is of a pod on node %.128s, not on %.128s",
+			      p->node, c->node);
+	if (c->has_endpoint) {
+		st = pcsi_nodeauth_endpoint(c->asked, ips, p->n_ips, "the token's pod", c->endpoint,
+					    sizeof(c->endpoint), err, sizeof(err));
+		if (st != PCSI_OK)
+			return finish(c, st, "%s", err);
+	}
+	finish(c, PCSI_OK, "proven by a ServiceAccount token");
 }
 
 /* ---- reviews ---------------------------------------------------------------------- */
 
 static void next_review(struct pcsi_nodeauth *a);
 
+/* The one value of the user's extra |key| in a review's status, or NULL. */
+static const char *extra_one(json_object *status, const char *key)
+{
+	char path[128];
+	json_object *v;
+	const char *s;
+
+	snprintf(path, sizeof(path), "user.extra[%s]", key);
+	v = pcsi_kube_get(status, path);
+	if (!v || !json_object_is_type(v, json_type_array) || json_object_array_length(v) != 1)
+		return NULL;
+	s = json_object_get_string(json_object_array_get_idx(v, 0));
+	return s && *s ? s : NULL;
+}
+
 const char *pcsi_nodeauth_review_says(const struct pcsi_nodeauth_opts *o, json_object *status,
 				      const char *node_id)
 {
-	json_object *auth = pcsi_kube_get(status, "authenticated"), *extra, *auds;
+	json_object *auth = pcsi_kube_get(status, "authenticated"), *auds;
 	const char *user = pcsi_kube_str(status, "user.username");
 	bool aud_ok = false;
 
@@ -247,14 +282,50 @@ const char *pcsi_nodeauth_review_says(const struct pcsi_nodeauth_opts *o, json_o
 	}
 	if (!aud_ok)
 		return "the token is not for this driver's audience";
-	extra = pcsi_kube_get(status, "user.extra[" NODE_NAME_EXTRA "]");
-	if (!extra || !json_object_is_type(extra, json_type_array) ||
-	    json_object_array_length(extra) != 1 ||
-	    !json_object_get_string(json_object_array_get_idx(extra, 0)) ||
-	    !*json_object_get_string(json_object_array_get_idx(extra, 0)))
-		return "the token names no node (not a token of a pod on a node, or a "
-		       "Kubernetes older than 1.32)";
+	if (!extra_one(status, POD_NAME_EXTRA) || !extra_one(status, POD_UID_EXTRA))
+		return "the token is not bound to a pod";
+	if (!extra_one(status, NODE_NAME_EXTRA))
+		return "the token names no node (a Kubernetes older than 1.32)";
 	return NULL;
+}
+
+/* The token's pod, read: the node it runs on, its addresses. */
+static void on_pod(const struct pcsi_kube_result *r, void *data)
+{
+	struct check *c = data;
+	struct pcsi_nodeauth *a = c->a;
+	const char *uid = r->body ? pcsi_kube_str(r->body, "metadata.uid") : NULL;
+	const char *on = r->body ? pcsi_kube_str(r->body, "spec.nodeName") : NULL;
+	json_object *ips = r->body ? pcsi_kube_get(r->body, "status.podIPs") : NULL;
+	struct proof *p;
+	const char *one;
+	size_t n = 0;
+
+	c->kc = NULL;
+	pcsi_list_remove(&c->link);
+	a->n_reviewing--;
+	if (r->error) {
+		finish(c, r->error == -ENOENT ? PCSI_PERMISSION_DENIED : PCSI_UNAVAILABLE,
+		       "the token's pod %s/%s cannot be read: %s", c->pod[0], c->pod[1], r->msg);
+	} else if (!uid || strcmp(uid, c->pod_uid) || !on || strcmp(on, c->node_proven)) {
+		finish(c, PCSI_PERMISSION_DENIED,
+		       "the token's pod %s/%s is not the one it was issued for, on its node",
+		       c->pod[0], c->pod[1]);
+	} else {
+		p = proof_add(a, c->digest, c->node_proven, proof_until(c->token));
+		for (size_t i = 0; ips && i < json_object_array_length(ips) && n < 2; i++)
+			if ((one = pcsi_kube_str(json_object_array_get_idx(ips, i), "ip")) &&
+			    strlen(one) < sizeof(p->ips[0]))
+				snprintf(p->ips[n++], sizeof(p->ips[0]), "%s", one);
+		if (!n && (one = pcsi_kube_str(r->body, "status.podIP")) &&
+		    strlen(one) < sizeof(p->ips[0]))
+			snprintf(p->ips[n++], sizeof(p->ips[0]), "%s", one);
+		p->n_ips = n;
+		decide(c, p);
+	}
+	free(c->token);
+	c->token = NULL;
+	next_review(a);
 }
 
 static void on_review(const struct pcsi_kube_result *r, void *data)
@@ -263,23 +334,33 @@ static void on_review(const struct pcsi_kube_result *r, void *data)
 	struct pcsi_nodeauth *a = c->a;
 	json_object *status = r->body ? pcsi_kube_get(r->body, "status") : NULL;
 	const char *why;
+	char path[700];
 
 	c->kc = NULL;
-	pcsi_list_remove(&c->link);
-	a->n_reviewing--;
 	if (r->error) {
 		pcsi_warn_rl("tokenreview", 60000, "registry: cannot review a node's token",
 			     "node=%s error=\"%s\"", c->node, r->msg);
+		why = NULL;
 		finish(c, PCSI_UNAVAILABLE,
 		       "the node's ServiceAccount token cannot be reviewed now: %s", r->msg);
 	} else if ((why = pcsi_nodeauth_review_says(&a->o, status, c->node))) {
 		finish(c, PCSI_PERMISSION_DENIED, "%s", why);
 	} else {
-		const char *node = json_object_get_string(json_object_array_get_idx(
-			pcsi_kube_get(status, "user.extra[" NODE_NAME_EXTRA "]"), 0));
-		proof_add(a, c->digest, node, proof_until(c->token));
-		decide(c, node);
+		/* The username is "system:serviceaccount:NS:NAME": the pod's namespace. */
+		const char *ns = a->o.sa_username + strlen("system:serviceaccount:");
+		size_t ns_len = strcspn(ns, ":");
+
+		snprintf(c->node_proven, sizeof(c->node_proven), "%s",
+			 extra_one(status, NODE_NAME_EXTRA));
+		snprintf(c->pod[0], sizeof(c->pod[0]), "%.*s", (int)ns_len, ns);
+		snprintf(c->pod[1], sizeof(c->pod[1]), "%s", extra_one(status, POD_NAME_EXTRA));
+		snprintf(c->pod_uid, sizeof(c->pod_uid), "%s", extra_one(status, POD_UID_EXTRA));
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", c->pod[0], c->pod[1]);
+		c->kc = pcsi_kube_request(a->kube, "GET", path, NULL, NULL, NULL, on_pod, c);
+		return; /* still counted as in review */
 	}
+	pcsi_list_remove(&c->link);
+	a->n_reviewing--;
 	free(c->token);
 	c->token = NULL;
 	next_review(a);
@@ -317,7 +398,7 @@ static void next_review(struct pcsi_nodeauth *a)
 		a->n_waiting--;
 		/* A review that ended meanwhile may have proven the same token. */
 		if ((p = proof_find(a, c->digest))) {
-			decide(c, p->node);
+			decide(c, p);
 			continue;
 		}
 		if (!a->kube) {
@@ -330,12 +411,21 @@ static void next_review(struct pcsi_nodeauth *a)
 
 /* ---- checks ----------------------------------------------------------------------- */
 
-int pcsi_nodeauth_endpoint(const char *endpoint, const char *peer_ip, char *out, size_t size,
-			   char *err, size_t errlen)
+/* The 4 or 16 bytes of numeric address |s| into |out|: AF_INET, AF_INET6,
+ * or 0 (not an address). */
+static int ip_parse(const char *s, unsigned char out[16])
+{
+	int fam = strchr(s, ':') ? AF_INET6 : AF_INET;
+
+	return s[0] && inet_pton(fam, s, out) == 1 ? fam : 0;
+}
+
+int pcsi_nodeauth_endpoint(const char *endpoint, const char *const *ips, size_t n_ips,
+			   const char *whose, char *out, size_t size, char *err, size_t errlen)
 {
 	unsigned char want[16], have[16];
 	struct pcsi_endpoint ep;
-	int fam;
+	int fam, wfam;
 
 	if (pcsi_endpoint_parse(endpoint, &ep, err, errlen) < 0)
 		return PCSI_INVALID_ARGUMENT;
@@ -343,33 +433,30 @@ int pcsi_nodeauth_endpoint(const char *endpoint, const char *peer_ip, char *out,
 		snprintf(err, errlen, "endpoint must be tcp://host:port");
 		return PCSI_INVALID_ARGUMENT;
 	}
-	fam = strchr(peer_ip, ':') ? AF_INET6 : AF_INET;
-	if (!peer_ip[0] || inet_pton(fam, peer_ip, have) != 1) {
-		snprintf(err, errlen, "the registration's address is unknown");
+	if (!n_ips || !(fam = ip_parse(ips[0], have))) {
+		snprintf(err, errlen, "the address of %s is unknown", whose);
 		return PCSI_PERMISSION_DENIED;
 	}
 	if (!ep.host[0]) {
-		snprintf(out, size, fam == AF_INET6 ? "tcp://[%s]:%d" : "tcp://%s:%d", peer_ip,
+		snprintf(out, size, fam == AF_INET6 ? "tcp://[%s]:%d" : "tcp://%s:%d", ips[0],
 			 ep.port);
 		return PCSI_OK;
 	}
-	if (inet_pton(strchr(ep.host, ':') ? AF_INET6 : AF_INET, ep.host, want) != 1) {
+	if (!(wfam = ip_parse(ep.host, want))) {
 		snprintf(err, errlen,
-			 "endpoint host %.64s is not an IP address (the registry checks it against "
-			 "the address the registration comes from)",
-			 ep.host);
+			 "endpoint host %.64s is not an IP address (it must be the address of %s)",
+			 ep.host, whose);
 		return PCSI_INVALID_ARGUMENT;
 	}
-	if ((strchr(ep.host, ':') != NULL) != (fam == AF_INET6) ||
-	    memcmp(want, have, fam == AF_INET6 ? 16 : 4)) {
-		snprintf(err, errlen,
-			 "endpoint host %.64s is not the address %s the registration "
-			 "comes from",
-			 ep.host, peer_ip);
-		return PCSI_PERMISSION_DENIED;
-	}
-	snprintf(out, size, "%s", endpoint);
-	return PCSI_OK;
+	for (size_t i = 0; i < n_ips; i++)
+		if ((fam = ip_parse(ips[i], have)) == wfam &&
+		    !memcmp(want, have, fam == AF_INET6 ? 16 : 4)) {
+			snprintf(out, size, "%s", endpoint);
+			return PCSI_OK;
+		}
+	snprintf(err, errlen, "endpoint host %.64s is not the address %s of %s", ep.host, ips[0],
+		 whose);
+	return PCSI_PERMISSION_DENIED;
 }
 
 /* The token of an "authorization: Bearer <token>" header, or NULL. */
@@ -388,7 +475,7 @@ void pcsi_nodeauth_check(struct pcsi_nodeauth *a, struct pcsi_call *call, const 
 {
 	struct check *c = pcsi_xcalloc(1, sizeof(*c));
 	struct pcsi_call_peer peer;
-	const char *token;
+	const char *token, *peer_ip[1];
 	struct proof *p;
 	char err[300];
 	int st;
@@ -398,28 +485,30 @@ void pcsi_nodeauth_check(struct pcsi_nodeauth *a, struct pcsi_call *call, const 
 	c->cb = cb;
 	c->data = data;
 	c->has_endpoint = endpoint != NULL;
-	pcsi_list_init(&c->link);
-	if (a->o.shared) {
-		if (endpoint)
-			snprintf(c->endpoint, sizeof(c->endpoint), "%s", endpoint);
-		return finish(c, PCSI_OK, "any holder of the nodes' certificate (shared)");
+	if (endpoint) {
+		snprintf(c->asked, sizeof(c->asked), "%s", endpoint);
+		snprintf(c->endpoint, sizeof(c->endpoint), "%s", endpoint);
 	}
+	pcsi_list_init(&c->link);
+	if (a->o.shared)
+		return finish(c, PCSI_OK, "any holder of the nodes' certificate (shared)");
 	if (pcsi_call_peer(call, &peer) < 0)
 		return finish(c, PCSI_CANCELLED, "the connection is gone");
-	if (endpoint) {
-		st = pcsi_nodeauth_endpoint(endpoint, peer.ip, c->endpoint, sizeof(c->endpoint),
-					    err, sizeof(err));
-		if (st != PCSI_OK)
-			return finish(c, st, "%s", err);
-	}
-	/* A per-node certificate names its node; the shared one names the role. */
+	/* A per-node certificate names its node (the shared one, the role), and
+	 * the registration must come from the endpoint's address. */
 	if (peer.cn[0] && strcmp(peer.cn, PCSI_NODE_ROLE_NAME)) {
-		if (!strcmp(peer.cn, node_id))
-			return finish(c, PCSI_OK, "proven by a per-node certificate");
-		return finish(c, PCSI_PERMISSION_DENIED,
-			      "the client certificate is node %.128s's, not %.128s's", peer.cn,
-			      node_id);
+		if (strcmp(peer.cn, node_id))
+			return finish(c, PCSI_PERMISSION_DENIED,
+				      "the client certificate is node %.128s's, not %.128s's",
+				      peer.cn, node_id);
+		peer_ip[0] = peer.ip;
+		if (endpoint &&
+		    (st = pcsi_nodeauth_endpoint(endpoint, peer_ip, 1, "the caller", c->endpoint,
+						 sizeof(c->endpoint), err, sizeof(err))) != PCSI_OK)
+			return finish(c, st, "%s", err);
+		return finish(c, PCSI_OK, "proven by a per-node certificate");
 	}
+	/* A token names its pod, whose node and address the API server knows. */
 	token = bearer(pcsi_call_authorization(call));
 	if (!token)
 		return finish(
@@ -430,7 +519,7 @@ void pcsi_nodeauth_check(struct pcsi_nodeauth *a, struct pcsi_call *call, const 
 			node_id);
 	pcsi_sha224(token, strlen(token), c->digest);
 	if ((p = proof_find(a, c->digest)))
-		return decide(c, p->node);
+		return decide(c, p);
 	if (a->n_waiting >= MAX_WAITING)
 		return finish(c, PCSI_UNAVAILABLE, "too many node identities waiting for a review");
 	c->token = pcsi_xstrdup(token);

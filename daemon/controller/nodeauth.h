@@ -13,13 +13,16 @@
  *     authenticates, for that audience, as the node pods' ServiceAccount
  *     (-nodeServiceAccount) of a pod bound to the named Kubernetes node (the
  *     user extra "authentication.kubernetes.io/node-name").
- * A registration must also come from the address it registers: the
- * endpoint's host is the IP address the call came from, or empty (it then
+ * And the endpoint it registers must be the node's own: with a token, the
+ * address of the token's pod (the pod is read from the API server: its uid
+ * and node must be the token's), which holds behind a network that
+ * rewrites pod-to-pod source addresses; with a certificate, the address the
+ * call came from. The endpoint's host is that IP address, or empty (it then
  * becomes that address); a host name is refused.
  * With -nodeIdentity=shared (the default with -insecure) every holder of the
  * nodes' certificate may speak for every node, as Intel's registry let it.
  *
- * Reviews: at most 16 in flight (the rest wait their turn; a TokenReview
+ * Reviews (a TokenReview, then a read of the token's pod): at most 16 in flight (the rest wait their turn; a TokenReview
  * touches no storage in the API server), not paced by -kube-api-qps, each
  * with the kube client's deadline. A proof is remembered by the SHA-224 of
  * the token for 5 minutes (and no longer than the token's "exp"), so a
@@ -76,12 +79,12 @@ void pcsi_nodeauth_check(struct pcsi_nodeauth *a, struct pcsi_call *call, const 
  * NULL is a no-op. */
 void pcsi_nodeauth_free(struct pcsi_nodeauth *a);
 
-/* Exposed for unit tests: checks |endpoint| against the caller's address
- * |peer_ip| and writes the endpoint to register into |out|. Returns
- * PCSI_OK, or PCSI_INVALID_ARGUMENT / PCSI_PERMISSION_DENIED with the
- * reason in |err|. */
-int pcsi_nodeauth_endpoint(const char *endpoint, const char *peer_ip, char *out, size_t size,
-			   char *err, size_t errlen);
+/* Exposed for unit tests: checks that |endpoint| is on one of |ips| (the
+ * addresses of |whose|, for messages) and writes the endpoint to register
+ * into |out| (an empty host becomes ips[0]). Returns PCSI_OK, or
+ * PCSI_INVALID_ARGUMENT / PCSI_PERMISSION_DENIED with the reason in |err|. */
+int pcsi_nodeauth_endpoint(const char *endpoint, const char *const *ips, size_t n_ips,
+			   const char *whose, char *out, size_t size, char *err, size_t errlen);
 
 /* Exposed for unit tests: whether a TokenReview answer |status| (its
  * "status" object) proves |node_id| for |o|; NULL or the reason not. */

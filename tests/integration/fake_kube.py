@@ -8,8 +8,9 @@ with resourceVersion preconditions (409), strategic merge patches of a PVC's
 status conditions (merged by type), deletes with a uid precondition that
 wait for the object's finalizers (deletionTimestamp), POST of events (also
 listed and watched in the driver's namespace), GET,
-POST (409 when it exists) and merge patches of ConfigMaps, and TokenReviews
-(of the tokens a test put into api.tokens). The real API server is met in
+POST (409 when it exists) and merge patches of ConfigMaps, TokenReviews
+(of the tokens a test put into api.tokens, each bound to the pod
+pod-on-<node>) and GET of those pods (api.node_pod()). The real API server is met in
 the k8s suite.
 
     api = FakeKube(certs)              # pcsi_test.certs()
@@ -72,6 +73,7 @@ class FakeKube:
         self.lock = threading.Condition()
         self.rv = 100
         self.store = {kind: {} for kind, _ in COLLECTIONS.values()}
+        self.store["pods"] = {}
         self.history = []  # (rv, kind, type, obj)
         self.oldest_rv = 0  # watches from before this get 410
         self.requests = []  # (method, path, authorization)
@@ -129,6 +131,11 @@ class FakeKube:
                     obj = api.get("configmaps", parts[3] + "/" + parts[5])
                     if not obj:
                         return self.status(404, "NotFound", "configmaps %r not found" % parts[5])
+                    return self.answer(200, obj)
+                if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 and parts[4] == "pods":
+                    obj = api.get("pods", parts[3] + "/" + parts[5])
+                    if not obj:
+                        return self.status(404, "NotFound", "pods %r not found" % parts[5])
                     return self.answer(200, obj)
                 if u.path.startswith("/api/v1/nodes/"):
                     with api.lock:
@@ -278,9 +285,10 @@ class FakeKube:
                     if known and set(known[2]) & set(asked):
                         user = {"username": known[0], "uid": "uid-" + known[0], "groups": [
                             "system:serviceaccounts", "system:authenticated"]}
-                        if known[1]:
+                        if known[1]:  # bound to pod pod-on-<node> (api.node_pod())
                             user["extra"] = {"authentication.kubernetes.io/node-name": [known[1]],
-                                             "authentication.kubernetes.io/pod-name": ["pod-on-" + known[1]]}
+                                             "authentication.kubernetes.io/pod-name": ["pod-on-" + known[1]],
+                                             "authentication.kubernetes.io/pod-uid": ["uid-pod-on-" + known[1]]}
                         status = {"authenticated": True, "user": user,
                                   "audiences": sorted(set(known[2]) & set(asked))}
                     return self.answer(201, {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
@@ -342,6 +350,15 @@ class FakeKube:
     def get(self, kind, key):
         with self.lock:
             return copy.deepcopy(self.store[kind].get(key))
+
+    def node_pod(self, node, ip, name=None):
+        """The node driver's pod on |node| with address |ip|: the pod a token
+        of self.tokens naming |node| is bound to."""
+        name = name or "pod-on-" + node
+        return self.put("pods", {"apiVersion": "v1", "kind": "Pod",
+                                 "metadata": {"name": name, "namespace": pt.SA_NAMESPACE, "uid": "uid-" + name},
+                                 "spec": {"nodeName": node, "serviceAccountName": "pmem-csi-node"},
+                                 "status": {"podIP": ip, "podIPs": [{"ip": ip}]}})
 
     def lost_entries(self):
         """ConfigMap pmem-csi-lost-volumes's data: key -> value (JSON text)."""

@@ -957,6 +957,8 @@ def _():
     kube.tokens = {"tok-a": (sa, "id-a", [DRV]), "tok-b": (sa, "id-b", [DRV]),
                    "tok-other-sa": ("system:serviceaccount:apps:default", "id-a", [DRV]),
                    "tok-no-node": (sa, None, [DRV]), "tok-api-audience": (sa, "id-a", ["https://kubernetes.default.svc"])}
+    for n in ("id-a", "id-b"):
+        kube.node_pod(n, "127.0.0.1")  # the pods the tokens are bound to, and their address
     port, sock = pt.free_port(), os.path.join(WORK, "ident.sock")
     saved = dict(os.environ)
     os.environ.update(kube.env())
@@ -1027,6 +1029,16 @@ def _():
             expect(SC.PERMISSION_DENIED, registry_call(shared, "RegisterNodeController",
                                                        R(node_id="id-a", endpoint=eps["id-a"]), tok), tok)
         pt.check(kube.reviews and all(a == [DRV] for a in kube.reviews), "reviews asked for: %r" % kube.reviews)
+        # with a token the endpoint is the token's pod's address, wherever the call comes from
+        kube.tokens["tok-moved"] = (sa, "id-m", [DRV])
+        kube.node_pod("id-m", "127.0.0.9")
+        expect(SC.PERMISSION_DENIED, registry_call(shared, "RegisterNodeController",
+                                                   R(node_id="id-m", endpoint=eps["id-a"]), "tok-moved"),
+               "a token's node at an address that is not its pod's")
+        kube.tokens["tok-nopod"] = (sa, "id-gone", [DRV])  # its pod is not in the API server
+        expect(SC.PERMISSION_DENIED, registry_call(shared, "RegisterNodeController",
+                                                   R(node_id="id-gone", endpoint=eps["id-a"]), "tok-nopod"),
+               "a token whose pod is gone")
         # the endpoint: another address, a host name, an empty host
         port_a = eps["id-a"].rsplit(":", 1)[1]
         expect(SC.PERMISSION_DENIED, registry_call(own_a, "RegisterNodeController",

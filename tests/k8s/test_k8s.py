@@ -293,7 +293,7 @@ def k_as(token, *args, input=None):
 
 @t.test("central: a node speaks only for itself at the registry: with node-x's pod token and the nodes' shared "
         "certificate, registering, re-pointing or unregistering node-y is PERMISSION_DENIED, the certificate "
-        "without a token UNAUTHENTICATED, node-y's own token from another address cannot move it; node-y stays "
+        "without a token UNAUTHENTICATED, node-y's own token cannot move it off its pod's address; node-y stays "
         "registered")
 @timed("central node identity")
 def _():
@@ -303,7 +303,7 @@ def _():
     ctl = kj("-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=pmem-csi-controller")["items"][0]
     addr = ctl["status"]["podIP"] + ":10000"
     y_ep = "tcp://%s:10001" % kj("-n", NS, "get", "pod", driver_pod("node-y"))["status"]["podIP"]
-    here = "tcp://%s:10001" % kc.BRIDGE_IP  # the address these calls come from
+    here = "tcp://%s:10001" % kc.BRIDGE_IP  # the address these calls come from: no node pod's
     tx, ty = node_token("node-x", DRV), node_token("node-y", DRV)
 
     def call(token, *what):
@@ -316,7 +316,7 @@ def _():
             ("PERMISSION_DENIED", tx, ("unregister", "node-y")),
             ("UNAUTHENTICATED", None, ("unregister", "node-y")),
             ("UNAUTHENTICATED", None, ("register", "node-y", here)),
-            ("PERMISSION_DENIED", ty, ("register", "node-y", y_ep))):  # its own token, another address
+            ("PERMISSION_DENIED", ty, ("register", "node-y", here))):  # its own token, not its pod's address
         got = call(token, *what)
         pt.check(got.startswith(want + " "), "%s with %s: %s" % (" ".join(what),
                                                                   "node-x's token" if token == tx else

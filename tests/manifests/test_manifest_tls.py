@@ -487,6 +487,7 @@ def central_run(source_name, make_secrets, registration):
     kube = fake_kube.FakeKube(pt.certs())
     sa = "system:serviceaccount:%s:%s" % (FIELD["metadata.namespace"], node.spec["serviceAccountName"])
     kube.tokens = {tok: (sa, FIELD["spec.nodeName"], [aud]) for tok, aud in node.tokens}
+    kube.node_pod(FIELD["spec.nodeName"], FIELD["status.podIP"])  # the pod the token is bound to
     os.chmod(kube.sa_dir, 0o755)  # the controller runs as the pod's user
     for f in os.listdir(kube.sa_dir):
         os.chmod(os.path.join(kube.sa_dir, f), 0o644)

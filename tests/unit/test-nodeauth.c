@@ -12,8 +12,10 @@ static char out[300], err[300];
 
 static int endpoint(const char *ep, const char *peer)
 {
+	const char *ips[1] = { peer };
+
 	out[0] = err[0] = '\0';
-	return pcsi_nodeauth_endpoint(ep, peer, out, sizeof(out), err, sizeof(err));
+	return pcsi_nodeauth_endpoint(ep, ips, 1, "the caller", out, sizeof(out), err, sizeof(err));
 }
 
 START_TEST(endpoint_on_the_callers_address)
@@ -31,6 +33,30 @@ START_TEST(empty_host_becomes_the_callers)
 	ck_assert_str_eq(out, "tcp://10.244.1.7:10001");
 	ck_assert_int_eq(endpoint("tcp://:10001", "fd00::7"), PCSI_OK);
 	ck_assert_str_eq(out, "tcp://[fd00::7]:10001");
+}
+END_TEST
+
+START_TEST(endpoint_on_any_of_a_pods_addresses)
+{
+	const char *ips[2] = { "10.244.1.7", "fd00::7" };
+
+	ck_assert_int_eq(pcsi_nodeauth_endpoint("tcp://[fd00::7]:10001", ips, 2, "the pod", out,
+						sizeof(out), err, sizeof(err)),
+			 PCSI_OK);
+	ck_assert_int_eq(pcsi_nodeauth_endpoint("tcp://10.244.1.7:10001", ips, 2, "the pod", out,
+						sizeof(out), err, sizeof(err)),
+			 PCSI_OK);
+	ck_assert_int_eq(pcsi_nodeauth_endpoint("tcp://:10001", ips, 2, "the pod", out, sizeof(out),
+						err, sizeof(err)),
+			 PCSI_OK);
+	ck_assert_str_eq(out, "tcp://10.244.1.7:10001");
+	ck_assert_int_eq(pcsi_nodeauth_endpoint("tcp://10.250.0.11:10001", ips, 2, "the pod", out,
+						sizeof(out), err, sizeof(err)),
+			 PCSI_PERMISSION_DENIED);
+	ck_assert_ptr_nonnull(strstr(err, "the pod"));
+	ck_assert_int_eq(pcsi_nodeauth_endpoint("tcp://10.244.1.7:10001", ips, 0, "the pod", out,
+						sizeof(out), err, sizeof(err)),
+			 PCSI_PERMISSION_DENIED);
 }
 END_TEST
 
@@ -66,8 +92,11 @@ static const char *says(const char *json)
 	return r ? why : NULL;
 }
 
-#define USER  "\"user\":{\"username\":\"system:serviceaccount:pmem-csi:pmem-csi-node\""
-#define EXTRA ",\"extra\":{\"authentication.kubernetes.io/node-name\":[\"node-x\"]}}"
+#define USER "\"user\":{\"username\":\"system:serviceaccount:pmem-csi:pmem-csi-node\""
+#define POD                                                                    \
+	"\"authentication.kubernetes.io/pod-name\":[\"pmem-csi-node-abcde\"]," \
+	"\"authentication.kubernetes.io/pod-uid\":[\"8c7c4f1e-0000-4000-8000-000000000001\"]"
+#define EXTRA ",\"extra\":{\"authentication.kubernetes.io/node-name\":[\"node-x\"]," POD "}}"
 
 START_TEST(review_proves_a_node)
 {
@@ -86,6 +115,10 @@ START_TEST(review_proves_nothing)
 				   "\"system:serviceaccount:apps:default\"" EXTRA "}"));
 	/* no node: a token not bound to a pod, or an older Kubernetes */
 	ck_assert_ptr_nonnull(says("{\"authenticated\":true," USER "}}"));
+	ck_assert_ptr_nonnull(says("{\"authenticated\":true," USER ",\"extra\":{" POD "}}}"));
+	ck_assert_ptr_nonnull(
+		says("{\"authenticated\":true," USER
+		     ",\"extra\":{\"authentication.kubernetes.io/node-name\":[\"node-x\"]}}}"));
 	ck_assert_ptr_nonnull(says("{\"authenticated\":true," USER
 				   ",\"extra\":{\"authentication.kubernetes.io/node-name\":[]}}}"));
 	ck_assert_ptr_nonnull(
@@ -104,6 +137,7 @@ static Suite *nodeauth_suite(void)
 
 	tcase_add_test(tc, endpoint_on_the_callers_address);
 	tcase_add_test(tc, empty_host_becomes_the_callers);
+	tcase_add_test(tc, endpoint_on_any_of_a_pods_addresses);
 	tcase_add_test(tc, endpoint_elsewhere_refused);
 	tcase_add_test(tc, review_proves_a_node);
 	tcase_add_test(tc, review_proves_nothing);
