@@ -24,6 +24,7 @@
 #include "daemon/node/role.h"
 #include "daemon/version.h"
 #include "daemon/webhooks/role.h"
+#include "rpc/budget.h"
 #include "rpc/server.h"
 #include "rpc/tls.h"
 
@@ -106,6 +107,7 @@ static int start_metrics(struct daemon *d)
 		.driver_name = d->cfg.driver_name,
 		.version = PCSI_VERSION,
 		.ready = &d->identity.ready,
+		.request_timeout_ms = d->cfg.handshake_timeout_s * 1000,
 	};
 	char err[512];
 
@@ -179,6 +181,7 @@ int main(int argc, char **argv)
 		pcsi_info(1, "flag accepted for compatibility, without effect here",
 			  "flag=%s mode=%s", d.cfg.ignored[i], pcsi_mode_name(d.cfg.mode));
 	signal(SIGPIPE, SIG_IGN);
+	pcsi_budget_set_shed_hook(pcsi_metrics_connection_shed);
 
 	d.env.loop = uv_default_loop();
 	d.env.cfg = &d.cfg;
@@ -196,6 +199,9 @@ int main(int argc, char **argv)
 	sopts.max_recv_msg = d.cfg.max_recv_msg;
 	sopts.max_streams = d.cfg.max_streams;
 	sopts.max_conns = d.cfg.max_conns;
+	sopts.max_conns_per_peer = d.cfg.max_conns_per_peer;
+	sopts.max_peer_bytes = d.cfg.max_peer_bytes;
+	sopts.handshake_timeout_ms = d.cfg.handshake_timeout_s * 1000;
 	sopts.check_request = pcsi_request_limits;
 	sopts.on_call_end = pcsi_metrics_on_call_end;
 	d.env.server = pcsi_server_new(d.env.loop, &sopts);

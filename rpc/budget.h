@@ -118,7 +118,8 @@ void pcsi_budget_release(struct pcsi_budget_entry *e, uint64_t n);
 uint64_t pcsi_budget_peer_bytes(const struct pcsi_budget_entry *e);
 
 /* Logs, rate-limited, that a connection from |peer| was shed from |b|
- * (|reason|: "evicted", "refused", "handshake timeout"; |why| explains) and
+ * (|reason|: "evicted", "refused", "handshake_timeout", "request_timeout";
+ * |why| explains) and
  * tells the hook. */
 void pcsi_budget_shed(const struct pcsi_budget *b, const char *reason, const char *peer,
 		      const char *why);

@@ -8,6 +8,7 @@
 
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
+#include "rpc/endpoint.h"
 
 struct wbuf {
 	uv_write_t req;
@@ -40,7 +41,6 @@ void pcsi_conn_describe_peer(struct pcsi_conn *c, struct sockaddr_storage *addr)
 {
 	struct sockaddr_storage tmp, *ss = addr ? addr : &tmp;
 	int len = sizeof(*ss);
-	char host[48];
 
 	memset(ss, 0, sizeof(*ss));
 	if (c->io.handle.type != UV_TCP)
@@ -49,15 +49,7 @@ void pcsi_conn_describe_peer(struct pcsi_conn *c, struct sockaddr_storage *addr)
 		memset(ss, 0, sizeof(*ss));
 		return;
 	}
-	if (ss->ss_family == AF_INET) {
-		struct sockaddr_in *in = (struct sockaddr_in *)ss;
-		uv_ip4_name(in, host, sizeof(host));
-		snprintf(c->peer, sizeof(c->peer), "%s:%u", host, ntohs(in->sin_port));
-	} else if (ss->ss_family == AF_INET6) {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-		uv_ip6_name(in6, host, sizeof(host));
-		snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host, ntohs(in6->sin6_port));
-	}
+	pcsi_sockaddr_str(ss, c->peer, sizeof(c->peer));
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)

@@ -762,7 +762,7 @@ static void sconn_timer(struct pcsi_conn *c)
 		return;
 	}
 	if (!c->ready || !sc->greeted) {
-		pcsi_budget_shed(&sc->l->budget, "handshake timeout", c->peer,
+		pcsi_budget_shed(&sc->l->budget, "handshake_timeout", c->peer,
 				 c->ready ? "no HTTP/2 preface and SETTINGS" : "TLS not done");
 		pcsi_conn_close(c, "handshake timeout");
 		return;
@@ -773,7 +773,7 @@ static void sconn_timer(struct pcsi_conn *c)
 		if (!call_receiving(call))
 			continue;
 		if (age >= rq_ns) {
-			pcsi_budget_shed(&sc->l->budget, "request timeout", c->peer,
+			pcsi_budget_shed(&sc->l->budget, "request_timeout", c->peer,
 					 "request not received in time");
 			pcsi_conn_close(c, "request timeout");
 			return;

@@ -570,7 +570,9 @@ static int listen_on(struct pcsi_scheduler *s, uv_loop_t *loop, const char *addr
 				    .max_body = MAX_BODY,
 				    .ssl = tls ? s->ssl : NULL,
 				    .what = tls ? "-schedulerListen" : "-insecureSchedulerListen",
-				    .max_conns = 64 };
+				    .max_conns = 64,
+				    .max_conns_per_peer = 32,
+				    .request_timeout_ms = s->cfg->handshake_timeout_s * 1000 };
 	char err[300];
 
 	if (pcsi_http_start(loop, &o, out, err, sizeof(err)) < 0) {
