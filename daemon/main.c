@@ -54,6 +54,8 @@ static void on_server_closed(struct pcsi_server *srv, void *data)
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
 	pcsi_memtrim_stop(&d->memtrim);
+	pcsi_certwatch_stop(d->env.certwatch);
+	d->env.certwatch = NULL;
 	switch (d->cfg.mode) {
 	case PCSI_MODE_NODE:
 		pcsi_node_role_close(&d->node);
@@ -149,6 +151,11 @@ static int setup_tls(struct daemon *d)
 	if (!d->env.client_tls) {
 		fprintf(stderr, "pmem-csi-driver: TLS (client certificate): %s\n", err);
 		return -1;
+	}
+	if (c->cert_reload_s) {
+		d->env.certwatch = pcsi_certwatch_start(d->env.loop, c->cert_reload_s * 1000);
+		pcsi_certwatch_add(d->env.certwatch, d->env.server_tls, "server");
+		pcsi_certwatch_add(d->env.certwatch, d->env.client_tls, "client");
 	}
 	return 0;
 }

@@ -27,6 +27,7 @@
 
 #include "rpc/budget.h"
 #include "rpc/endpoint.h"
+#include "rpc/tls.h"
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
 #include "daemon/metrics/metrics.h"
@@ -439,6 +440,9 @@ static void on_accept(uv_stream_t *ls, int status)
 	uv_tcp_nodelay(&c->tcp, 1);
 	sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, on_conn_closed);
 	c->sock = sock;
+	/* The TLS material in use now (it changes when reloaded): h2o reads it
+	 * in h2o_accept() only. */
+	h->accept_ctx.ssl_ctx = h->opts.tls ? pcsi_tls_ctx_ssl(h->opts.tls) : NULL;
 	h2o_accept(&h->accept_ctx, sock);
 }
 
@@ -588,7 +592,7 @@ int pcsi_http_start(uv_loop_t *loop, const struct pcsi_http_opts *opts, struct p
 	h2o_context_init(&h->ctx, loop, &h->config);
 	h->accept_ctx.ctx = &h->ctx;
 	h->accept_ctx.hosts = h->config.hosts;
-	h->accept_ctx.ssl_ctx = h->opts.ssl;
+	h->accept_ctx.ssl_ctx = NULL; /* set for each connection (on_accept) */
 	uv_timer_init(loop, &h->cap_timer);
 	uv_idle_init(loop, &h->fin);
 

@@ -43,7 +43,7 @@
 #include "backends/backend.h"
 
 struct pcsi_http;
-struct ssl_ctx_st;
+struct pcsi_tls_ctx;
 
 /* A request for another path than the metrics (struct pcsi_http_opts.route):
  * the whole request has arrived. The route answers it before it returns,
@@ -75,13 +75,15 @@ struct pcsi_http_opts {
 	 * endpoint may leave the metrics out (|no_metrics|: no /metrics,
 	 * /metrics/simple, /healthz, and the process-wide metrics are not set up
 	 * by it), take other methods than GET and HEAD, bodies up to |max_body|
-	 * bytes (default 1 KiB), and speak TLS (|ssl|: a server context,
-	 * borrowed). */
+	 * bytes (default 1 KiB), and speak TLS (|tls|: a server context from
+	 * pcsi_tls_ctx_new_https(), borrowed; each connection takes the
+	 * material in use when it is accepted, so a reload reaches new
+	 * connections). */
 	void (*route)(struct pcsi_http_request *r, void *data);
 	void *route_data;
 	bool no_metrics;
 	size_t max_body;
-	struct ssl_ctx_st *ssl;
+	struct pcsi_tls_ctx *tls;
 	const char *what;	     /* names the endpoint in messages (default "-metricsListen") */
 	uint32_t max_conns;	     /* default 32 */
 	uint32_t max_conns_per_peer; /* default 8 */
