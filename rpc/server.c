@@ -721,10 +721,14 @@ static int sconn_ready(struct pcsi_conn *c)
 	/* The handshake timer runs on until the peer's SETTINGS (on_frame_recv). */
 	if (nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, PCSI_ARRAY_SIZE(iv)) != 0)
 		return -EPROTO;
-	/* The connection window is the request bytes it may hold (see
-	 * on_data_chunk): large messages need no round trip, more cannot come. */
-	nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
-					      (int32_t)sc->srv->opts.max_peer_bytes);
+	/* The connection window: the request bytes it may hold (reserved, see
+	 * on_data_chunk), plus as much again for bytes dropped at once that
+	 * nghttp2 has not yet handed back (it does so in halves of the
+	 * window); large messages need no round trip, and a peer cannot send
+	 * more than this ahead of what the server lets go of. */
+	nghttp2_session_set_local_window_size(
+		c->ng, NGHTTP2_FLAG_NONE, 0,
+		(int32_t)PCSI_MIN(2 * sc->srv->opts.max_peer_bytes, MAX_WINDOW));
 	return 0;
 }
 

@@ -36,9 +36,11 @@
  * connection and for all connections of their TCP peer address on the
  * listener; a message that does not fit ends its call with
  * RESOURCE_EXHAUSTED before anything is allocated for it. The connection's
- * HTTP/2 receive window is |max_peer_bytes| too, and its bytes are handed
- * back (WINDOW_UPDATE) only when the server has let go of them (the message
- * decoded, or the call ended), so a peer cannot even send more.
+ * HTTP/2 receive window is twice |max_peer_bytes| (what it holds, and as
+ * much that was dropped at once and is not yet announced back), and its
+ * bytes are handed back (WINDOW_UPDATE) only when the server has let go of
+ * them (the message decoded, or the call ended): a peer cannot even send
+ * more than that ahead.
  *
  * Shutdown: pcsi_server_shutdown() stops accepting, removes unix socket
  * files, sends GOAWAY, lets calls in flight finish within |grace_ms| and then
