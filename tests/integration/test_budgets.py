@@ -233,6 +233,7 @@ class H2:
     def flush(self):
         out = self.conn.data_to_send()
         if out:
+            self.sock.settimeout(SLOW_OK_S)  # pump() leaves a short one
             self.sock.sendall(out)
 
     def start(self, path, authority="pmem-registry"):
