@@ -761,7 +761,9 @@ static void sconn_timer(struct pcsi_conn *c)
 	uint64_t idle, next = o->idle_timeout_ms;
 	struct pcsi_call *call;
 
-	if (sc->evicted) {
+	if (sc->evicted && !sc->calls) {
+		/* Its GOAWAY is not out: the peer does not read. (A call that
+		 * came before the GOAWAY did runs on under the rules below.) */
 		pcsi_conn_close(c, "evicted");
 		return;
 	}

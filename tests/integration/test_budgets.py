@@ -27,10 +27,8 @@ where a test waits, the bound is generous and says why. TAP output.
 
 usage: test_budgets.py PATH-TO-pmem-csi-driver   (or $PCSI_DRIVER)
 """
-import errno
 import os
 import re
-import shutil
 import socket
 import ssl
 import subprocess
