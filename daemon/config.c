@@ -39,6 +39,10 @@ enum {
 	OPT_MAX_RECV,
 	OPT_MAX_STREAMS,
 	OPT_MAX_CONNS,
+	OPT_MAX_CONNS_PEER,
+	OPT_MAX_PEER_BYTES,
+	OPT_HANDSHAKE_TIMEOUT,
+	OPT_CERT_RELOAD,
 	OPT_GRACE,
 	OPT_REG_GRACE,
 	OPT_LOST_GRACE,
@@ -100,6 +104,10 @@ static const struct option options[] = {
 	{ "maxRecvMsgSize", required_argument, NULL, OPT_MAX_RECV },
 	{ "maxConcurrentStreams", required_argument, NULL, OPT_MAX_STREAMS },
 	{ "maxConnections", required_argument, NULL, OPT_MAX_CONNS },
+	{ "maxConnectionsPerPeer", required_argument, NULL, OPT_MAX_CONNS_PEER },
+	{ "maxPeerRequestBytes", required_argument, NULL, OPT_MAX_PEER_BYTES },
+	{ "handshakeTimeout", required_argument, NULL, OPT_HANDSHAKE_TIMEOUT },
+	{ "certReloadInterval", required_argument, NULL, OPT_CERT_RELOAD },
 	{ "shutdownGrace", required_argument, NULL, OPT_GRACE },
 	{ "registrationGrace", required_argument, NULL, OPT_REG_GRACE },
 	{ "lostNodeGrace", required_argument, NULL, OPT_LOST_GRACE },
@@ -200,7 +208,24 @@ static const char usage[] =
 	"                             this long is gone for good, with its volumes (default 30)\n"
 	"  -maxRecvMsgSize=BYTES      largest accepted gRPC message (default 4194304)\n"
 	"  -maxConcurrentStreams=N    concurrent calls per connection (default 128)\n"
-	"  -maxConnections=N          open connections per process (default 1024)\n"
+	"  -maxConnections=N          open gRPC connections of each listener, each unix\n"
+	"                             socket and TCP port on its own (default 1024; before\n"
+	"                             0.1.0 one budget for all of them together: the same\n"
+	"                             N now bounds each); a newcomer makes an idle or\n"
+	"                             handshaking connection give way, else it is closed\n"
+	"  -maxConnectionsPerPeer=N   gRPC over TCP: connections of one peer address on one\n"
+	"                             listener (default 32)\n"
+	"  -maxPeerRequestBytes=BYTES gRPC: request bytes buffered for one connection and for\n"
+	"                             one TCP peer address on a listener; more is refused\n"
+	"                             RESOURCE_EXHAUSTED (default 4 x -maxRecvMsgSize; at\n"
+	"                             least -maxRecvMsgSize, at most 2147483647)\n"
+	"  -handshakeTimeout=SECONDS  a new connection's TLS handshake, HTTP/2 preface and\n"
+	"                             SETTINGS, or (metrics, scheduler endpoints) its TLS\n"
+	"                             handshake and each whole request, must take at most\n"
+	"                             this (default 5)\n"
+	"  -certReloadInterval=SECONDS  look at -caFile, -certFile, -keyFile (and the client\n"
+	"                             ones) this often; changed files are loaded for new\n"
+	"                             connections (default 10; 0: never)\n"
 	"  -shutdownGrace=SECONDS     time calls in flight get on SIGTERM (default 10)\n"
 	"  -registrationGrace=SECONDS controller: after a start, unknown volume ids are\n"
 	"                             UNAVAILABLE this long, until nodes re-registered (default "
@@ -518,6 +543,14 @@ static int validate(struct pcsi_config *c, FILE *err)
 		ignored(c, "-schedulerListen");
 	if (c->mode != PCSI_MODE_WEBHOOKS && c->insecure_scheduler_listen)
 		ignored(c, "-insecureSchedulerListen");
+	if (c->max_peer_bytes && c->max_peer_bytes < c->max_recv_msg) {
+		fprintf(err,
+			"pmem-csi-driver: -maxPeerRequestBytes=%llu is less than "
+			"-maxRecvMsgSize=%zu: "
+			"a largest request would never fit\n",
+			(unsigned long long)c->max_peer_bytes, c->max_recv_msg);
+		return -EINVAL;
+	}
 	if (c->kube_api_qps == 0)
 		c->kube_api_qps = 5; /* client-go's default for 0 */
 	if (c->kube_api_burst <= 0)
@@ -543,6 +576,9 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.max_recv_msg = 4u << 20,
 		.max_streams = 128,
 		.max_conns = 1024,
+		.max_conns_per_peer = 32,
+		.handshake_timeout_s = 5,
+		.cert_reload_s = 10,
 		.shutdown_grace_s = 10,
 		.registration_grace_s = 90,
 		.lost_node_grace_s = 30,
@@ -814,6 +850,26 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 			if (parse_num("maxConnections", optarg, 1, 1 << 20, &n, err) < 0)
 				return -EINVAL;
 			cfg->max_conns = (uint32_t)n;
+			break;
+		case OPT_MAX_CONNS_PEER:
+			if (parse_num("maxConnectionsPerPeer", optarg, 1, 1 << 20, &n, err) < 0)
+				return -EINVAL;
+			cfg->max_conns_per_peer = (uint32_t)n;
+			break;
+		case OPT_MAX_PEER_BYTES:
+			if (parse_num("maxPeerRequestBytes", optarg, 1024, INT32_MAX, &n, err) < 0)
+				return -EINVAL;
+			cfg->max_peer_bytes = (uint64_t)n;
+			break;
+		case OPT_HANDSHAKE_TIMEOUT:
+			if (parse_num("handshakeTimeout", optarg, 1, 3600, &n, err) < 0)
+				return -EINVAL;
+			cfg->handshake_timeout_s = (uint32_t)n;
+			break;
+		case OPT_CERT_RELOAD:
+			if (parse_num("certReloadInterval", optarg, 0, 86400, &n, err) < 0)
+				return -EINVAL;
+			cfg->cert_reload_s = (uint32_t)n;
 			break;
 		case OPT_GRACE:
 			if (parse_num("shutdownGrace", optarg, 0, 3600, &n, err) < 0)

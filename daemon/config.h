@@ -67,7 +67,12 @@ struct pcsi_config {
 	int verbosity;
 	enum pcsi_log_format log_format;
 	size_t max_recv_msg;
-	uint32_t max_streams, max_conns;
+	uint32_t max_streams, max_conns; /* max_conns: of each listener */
+	uint32_t max_conns_per_peer;	 /* TCP: of one address on one listener */
+	uint64_t max_peer_bytes;	 /* request bytes of a connection / TCP address (0: 4 x
+					    max_recv_msg) */
+	uint32_t handshake_timeout_s;	 /* TLS + preface + SETTINGS; HTTP: the first request */
+	uint32_t cert_reload_s;		 /* look at the TLS files this often (0: never) */
 	uint32_t shutdown_grace_s;
 	uint32_t registration_grace_s;	  /* controller: unknown ids are UNAVAILABLE this long */
 	uint32_t lost_node_grace_s;	  /* webhooks, controller: grace of a missing Node */

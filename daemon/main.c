@@ -24,6 +24,7 @@
 #include "daemon/node/role.h"
 #include "daemon/version.h"
 #include "daemon/webhooks/role.h"
+#include "rpc/budget.h"
 #include "rpc/server.h"
 #include "rpc/tls.h"
 
@@ -53,6 +54,8 @@ static void on_server_closed(struct pcsi_server *srv, void *data)
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
 	pcsi_memtrim_stop(&d->memtrim);
+	pcsi_certwatch_stop(d->env.certwatch);
+	d->env.certwatch = NULL;
 	switch (d->cfg.mode) {
 	case PCSI_MODE_NODE:
 		pcsi_node_role_close(&d->node);
@@ -106,6 +109,7 @@ static int start_metrics(struct daemon *d)
 		.driver_name = d->cfg.driver_name,
 		.version = PCSI_VERSION,
 		.ready = &d->identity.ready,
+		.request_timeout_ms = d->cfg.handshake_timeout_s * 1000,
 	};
 	char err[512];
 
@@ -148,6 +152,11 @@ static int setup_tls(struct daemon *d)
 		fprintf(stderr, "pmem-csi-driver: TLS (client certificate): %s\n", err);
 		return -1;
 	}
+	if (c->cert_reload_s) {
+		d->env.certwatch = pcsi_certwatch_start(d->env.loop, c->cert_reload_s * 1000);
+		pcsi_certwatch_add(d->env.certwatch, d->env.server_tls, "server");
+		pcsi_certwatch_add(d->env.certwatch, d->env.client_tls, "client");
+	}
 	return 0;
 }
 
@@ -179,6 +188,7 @@ int main(int argc, char **argv)
 		pcsi_info(1, "flag accepted for compatibility, without effect here",
 			  "flag=%s mode=%s", d.cfg.ignored[i], pcsi_mode_name(d.cfg.mode));
 	signal(SIGPIPE, SIG_IGN);
+	pcsi_budget_set_shed_hook(pcsi_metrics_connection_shed);
 
 	d.env.loop = uv_default_loop();
 	d.env.cfg = &d.cfg;
@@ -196,6 +206,9 @@ int main(int argc, char **argv)
 	sopts.max_recv_msg = d.cfg.max_recv_msg;
 	sopts.max_streams = d.cfg.max_streams;
 	sopts.max_conns = d.cfg.max_conns;
+	sopts.max_conns_per_peer = d.cfg.max_conns_per_peer;
+	sopts.max_peer_bytes = d.cfg.max_peer_bytes;
+	sopts.handshake_timeout_ms = d.cfg.handshake_timeout_s * 1000;
 	sopts.check_request = pcsi_request_limits;
 	sopts.on_call_end = pcsi_metrics_on_call_end;
 	d.env.server = pcsi_server_new(d.env.loop, &sopts);

@@ -554,14 +554,14 @@ static void on_connected(uv_connect_t *req, int status)
 		pcsi_conn_close(&cc->c, uv_strerror(status));
 		return;
 	}
-	if (nghttp2_session_client_new2(&cc->c.ng, client_callbacks(), cc, pcsi_conn_ng_option()) !=
-	    0)
+	if (nghttp2_session_client_new2(&cc->c.ng, client_callbacks(), cc,
+					pcsi_conn_ng_option(false)) != 0)
 		abort();
 	if (cc->chan->tls)
 		cc->c.tls = pcsi_tls_new(cc->chan->tls);
 	if (cc->c.io.handle.type == UV_TCP) {
 		uv_tcp_nodelay(&cc->c.io.tcp, 1);
-		pcsi_conn_describe_peer(&cc->c);
+		pcsi_conn_describe_peer(&cc->c, NULL);
 	}
 	pcsi_conn_start(&cc->c);
 }

@@ -9,6 +9,7 @@
 
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
+#include "rpc/endpoint.h"
 
 struct wbuf {
 	uv_write_t req;
@@ -37,25 +38,19 @@ int pcsi_conn_init(struct pcsi_conn *c, uv_loop_t *loop, bool tcp, const struct 
 	return 0;
 }
 
-void pcsi_conn_describe_peer(struct pcsi_conn *c)
+void pcsi_conn_describe_peer(struct pcsi_conn *c, struct sockaddr_storage *addr)
 {
-	struct sockaddr_storage ss;
-	int len = sizeof(ss);
-	char host[48];
+	struct sockaddr_storage tmp, *ss = addr ? addr : &tmp;
+	int len = sizeof(*ss);
 
+	memset(ss, 0, sizeof(*ss));
 	if (c->io.handle.type != UV_TCP)
 		return;
-	if (uv_tcp_getpeername(&c->io.tcp, (struct sockaddr *)&ss, &len) != 0)
+	if (uv_tcp_getpeername(&c->io.tcp, (struct sockaddr *)ss, &len) != 0) {
+		memset(ss, 0, sizeof(*ss));
 		return;
-	if (ss.ss_family == AF_INET) {
-		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
-		uv_ip4_name(in, host, sizeof(host));
-		snprintf(c->peer, sizeof(c->peer), "%s:%u", host, ntohs(in->sin_port));
-	} else if (ss.ss_family == AF_INET6) {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-		uv_ip6_name(in6, host, sizeof(host));
-		snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host, ntohs(in6->sin6_port));
 	}
+	pcsi_sockaddr_str(ss, c->peer, sizeof(c->peer));
 }
 
 int pcsi_conn_peer_ip(struct pcsi_conn *c, char *out, size_t size)
@@ -383,15 +378,16 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	pcsi_conn_kick(c);
 }
 
-const nghttp2_option *pcsi_conn_ng_option(void)
+const nghttp2_option *pcsi_conn_ng_option(bool server)
 {
-	static nghttp2_option *opt;
+	static nghttp2_option *opt[2];
 
-	if (!opt) {
-		if (nghttp2_option_new(&opt) != 0)
+	if (!opt[server]) {
+		if (nghttp2_option_new(&opt[server]) != 0)
 			abort();
-		nghttp2_option_set_max_reserved_remote_streams(opt, 0);
-		nghttp2_option_set_no_closed_streams(opt, 1);
+		nghttp2_option_set_max_reserved_remote_streams(opt[server], 0);
+		nghttp2_option_set_no_closed_streams(opt[server], 1);
+		nghttp2_option_set_no_auto_window_update(opt[server], server);
 	}
-	return opt;
+	return opt[server];
 }

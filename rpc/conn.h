@@ -78,8 +78,9 @@ void pcsi_conn_set_timer(struct pcsi_conn *c, uint64_t ms);
 /* Closes now, dropping unsent output. |reason| (static) is reported to on_close. */
 void pcsi_conn_close(struct pcsi_conn *c, const char *reason);
 
-/* Fills c->peer from the stream's peer address. */
-void pcsi_conn_describe_peer(struct pcsi_conn *c);
+/* Fills c->peer from the stream's peer address, and |addr| (may be NULL;
+ * zeroed when there is none) with the address itself. */
+void pcsi_conn_describe_peer(struct pcsi_conn *c, struct sockaddr_storage *addr);
 
 /* The numeric address (no port; IPv4-mapped IPv6 addresses as IPv4) of a TCP
  * connection's peer into |out|. Returns 0, or -ENOTCONN. */
@@ -89,7 +90,9 @@ int pcsi_conn_peer_ip(struct pcsi_conn *c, char *out, size_t size);
  * client): no pushed streams, and a stream's state is freed when it closes
  * instead of being kept for the priority tree (gRPC sends no priorities;
  * kept, a busy connection pinned some 128 closed streams of 224 bytes each,
- * in as many heap pages, for as long as it stayed open). */
-const nghttp2_option *pcsi_conn_ng_option(void);
+ * in as many heap pages, for as long as it stayed open). A |server|'s
+ * sessions send no WINDOW_UPDATE by themselves: the server returns
+ * connection window only for request bytes it has let go of (server.c). */
+const nghttp2_option *pcsi_conn_ng_option(bool server);
 
 #endif

@@ -1,7 +1,9 @@
 /* endpoint.c: endpoint string parsing. See endpoint.h. */
 #include "rpc/endpoint.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,4 +71,21 @@ int pcsi_endpoint_parse(const char *s, struct pcsi_endpoint *ep, char *err, size
 		return bad(err, errlen, s, "port must be 1..65535");
 	ep->port = (int)port;
 	return 0;
+}
+
+void pcsi_sockaddr_str(const struct sockaddr_storage *ss, char *out, size_t n)
+{
+	char host[INET6_ADDRSTRLEN];
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		snprintf(out, n, "%s:%u", host, ntohs(in->sin_port));
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		snprintf(out, n, "[%s]:%u", host, ntohs(in6->sin6_port));
+	} else {
+		snprintf(out, n, "tcp");
+	}
 }

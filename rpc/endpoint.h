@@ -23,4 +23,9 @@ struct pcsi_endpoint {
 /* Returns 0 or -EINVAL; |err| (may be NULL) then says what is wrong. */
 int pcsi_endpoint_parse(const char *s, struct pcsi_endpoint *ep, char *err, size_t errlen);
 
+struct sockaddr_storage;
+
+/* "1.2.3.4:56" or "[::1]:56" for a peer's address; "tcp" for anything else. */
+void pcsi_sockaddr_str(const struct sockaddr_storage *ss, char *out, size_t n);
+
 #endif

@@ -12,6 +12,7 @@
 
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
+#include "rpc/budget.h"
 #include "rpc/conn.h"
 #include "rpc/wire.h"
 
@@ -27,6 +28,7 @@ struct listener {
 	ProtobufCService *const *services;
 	size_t nservices;
 	char *unix_path; /* removed at shutdown */
+	struct pcsi_budget budget;
 	struct listener *next;
 };
 
@@ -34,9 +36,12 @@ struct sconn {
 	struct pcsi_conn c;
 	struct pcsi_server *srv;
 	struct listener *l;
-	struct pcsi_call *calls; /* calls whose stream is open */
-	uint64_t last_active;	 /* loop time of the last stream opened or closed */
-	bool greeted;		 /* the peer's first SETTINGS arrived */
+	struct pcsi_call *calls;       /* calls whose stream is open */
+	uint64_t last_active;	       /* loop time of the last stream opened or closed */
+	bool greeted;		       /* the peer's first SETTINGS arrived */
+	bool evicted;		       /* made room for a newcomer: closing */
+	struct pcsi_budget_entry slot; /* in l->budget */
+	struct sockaddr_storage addr;  /* TCP: the peer's */
 	struct sconn *prev, *next;
 };
 
@@ -69,6 +74,8 @@ struct pcsi_call {
 	bool cancelled;
 	bool timer_open;
 	uint32_t header_bytes;
+	uint64_t reserved; /* budget bytes for the message being received */
+	size_t held;	   /* its bytes received and not yet handed back (window) */
 	uint64_t start_ns;
 	uint64_t deadline_ms; /* loop time; 0 = none */
 	uv_timer_t deadline;
@@ -85,10 +92,14 @@ static const struct pcsi_server_opts defaults = {
 	.max_recv_msg = 4u << 20,
 	.max_streams = 128,
 	.max_conns = 1024,
+	.max_conns_per_peer = 32,
 	.max_header_list = 16u << 10,
 	.idle_timeout_ms = 5 * 60 * 1000,
-	.handshake_timeout_ms = 10 * 1000,
+	.handshake_timeout_ms = 5 * 1000,
+	.request_timeout_ms = 10 * 1000,
 };
+
+#define MAX_WINDOW ((1u << 31) - 1) /* HTTP/2's largest window */
 
 struct pcsi_server *pcsi_server_new(uv_loop_t *loop, const struct pcsi_server_opts *opts)
 {
@@ -102,10 +113,16 @@ struct pcsi_server *pcsi_server_new(uv_loop_t *loop, const struct pcsi_server_op
 	DEF(max_recv_msg);
 	DEF(max_streams);
 	DEF(max_conns);
+	DEF(max_conns_per_peer);
 	DEF(max_header_list);
 	DEF(idle_timeout_ms);
 	DEF(handshake_timeout_ms);
+	DEF(request_timeout_ms);
 #undef DEF
+	if (!srv->opts.max_peer_bytes)
+		srv->opts.max_peer_bytes = 4 * (uint64_t)srv->opts.max_recv_msg;
+	srv->opts.max_peer_bytes =
+		PCSI_MIN(PCSI_MAX(srv->opts.max_peer_bytes, srv->opts.max_recv_msg), MAX_WINDOW);
 	return srv;
 }
 
@@ -187,6 +204,35 @@ static void call_stop_timer(struct pcsi_call *call)
 		uv_timer_stop(&call->deadline);
 }
 
+/* The connection's state in its listener's budget follows what it does. */
+static void sconn_update_slot(struct sconn *sc)
+{
+	enum pcsi_budget_state st = !sc->greeted ? PCSI_BUDGET_HANDSHAKE
+				    : sc->calls	 ? PCSI_BUDGET_BUSY
+						 : PCSI_BUDGET_IDLE;
+
+	pcsi_budget_set_state(&sc->slot, st, uv_now(sc->srv->loop));
+}
+
+/* Lets go of the request bytes |call| holds: its message buffer, its
+ * reservation in the budget, and the connection window they took, which
+ * goes back to the peer. Any number of times. */
+static void call_release(struct pcsi_call *call)
+{
+	struct sconn *sc = call->sc;
+
+	pcsi_msgdec_reset(&call->dec);
+	if (sc) {
+		pcsi_budget_release(&sc->slot, call->reserved);
+		if (call->held && sc->c.ng && !sc->c.closing) {
+			nghttp2_session_consume_connection(sc->c.ng, call->held);
+			pcsi_conn_kick(&sc->c);
+		}
+	}
+	call->reserved = 0;
+	call->held = 0;
+}
+
 /* The stream is gone. A running handler is told through its cancel callback
  * and keeps the call until it ends it (possibly inside that callback); the
  * call must not be touched after call_cancel() then. */
@@ -195,6 +241,7 @@ static void call_detach(struct pcsi_call *call)
 	if (!call->responded)
 		call_end_hook(call, PCSI_CANCELLED);
 	call_stop_timer(call);
+	call_release(call);
 	call_unlink(call);
 	if (call->dispatched)
 		call_cancel(call);
@@ -223,6 +270,7 @@ static void send_status_only(struct pcsi_call *call, int code, const char *msg)
 	call->responded = true;
 	call_stop_timer(call);
 	call_end_hook(call, code);
+	call_release(call);
 	if (!sc)
 		return;
 	snprintf(codebuf, sizeof(codebuf), "%d", code);
@@ -245,6 +293,7 @@ static void send_http_error(struct pcsi_call *call, const char *status)
 	call->responded = true;
 	call_stop_timer(call);
 	call_end_hook(call, PCSI_INTERNAL);
+	call_release(call);
 	nghttp2_submit_response(sc->c.ng, call->stream_id, hdrs, 1, NULL);
 	pcsi_conn_kick(&sc->c);
 }
@@ -432,15 +481,16 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, voi
 	call->sc = sc;
 	call->stream_id = frame->hd.stream_id;
 	call->start_ns = pcsi_now_ns();
-	/* The request must arrive whole within the handshake timeout (see
+	/* The request must arrive whole within the request timeout (see
 	 * sconn_timer): make the connection's timer fire by then. */
-	if (uv_timer_get_due_in(&sc->c.timer) > sc->srv->opts.handshake_timeout_ms)
-		pcsi_conn_set_timer(&sc->c, sc->srv->opts.handshake_timeout_ms);
+	if (uv_timer_get_due_in(&sc->c.timer) > sc->srv->opts.request_timeout_ms)
+		pcsi_conn_set_timer(&sc->c, sc->srv->opts.request_timeout_ms);
 	pcsi_msgdec_init(&call->dec, sc->srv->opts.max_recv_msg);
 	call->next = sc->calls;
 	if (sc->calls)
 		sc->calls->prev = call;
 	sc->calls = call;
+	sconn_update_slot(sc);
 	nghttp2_session_set_stream_user_data(ng, frame->hd.stream_id, call);
 	return 0;
 }
@@ -505,7 +555,7 @@ static void dispatch(struct pcsi_call *call)
 	}
 	input = protobuf_c_message_unpack(call->method->input, NULL, call->dec.len,
 					  call->dec.buf ? call->dec.buf : (const uint8_t *)"");
-	pcsi_msgdec_reset(&call->dec);
+	call_release(call);
 	if (!input) {
 		send_status_only(call, PCSI_INTERNAL, "cannot parse the request message");
 		return;
@@ -567,17 +617,44 @@ static void on_request_headers(struct pcsi_call *call)
 	}
 }
 
+/* The message header is whole: reserve its body's bytes in the budget of
+ * the connection and of its peer address, or refuse the call. */
+static int call_reserve(struct pcsi_call *call)
+{
+	struct sconn *sc = call->sc;
+	uint64_t n = call->dec.len;
+
+	if (pcsi_budget_reserve(&sc->l->budget, &sc->slot, n) == 0) {
+		call->reserved = n;
+		return 0;
+	}
+	pcsi_info(2, "request refused: the peer's request buffers are full",
+		  "peer=%s listener=%s message_bytes=%llu held_bytes=%llu max_bytes=%llu",
+		  sc->c.peer, sc->l->budget.name, (unsigned long long)n,
+		  (unsigned long long)pcsi_budget_peer_bytes(&sc->slot),
+		  (unsigned long long)sc->srv->opts.max_peer_bytes);
+	send_status_only(call, PCSI_RESOURCE_EXHAUSTED,
+			 "request buffers of this peer are full; retry when its calls are done");
+	return -ENOBUFS;
+}
+
+/* Request bytes: the header of each message is taken on its own, so that
+ * its body's length is reserved before the body takes memory. Stream
+ * windows go back at once (the budget is per connection and peer); the
+ * connection window only for bytes the server does not keep: header bytes
+ * and what is dropped at once, and a body's when the call lets go of it
+ * (call_release()). */
 static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id, const uint8_t *data,
 			 size_t len, void *user_data)
 {
 	struct pcsi_call *call = nghttp2_session_get_stream_user_data(ng, stream_id);
-	size_t used;
+	size_t used, hdr;
 	int rc;
 
-	if (!call || call->responded || call->dispatched)
-		return 0;
-	while (len > 0) {
-		rc = pcsi_msgdec_feed(&call->dec, data, len, &used);
+	nghttp2_session_consume_stream(ng, stream_id, len);
+	while (len > 0 && call && !call->responded && !call->dispatched) {
+		hdr = pcsi_msgdec_header_left(&call->dec);
+		rc = pcsi_msgdec_feed(&call->dec, data, hdr ? PCSI_MIN(len, hdr) : len, &used);
 		if (rc < 0) {
 			if (rc == -EMSGSIZE)
 				send_status_only(call, PCSI_RESOURCE_EXHAUSTED,
@@ -587,26 +664,29 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t stream_id, 
 						 "compressed messages are not supported");
 			else
 				send_status_only(call, PCSI_INTERNAL, "malformed message frame");
-			return 0;
+			break;
 		}
 		data += used;
 		len -= used;
+		if (hdr)
+			nghttp2_session_consume_connection(ng, used);
+		else
+			call->held += used;
+		if (hdr && !pcsi_msgdec_header_left(&call->dec) && call_reserve(call) < 0)
+			break;
 		if (rc == 1) {
-			if (call->have_msg) {
-				send_status_only(call, PCSI_UNIMPLEMENTED,
-						 "more than one request message in a unary call");
-				return 0;
-			}
-			call->have_msg = true;
-			if (len > 0) {
+			if (call->have_msg || len > 0) {
 				/* The body is kept in dec.buf; a second message would need
 				 * a second buffer, and is an error anyway. */
 				send_status_only(call, PCSI_UNIMPLEMENTED,
 						 "more than one request message in a unary call");
-				return 0;
+				break;
 			}
+			call->have_msg = true;
 		}
 	}
+	if (len > 0)
+		nghttp2_session_consume_connection(ng, len);
 	return 0;
 }
 
@@ -620,7 +700,9 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *
 		/* The handshake is over (TLS, preface, SETTINGS): idle rules from now. */
 		sc->greeted = true;
 		sc->last_active = uv_now(sc->srv->loop);
-		pcsi_conn_set_timer(&sc->c, sc->srv->opts.idle_timeout_ms);
+		sconn_update_slot(sc);
+		if (!sc->calls)
+			pcsi_conn_set_timer(&sc->c, sc->srv->opts.idle_timeout_ms);
 		return 0;
 	}
 	if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
@@ -639,12 +721,14 @@ static int on_stream_close(nghttp2_session *ng, int32_t stream_id, uint32_t erro
 			   void *user_data)
 {
 	struct pcsi_call *call = nghttp2_session_get_stream_user_data(ng, stream_id);
+	struct sconn *sc = user_data;
 
 	if (!call)
 		return 0;
-	call->sc->last_active = uv_now(call->sc->srv->loop);
+	sc->last_active = uv_now(sc->srv->loop);
 	nghttp2_session_set_stream_user_data(ng, stream_id, NULL);
 	call_detach(call);
+	sconn_update_slot(sc);
 	return 0;
 }
 
@@ -662,9 +746,24 @@ static int sconn_ready(struct pcsi_conn *c)
 	/* The handshake timer runs on until the peer's SETTINGS (on_frame_recv). */
 	if (nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, PCSI_ARRAY_SIZE(iv)) != 0)
 		return -EPROTO;
-	/* Grow the connection window too, so large messages need no round trip. */
-	nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0, 4u << 20);
+	/* The connection window: the request bytes it may hold (reserved, see
+	 * on_data_chunk), plus as much again for bytes dropped at once that
+	 * nghttp2 has not yet handed back (it does so in halves of the
+	 * window); large messages need no round trip, and a peer cannot send
+	 * more than this ahead of what the server lets go of. */
+	nghttp2_session_set_local_window_size(
+		c->ng, NGHTTP2_FLAG_NONE, 0,
+		(int32_t)PCSI_MIN(2 * sc->srv->opts.max_peer_bytes, MAX_WINDOW));
 	return 0;
+}
+
+/* No new streams: the connection closes once its last one has ended. */
+static void sconn_goaway(struct sconn *sc, const char *why)
+{
+	nghttp2_submit_goaway(sc->c.ng, NGHTTP2_FLAG_NONE,
+			      nghttp2_session_get_last_proc_stream_id(sc->c.ng), NGHTTP2_NO_ERROR,
+			      (const uint8_t *)why, strlen(why));
+	pcsi_conn_kick(&sc->c);
 }
 
 /* A call still receiving its request (no handler, no answer yet). */
@@ -673,21 +772,29 @@ static bool call_receiving(const struct pcsi_call *call)
 	return !call->dispatched && !call->responded;
 }
 
-/* Slow peers: the handshake (TLS, the HTTP/2 preface and SETTINGS) and then
- * every request (its headers and message) must arrive within the handshake
- * timeout, else the connection is closed: a peer that sends a byte a second
- * holds a slot for seconds, not forever. A connection without calls is closed
- * (GOAWAY) after the idle timeout counted from its last stream. */
+/* Slow peers: the handshake (TLS, the HTTP/2 preface and SETTINGS) must be
+ * over within the handshake timeout and every request (its headers and
+ * message) must arrive within the request timeout, else the connection is
+ * closed: a peer that sends a byte a second holds a slot for seconds, not
+ * forever. A connection without calls is closed (GOAWAY) after the idle
+ * timeout counted from its last stream. */
 static void sconn_timer(struct pcsi_conn *c)
 {
 	struct sconn *sc = pcsi_container_of(c, struct sconn, c);
 	const struct pcsi_server_opts *o = &sc->srv->opts;
-	uint64_t now_ns = pcsi_now_ns(), hs_ns = (uint64_t)o->handshake_timeout_ms * 1000000;
+	uint64_t now_ns = pcsi_now_ns(), rq_ns = (uint64_t)o->request_timeout_ms * 1000000;
 	uint64_t idle, next = o->idle_timeout_ms;
 	struct pcsi_call *call;
 
+	if (sc->evicted && !sc->calls) {
+		/* Its GOAWAY is not out: the peer does not read. (A call that
+		 * came before the GOAWAY did runs on under the rules below.) */
+		pcsi_conn_close(c, "evicted");
+		return;
+	}
 	if (!c->ready || !sc->greeted) {
-		pcsi_info(2, "connection closed: handshake timeout", "peer=%s", c->peer);
+		pcsi_budget_shed(&sc->l->budget, "handshake_timeout", c->peer,
+				 c->ready ? "no HTTP/2 preface and SETTINGS" : "TLS not done");
 		pcsi_conn_close(c, "handshake timeout");
 		return;
 	}
@@ -696,23 +803,20 @@ static void sconn_timer(struct pcsi_conn *c)
 
 		if (!call_receiving(call))
 			continue;
-		if (age >= hs_ns) {
-			pcsi_info(2, "connection closed: request not received in time",
-				  "peer=%s timeout_ms=%u", c->peer, o->handshake_timeout_ms);
+		if (age >= rq_ns) {
+			pcsi_budget_shed(&sc->l->budget, "request_timeout", c->peer,
+					 "request not received in time");
 			pcsi_conn_close(c, "request timeout");
 			return;
 		}
-		next = PCSI_MIN(next, (hs_ns - age + 999999) / 1000000);
+		next = PCSI_MIN(next, (rq_ns - age + 999999) / 1000000);
 	}
 	idle = uv_now(sc->srv->loop) - sc->last_active;
 	if (sc->calls || idle < o->idle_timeout_ms) {
 		pcsi_conn_set_timer(c, sc->calls ? next : o->idle_timeout_ms - idle);
 		return;
 	}
-	nghttp2_submit_goaway(c->ng, NGHTTP2_FLAG_NONE,
-			      nghttp2_session_get_last_proc_stream_id(c->ng), NGHTTP2_NO_ERROR,
-			      (const uint8_t *)"idle", 4);
-	pcsi_conn_kick(c);
+	sconn_goaway(sc, "idle");
 }
 
 static void server_maybe_done(struct pcsi_server *srv);
@@ -726,6 +830,7 @@ static void sconn_closed(struct pcsi_conn *c, const char *reason)
 		pcsi_info(4, "connection closed", "peer=%s reason=\"%s\"", c->peer, reason);
 	while (sc->calls)
 		call_detach(sc->calls);
+	pcsi_budget_leave(&sc->l->budget, &sc->slot);
 	if (sc->prev)
 		sc->prev->next = sc->next;
 	else
@@ -764,6 +869,47 @@ static void on_reject_closed(uv_handle_t *h)
 	free(h);
 }
 
+/* Makes room in a listener: |sc| is in its handshake (closed now) or idle
+ * (GOAWAY, then closed once that is out, or after the handshake timeout
+ * when the peer does not read it). */
+static void sconn_evict(struct sconn *sc, const char *why)
+{
+	pcsi_budget_shed(&sc->l->budget, "evicted", sc->c.peer, why);
+	pcsi_budget_leave(&sc->l->budget, &sc->slot);
+	if (!sc->greeted) {
+		pcsi_conn_close(&sc->c, "evicted");
+		return;
+	}
+	sc->evicted = true;
+	sconn_goaway(sc, "evicted");
+	pcsi_conn_set_timer(&sc->c, sc->srv->opts.handshake_timeout_ms);
+}
+
+/* Gives the newcomer |sc| its place in its listener's budget, making room
+ * when needed; false when it was closed instead. */
+static bool sconn_admit(struct sconn *sc)
+{
+	struct pcsi_budget *b = &sc->l->budget;
+	const struct sockaddr *addr =
+		sc->addr.ss_family ? (const struct sockaddr *)&sc->addr : NULL;
+	struct pcsi_budget_entry *victim;
+	const char *why;
+
+	switch (pcsi_budget_check(b, addr, &victim, &why)) {
+	case PCSI_BUDGET_REFUSE:
+		pcsi_budget_shed(b, "refused", sc->c.peer, why);
+		pcsi_conn_close(&sc->c, "refused");
+		return false;
+	case PCSI_BUDGET_EVICT:
+		sconn_evict(pcsi_container_of(victim, struct sconn, slot), why);
+		break;
+	case PCSI_BUDGET_ADMIT:
+		break;
+	}
+	pcsi_budget_join(b, &sc->slot, addr, uv_now(sc->srv->loop));
+	return true;
+}
+
 static void on_connection(uv_stream_t *ls, int status)
 {
 	struct listener *l = pcsi_container_of(ls, struct listener, io.stream);
@@ -773,7 +919,7 @@ static void on_connection(uv_stream_t *ls, int status)
 
 	if (status < 0)
 		return;
-	if (srv->nconns >= srv->opts.max_conns || srv->shutting_down) {
+	if (srv->shutting_down) {
 		/* Accept and drop, so the backlog does not fill with dead peers. */
 		uv_stream_t *s = pcsi_xmalloc(tcp ? sizeof(uv_tcp_t) : sizeof(uv_pipe_t));
 		if (tcp)
@@ -782,8 +928,6 @@ static void on_connection(uv_stream_t *ls, int status)
 			uv_pipe_init(srv->loop, (uv_pipe_t *)s, 0);
 		uv_accept(ls, s);
 		uv_close((uv_handle_t *)s, on_reject_closed);
-		pcsi_warn_rl(NULL, 10000, "connection refused: too many connections", "max=%u",
-			     srv->opts.max_conns);
 		return;
 	}
 	sc = pcsi_xcalloc(1, sizeof(*sc));
@@ -804,9 +948,13 @@ static void on_connection(uv_stream_t *ls, int status)
 	}
 	if (tcp) {
 		uv_tcp_nodelay(&sc->c.io.tcp, 1);
-		pcsi_conn_describe_peer(&sc->c);
+		pcsi_conn_describe_peer(&sc->c, &sc->addr);
 	}
-	nghttp2_session_server_new2(&sc->c.ng, server_callbacks(), sc, pcsi_conn_ng_option());
+	/* Accepted either way, so that the backlog does not fill with peers
+	 * nobody serves; closed at once when there is no room for it. */
+	if (!sconn_admit(sc))
+		return;
+	nghttp2_session_server_new2(&sc->c.ng, server_callbacks(), sc, pcsi_conn_ng_option(true));
 	if (!sc->c.ng)
 		abort();
 	if (l->tls)
@@ -870,19 +1018,28 @@ static int listen_tcp(struct pcsi_server *srv, struct listener *l, const struct 
 	return rc;
 }
 
-int pcsi_server_listen(struct pcsi_server *srv, const struct pcsi_endpoint *ep,
+int pcsi_server_listen(struct pcsi_server *srv, const struct pcsi_endpoint *ep, const char *name,
 		       struct pcsi_tls_ctx *tls, ProtobufCService *const *services, size_t n)
 {
 	struct listener *l = pcsi_xcalloc(1, sizeof(*l));
+	const struct pcsi_server_opts *o = &srv->opts;
+	struct pcsi_budget_limits lim = {
+		.max_conns = o->max_conns,
+		.max_per_peer = ep->is_unix ? 0 : o->max_conns_per_peer,
+		.max_conn_bytes = o->max_peer_bytes,
+		.max_peer_bytes = ep->is_unix ? 0 : o->max_peer_bytes,
+	};
 	int rc;
 
 	l->srv = srv;
 	l->tls = tls;
 	l->services = services;
 	l->nservices = n;
+	pcsi_budget_init(&l->budget, name, &lim);
 	if (ep->is_unix) {
 		rc = unlink_stale_socket(ep->path);
 		if (rc < 0) {
+			pcsi_budget_fini(&l->budget);
 			free(l);
 			return rc;
 		}
@@ -908,6 +1065,7 @@ int pcsi_server_listen(struct pcsi_server *srv, const struct pcsi_endpoint *ep,
 			free(l->unix_path);
 			l->unix_path = NULL;
 		} else {
+			pcsi_budget_fini(&l->budget);
 			free(l);
 		}
 		return rc;
@@ -975,10 +1133,7 @@ void pcsi_server_shutdown(struct pcsi_server *srv, uint64_t grace_ms, pcsi_serve
 			pcsi_conn_close(&sc->c, "server shutdown");
 			continue;
 		}
-		nghttp2_submit_goaway(sc->c.ng, NGHTTP2_FLAG_NONE,
-				      nghttp2_session_get_last_proc_stream_id(sc->c.ng),
-				      NGHTTP2_NO_ERROR, NULL, 0);
-		pcsi_conn_kick(&sc->c);
+		sconn_goaway(sc, "shutdown");
 	}
 	uv_timer_init(srv->loop, &srv->grace_timer);
 	srv->grace_timer_open = true;
@@ -994,6 +1149,7 @@ void pcsi_server_free(struct pcsi_server *srv)
 		return;
 	for (l = srv->listeners; l; l = next) {
 		next = l->next;
+		pcsi_budget_fini(&l->budget);
 		free(l->unix_path);
 		free(l);
 	}

@@ -21,6 +21,27 @@
  * runs (once), and its eventual reply is discarded. The handler must still end
  * the call.
  *
+ * Budgets (rpc/budget.h): each listener has its own: |max_conns|
+ * connections, on TCP at most |max_conns_per_peer| of them from one peer
+ * address; a newcomer over a limit makes an idle connection or one still in
+ * its handshake give way (closed at once, or GOAWAY when idle), or is closed
+ * when all are busy. The handshake (TLS, the HTTP/2 preface and the peer's
+ * SETTINGS) must be over within |handshake_timeout_ms|, every request (its
+ * headers and message) must have arrived within |request_timeout_ms| of its
+ * first frame, else the connection is closed. A connection without calls is
+ * closed (GOAWAY) after |idle_timeout_ms|.
+ *
+ * Request memory: the bytes of request messages being received are
+ * reserved, by announced length, against |max_peer_bytes| for their
+ * connection and for all connections of their TCP peer address on the
+ * listener; a message that does not fit ends its call with
+ * RESOURCE_EXHAUSTED before anything is allocated for it. The connection's
+ * HTTP/2 receive window is twice |max_peer_bytes| (what it holds, and as
+ * much that was dropped at once and is not yet announced back), and its
+ * bytes are handed back (WINDOW_UPDATE) only when the server has let go of
+ * them (the message decoded, or the call ended): a peer cannot even send
+ * more than that ahead.
+ *
  * Shutdown: pcsi_server_shutdown() stops accepting, removes unix socket
  * files, sends GOAWAY, lets calls in flight finish within |grace_ms| and then
  * closes everything; |cb| runs once everything is closed.
@@ -44,10 +65,15 @@ struct pcsi_call;
 struct pcsi_server_opts {
 	size_t max_recv_msg;	       /* largest request message, bytes (default 4 MiB) */
 	uint32_t max_streams;	       /* concurrent streams per connection (default 128) */
-	uint32_t max_conns;	       /* connections across all listeners (default 1024) */
+	uint32_t max_conns;	       /* connections of each listener (default 1024) */
+	uint32_t max_conns_per_peer;   /* TCP: of one peer address, per listener (default 32) */
+	uint64_t max_peer_bytes;       /* request bytes held for a connection and for a TCP
+					  peer address (default 4 x max_recv_msg; at
+					  least max_recv_msg, at most 2 GiB - 1) */
 	uint32_t max_header_list;      /* bytes of request headers (default 16 KiB) */
 	uint32_t idle_timeout_ms;      /* close a connection idle this long (default 5 min) */
-	uint32_t handshake_timeout_ms; /* TLS + preface + SETTINGS, and each request (10 s) */
+	uint32_t handshake_timeout_ms; /* TLS + preface + SETTINGS (default 5 s) */
+	uint32_t request_timeout_ms;   /* each request's headers and message (default 10 s) */
 	/* Checks a decoded request before its handler runs; a negative return
 	 * ends the call with INVALID_ARGUMENT and |err|. May be NULL. */
 	int (*check_request)(const ProtobufCMessage *in, char *err, size_t errlen);
@@ -63,10 +89,11 @@ typedef void (*pcsi_server_closed_cb)(struct pcsi_server *srv, void *data);
 struct pcsi_server *pcsi_server_new(uv_loop_t *loop, const struct pcsi_server_opts *opts);
 
 /* Listens on |ep| and serves |services| there (the array and the services are
- * borrowed and must outlive the server). |tls| (borrowed, may be NULL) turns on
+ * borrowed and must outlive the server). |name| (borrowed, static) names the
+ * listener in logs and metrics. |tls| (borrowed, may be NULL) turns on
  * mutual TLS. A stale unix socket file is replaced; a path that exists and is
  * not a socket is refused with -EEXIST. Returns 0 or -errno. */
-int pcsi_server_listen(struct pcsi_server *srv, const struct pcsi_endpoint *ep,
+int pcsi_server_listen(struct pcsi_server *srv, const struct pcsi_endpoint *ep, const char *name,
 		       struct pcsi_tls_ctx *tls, ProtobufCService *const *services, size_t n);
 
 /* Graceful stop, see above. Calls |cb| once, on a later loop turn. */

@@ -8,13 +8,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "daemon/core/util.h"
 
+enum { CA, CERT, KEY, NFILES };
+
+/* What stat() says of a file: a changed file (rewritten, or a new target of
+ * Kubernetes' ..data link) differs in one of these. */
+struct file_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime, ctime;
+	int err; /* stat failed: -errno */
+};
+
 struct pcsi_tls_ctx {
-	SSL_CTX *ssl_ctx;
-	bool server;
-	char *peer_name;
+	SSL_CTX *ssl_ctx; /* the material in use: new sessions take it */
+	bool server, https;
+	char *peer_name; /* NULL for https: any name the CA signed */
+	char *files[NFILES];
+	struct file_id loaded[NFILES]; /* of the material in use */
+	struct file_id failed[NFILES]; /* of the last reload that failed */
+	bool has_failed;
+	int refs;
+};
+
+struct pcsi_tls_reload {
+	struct file_id ids[NFILES];
+	SSL_CTX *ssl_ctx; /* NULL: failed */
+	char err[512];
 };
 
 struct pcsi_tls {
@@ -53,18 +77,17 @@ static void ssl_errors(char *buf, size_t n, const char *what)
 	ERR_clear_error();
 }
 
-struct pcsi_tls_ctx *pcsi_tls_ctx_new(bool server, const char *ca_file, const char *cert_file,
-				      const char *key_file, const char *peer_name, char *err,
-				      size_t errlen)
+/* A new SSL_CTX from |ctx|'s files and kind; only reads |ctx|'s fixed
+ * fields (files, kind, names), so it may run on another thread. */
+static SSL_CTX *build(const struct pcsi_tls_ctx *ctx, char *err, size_t errlen)
 {
-	struct pcsi_tls_ctx *ctx;
+	const char *ca_file = ctx->files[CA], *cert_file = ctx->files[CERT];
+	const char *key_file = ctx->files[KEY];
+	bool server = ctx->server;
 	X509_VERIFY_PARAM *param;
 	SSL_CTX *c;
 
-	if (!ca_file || !*ca_file || !cert_file || !*cert_file || !key_file || !*key_file) {
-		snprintf(err, errlen, "mutual TLS needs -caFile, -certFile and -keyFile");
-		return NULL;
-	}
+	ERR_clear_error();
 	c = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
 	if (!c) {
 		ssl_errors(err, errlen, "SSL_CTX_new");
@@ -82,7 +105,8 @@ struct pcsi_tls_ctx *pcsi_tls_ctx_new(bool server, const char *ca_file, const ch
 		ssl_errors(err, errlen, cert_file);
 		goto fail;
 	}
-	if (SSL_CTX_use_PrivateKey_file(c, key_file, SSL_FILETYPE_PEM) != 1) {
+	if (SSL_CTX_use_PrivateKey_file(c, key_file, SSL_FILETYPE_PEM) != 1 ||
+	    SSL_CTX_check_private_key(c) != 1) {
 		ssl_errors(err, errlen, key_file);
 		goto fail;
 	}
@@ -96,11 +120,13 @@ struct pcsi_tls_ctx *pcsi_tls_ctx_new(bool server, const char *ca_file, const ch
 	 * certificate has no DNS SAN. */
 	param = SSL_CTX_get0_param(c);
 	X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-	if (X509_VERIFY_PARAM_set1_host(param, peer_name, 0) != 1) {
+	if (ctx->peer_name && X509_VERIFY_PARAM_set1_host(param, ctx->peer_name, 0) != 1) {
 		ssl_errors(err, errlen, "peer name");
 		goto fail;
 	}
-	if (server)
+	if (ctx->https)
+		; /* HTTP/1.1 (h2o): no ALPN */
+	else if (server)
 		SSL_CTX_set_alpn_select_cb(c, on_alpn_select, NULL);
 	else
 		SSL_CTX_set_alpn_protos(c, alpn_h2, sizeof(alpn_h2));
@@ -108,23 +134,184 @@ struct pcsi_tls_ctx *pcsi_tls_ctx_new(bool server, const char *ca_file, const ch
 	/* The record buffers (some 34 KiB per session) are freed while empty:
 	 * most links are idle between calls. */
 	SSL_CTX_set_mode(c, SSL_MODE_RELEASE_BUFFERS);
-
-	ctx = pcsi_xcalloc(1, sizeof(*ctx));
-	ctx->ssl_ctx = c;
-	ctx->server = server;
-	ctx->peer_name = pcsi_xstrdup(peer_name);
-	return ctx;
+	return c;
 fail:
 	SSL_CTX_free(c);
 	return NULL;
 }
 
+static void identify(const struct pcsi_tls_ctx *ctx, struct file_id ids[NFILES])
+{
+	struct stat st;
+
+	memset(ids, 0, NFILES * sizeof(*ids));
+	for (int i = 0; i < NFILES; i++) {
+		if (stat(ctx->files[i], &st) < 0) {
+			ids[i].err = -errno;
+			continue;
+		}
+		ids[i] = (struct file_id){ .dev = st.st_dev,
+					   .ino = st.st_ino,
+					   .size = st.st_size,
+					   .mtime = st.st_mtim,
+					   .ctime = st.st_ctim };
+	}
+}
+
+static bool same_ids(const struct file_id *a, const struct file_id *b)
+{
+	for (int i = 0; i < NFILES; i++)
+		if (a[i].dev != b[i].dev || a[i].ino != b[i].ino || a[i].size != b[i].size ||
+		    a[i].mtime.tv_sec != b[i].mtime.tv_sec ||
+		    a[i].mtime.tv_nsec != b[i].mtime.tv_nsec ||
+		    a[i].ctime.tv_sec != b[i].ctime.tv_sec ||
+		    a[i].ctime.tv_nsec != b[i].ctime.tv_nsec || a[i].err != b[i].err)
+			return false;
+	return true;
+}
+
+static struct pcsi_tls_ctx *ctx_new(bool server, bool https, const char *ca_file,
+				    const char *cert_file, const char *key_file,
+				    const char *peer_name, char *err, size_t errlen)
+{
+	struct pcsi_tls_ctx *ctx;
+
+	if (!ca_file || !*ca_file || !cert_file || !*cert_file || !key_file || !*key_file) {
+		snprintf(err, errlen, "mutual TLS needs -caFile, -certFile and -keyFile");
+		return NULL;
+	}
+	ctx = pcsi_xcalloc(1, sizeof(*ctx));
+	ctx->refs = 1;
+	ctx->server = server;
+	ctx->https = https;
+	ctx->peer_name = peer_name ? pcsi_xstrdup(peer_name) : NULL;
+	ctx->files[CA] = pcsi_xstrdup(ca_file);
+	ctx->files[CERT] = pcsi_xstrdup(cert_file);
+	ctx->files[KEY] = pcsi_xstrdup(key_file);
+	/* Identified first: a change while the files are read shows next time. */
+	identify(ctx, ctx->loaded);
+	ctx->ssl_ctx = build(ctx, err, errlen);
+	if (!ctx->ssl_ctx) {
+		pcsi_tls_ctx_free(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
+struct pcsi_tls_ctx *pcsi_tls_ctx_new(bool server, const char *ca_file, const char *cert_file,
+				      const char *key_file, const char *peer_name, char *err,
+				      size_t errlen)
+{
+	return ctx_new(server, false, ca_file, cert_file, key_file, peer_name, err, errlen);
+}
+
+struct pcsi_tls_ctx *pcsi_tls_ctx_new_https(const char *ca_file, const char *cert_file,
+					    const char *key_file, char *err, size_t errlen)
+{
+	return ctx_new(true, true, ca_file, cert_file, key_file, NULL, err, errlen);
+}
+
+struct ssl_ctx_st *pcsi_tls_ctx_ssl(const struct pcsi_tls_ctx *ctx)
+{
+	return ctx->ssl_ctx;
+}
+
+int pcsi_tls_ctx_prepare(const struct pcsi_tls_ctx *ctx, struct pcsi_tls_reload **out)
+{
+	struct pcsi_tls_reload *r = pcsi_xcalloc(1, sizeof(*r));
+
+	*out = NULL;
+	identify(ctx, r->ids);
+	if (same_ids(r->ids, ctx->loaded)) {
+		free(r);
+		return 0;
+	}
+	r->ssl_ctx = build(ctx, r->err, sizeof(r->err));
+	*out = r;
+	return 1;
+}
+
+/* "CN=..., serial 0A1B..., valid until ..." of the certificate in use. */
+static void describe(SSL_CTX *c, char *out, size_t n)
+{
+	X509 *x = SSL_CTX_get0_certificate(c);
+	char cn[128] = "?", until[64] = "?";
+	char *serial = NULL;
+	BIGNUM *bn;
+	BIO *b;
+
+	if (!x) {
+		snprintf(out, n, "no certificate");
+		return;
+	}
+	X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof(cn));
+	bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(x), NULL);
+	if (bn)
+		serial = BN_bn2hex(bn);
+	b = BIO_new(BIO_s_mem());
+	if (b && ASN1_TIME_print(b, X509_get0_notAfter(x)) == 1) {
+		int len = BIO_read(b, until, sizeof(until) - 1);
+		until[len > 0 ? len : 0] = '\0';
+	}
+	snprintf(out, n, "subject_cn=\"%s\" serial=%s not_after=\"%s\"", cn, serial ? serial : "?",
+		 until);
+	BIO_free(b);
+	OPENSSL_free(serial);
+	BN_free(bn);
+}
+
+int pcsi_tls_ctx_install(struct pcsi_tls_ctx *ctx, struct pcsi_tls_reload *r, char *msg, size_t n)
+{
+	int rc;
+
+	if (r->ssl_ctx) {
+		/* Sessions made from the old context hold references to it. */
+		SSL_CTX_free(ctx->ssl_ctx);
+		ctx->ssl_ctx = r->ssl_ctx;
+		memcpy(ctx->loaded, r->ids, sizeof(ctx->loaded));
+		ctx->has_failed = false;
+		describe(ctx->ssl_ctx, msg, n);
+		rc = 1;
+	} else if (ctx->has_failed && same_ids(ctx->failed, r->ids)) {
+		snprintf(msg, n, "%s", r->err);
+		rc = 0;
+	} else {
+		memcpy(ctx->failed, r->ids, sizeof(ctx->failed));
+		ctx->has_failed = true;
+		snprintf(msg, n, "%s", r->err);
+		rc = -EINVAL;
+	}
+	free(r);
+	return rc;
+}
+
+void pcsi_tls_reload_free(struct pcsi_tls_reload *r)
+{
+	if (!r)
+		return;
+	SSL_CTX_free(r->ssl_ctx);
+	free(r);
+}
+
+void pcsi_tls_ctx_describe(const struct pcsi_tls_ctx *ctx, char *out, size_t n)
+{
+	describe(ctx->ssl_ctx, out, n);
+}
+
+struct pcsi_tls_ctx *pcsi_tls_ctx_ref(struct pcsi_tls_ctx *ctx)
+{
+	ctx->refs++;
+	return ctx;
+}
+
 void pcsi_tls_ctx_free(struct pcsi_tls_ctx *ctx)
 {
-	if (!ctx)
+	if (!ctx || --ctx->refs > 0)
 		return;
 	SSL_CTX_free(ctx->ssl_ctx);
 	free(ctx->peer_name);
+	for (int i = 0; i < NFILES; i++)
+		free(ctx->files[i]);
 	free(ctx);
 }
 
@@ -147,7 +334,8 @@ struct pcsi_tls *pcsi_tls_new(struct pcsi_tls_ctx *ctx)
 		SSL_set_accept_state(t->ssl);
 	} else {
 		SSL_set_connect_state(t->ssl);
-		SSL_set_tlsext_host_name(t->ssl, ctx->peer_name);
+		if (ctx->peer_name)
+			SSL_set_tlsext_host_name(t->ssl, ctx->peer_name);
 	}
 	return t;
 }
@@ -196,7 +384,8 @@ static int fail_with(struct pcsi_tls *t, int rc, const char *what)
 		return 0;
 	if (vr != X509_V_OK) {
 		snprintf(t->err, sizeof(t->err), "%s: peer certificate rejected: %s (expected %s)",
-			 what, X509_verify_cert_error_string(vr), t->ctx->peer_name);
+			 what, X509_verify_cert_error_string(vr),
+			 t->ctx->peer_name ? t->ctx->peer_name : "a certificate of the CA");
 		ERR_clear_error();
 	} else if (e == SSL_ERROR_ZERO_RETURN) {
 		snprintf(t->err, sizeof(t->err), "%s: peer closed the TLS session", what);

@@ -10,7 +10,19 @@
  * A pcsi_tls is one connection's TLS state. It does no I/O: ciphertext read
  * from the socket goes in with pcsi_tls_feed(), plaintext comes out of
  * pcsi_tls_read(); plaintext to send goes in with pcsi_tls_write() and the
- * ciphertext to put on the socket comes out of pcsi_tls_take(). */
+ * ciphertext to put on the socket comes out of pcsi_tls_take().
+ *
+ * Reloading: a context remembers its files and what stat() said of them
+ * (device, inode, size, modification and change times) when it loaded
+ * them. pcsi_tls_ctx_prepare() looks again and, when they differ (a
+ * rewritten file, or Kubernetes' swap of a Secret volume's ..data link),
+ * loads them into new material, all three or nothing (a half-written file,
+ * a key that does not match the certificate: the error is kept); it only
+ * reads the context's fixed fields, so it may run on the thread pool.
+ * pcsi_tls_ctx_install() then, on the loop, puts good material in use:
+ * sessions made from then on take it, sessions made before keep theirs
+ * (OpenSSL counts their references to the old material). Failed material
+ * leaves the old in use, and the next prepare tries again. */
 #ifndef PCSI_TLS_H
 #define PCSI_TLS_H
 
@@ -20,13 +32,44 @@
 
 struct pcsi_tls_ctx;
 struct pcsi_tls;
+struct ssl_ctx_st;
 
 /* Loads the files and builds a context. On failure returns NULL and writes a
  * message a person can act on into |err|. |peer_name| is copied. */
 struct pcsi_tls_ctx *pcsi_tls_ctx_new(bool server, const char *ca_file, const char *cert_file,
 				      const char *key_file, const char *peer_name, char *err,
 				      size_t errlen);
+/* Drops a reference (the creator holds the first; pcsi_tls_ctx_ref() adds
+ * one); the context is freed with the last. Loop thread only. */
 void pcsi_tls_ctx_free(struct pcsi_tls_ctx *ctx);
+struct pcsi_tls_ctx *pcsi_tls_ctx_ref(struct pcsi_tls_ctx *ctx);
+
+/* A server context for HTTPS served by h2o (HTTP/1.1: no ALPN): it requires
+ * a client certificate signed by |ca_file|, of any name. */
+struct pcsi_tls_ctx *pcsi_tls_ctx_new_https(const char *ca_file, const char *cert_file,
+					    const char *key_file, char *err, size_t errlen);
+
+/* The OpenSSL context in use (changes when new material is installed). */
+struct ssl_ctx_st *pcsi_tls_ctx_ssl(const struct pcsi_tls_ctx *ctx);
+
+/* New material, loaded from changed files (see above). */
+struct pcsi_tls_reload;
+
+/* 0: the files are as they were loaded (*out NULL); 1: they changed, and
+ * *out holds the outcome of loading them, for pcsi_tls_ctx_install() (or
+ * pcsi_tls_reload_free()). At most one at a time per context, and none while
+ * one is installed. */
+int pcsi_tls_ctx_prepare(const struct pcsi_tls_ctx *ctx, struct pcsi_tls_reload **out);
+
+/* Takes |r|. Returns 1 when its material is in use now (|msg|: the new
+ * certificate's subject, serial and expiry), -EINVAL when it failed to load
+ * (|msg|: why; the old material stays), 0 when it failed as the files were
+ * already seen to fail (nothing new to tell). */
+int pcsi_tls_ctx_install(struct pcsi_tls_ctx *ctx, struct pcsi_tls_reload *r, char *msg, size_t n);
+void pcsi_tls_reload_free(struct pcsi_tls_reload *r);
+
+/* The certificate in use: subject_cn="..." serial=HEX not_after="..." */
+void pcsi_tls_ctx_describe(const struct pcsi_tls_ctx *ctx, char *out, size_t n);
 
 struct pcsi_tls *pcsi_tls_new(struct pcsi_tls_ctx *ctx);
 void pcsi_tls_free(struct pcsi_tls *t);

@@ -27,6 +27,11 @@ void pcsi_msgdec_reset(struct pcsi_msgdec *d)
 	d->hdr_got = d->len = d->got = 0;
 }
 
+size_t pcsi_msgdec_header_left(const struct pcsi_msgdec *d)
+{
+	return PCSI_MSG_HDR_LEN - d->hdr_got;
+}
+
 bool pcsi_msgdec_partial(const struct pcsi_msgdec *d)
 {
 	return d->hdr_got > 0 && (d->hdr_got < PCSI_MSG_HDR_LEN || d->got < d->len);
@@ -53,11 +58,13 @@ int pcsi_msgdec_feed(struct pcsi_msgdec *d, const uint8_t *p, size_t n, size_t *
 			 (size_t)d->hdr[3] << 8 | (size_t)d->hdr[4];
 		if (d->len > d->max)
 			return -EMSGSIZE;
-		d->buf = pcsi_xmalloc(d->len);
 		d->got = 0;
 	}
 	take = PCSI_MIN(n - used, d->len - d->got);
-	memcpy(d->buf + d->got, p + used, take);
+	if (take && !d->buf)
+		d->buf = pcsi_xmalloc(d->len);
+	if (take)
+		memcpy(d->buf + d->got, p + used, take);
 	d->got += take;
 	used += take;
 	*consumed = used;

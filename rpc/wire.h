@@ -27,7 +27,11 @@ struct pcsi_msgdec {
 void pcsi_msgdec_init(struct pcsi_msgdec *d, size_t max);
 void pcsi_msgdec_done(struct pcsi_msgdec *d);
 
-/* Consumes bytes from |p| until a whole message is assembled.
+/* Consumes bytes from |p| until a whole message is assembled. The body's
+ * buffer is allocated with its first byte, so a caller that feeds the
+ * header alone (pcsi_msgdec_header_left() bytes) learns the announced
+ * length (d->len, once pcsi_msgdec_header_left() is 0) before any memory
+ * is taken for it.
  *
  * Returns 1 when a message is complete (d->buf/d->len; *consumed says how much
  * of |p| was used, the caller feeds the rest after pcsi_msgdec_reset()), 0 when
@@ -37,6 +41,10 @@ void pcsi_msgdec_done(struct pcsi_msgdec *d);
  *   -EPROTO    the flag byte is neither 0 nor 1.
  * After an error the decoder must not be fed again. */
 int pcsi_msgdec_feed(struct pcsi_msgdec *d, const uint8_t *p, size_t n, size_t *consumed);
+
+/* Bytes of the current message's 5-byte header still to come (0: d->len
+ * is known). */
+size_t pcsi_msgdec_header_left(const struct pcsi_msgdec *d);
 
 /* Forgets the current message so the next one can be assembled. */
 void pcsi_msgdec_reset(struct pcsi_msgdec *d);

@@ -24,7 +24,7 @@ int pcsi_role_listen(const struct pcsi_role_env *env, const char *what, const ch
 			pcsi_warn("serving plaintext TCP without TLS (-insecure)",
 				  "what=%s endpoint=%s", what, url);
 	}
-	rc = pcsi_server_listen(env->server, &ep, tls, services, n);
+	rc = pcsi_server_listen(env->server, &ep, what, tls, services, n);
 	if (rc < 0) {
 		pcsi_err("cannot listen", "what=%s endpoint=%s err=\"%s\"", what, url,
 			 rc == -EEXIST ? "path exists and is not a socket" : uv_strerror(rc));

@@ -12,6 +12,7 @@
 
 #include "daemon/config.h"
 #include "daemon/csi/identity.h"
+#include "rpc/certwatch.h"
 #include "rpc/server.h"
 #include "rpc/tls.h"
 
@@ -21,6 +22,7 @@ struct pcsi_role_env {
 	struct pcsi_server *server;
 	struct pcsi_tls_ctx *server_tls; /* NULL: no -caFile */
 	struct pcsi_tls_ctx *client_tls; /* outgoing calls: controller -> nodes, node -> registry */
+	struct pcsi_certwatch *certwatch; /* reloads the TLS files (NULL: never) */
 	struct pcsi_identity *identity;
 };
 

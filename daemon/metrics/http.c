@@ -25,7 +25,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "rpc/budget.h"
 #include "rpc/endpoint.h"
+#include "rpc/tls.h"
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
 #include "daemon/metrics/metrics.h"
@@ -36,7 +38,17 @@
 struct hconn {
 	uv_tcp_t tcp; /* h2o closes it; on_conn_closed() frees the hconn */
 	struct pcsi_http *h;
+	h2o_socket_t *sock;
+	struct pcsi_budget_entry slot; /* busy from a whole request to its disposal */
+	struct busy_mark *mark;	       /* of the request in flight */
+	char peer[64];
 	struct hconn *prev, *next;
+};
+
+/* Lives in a request's pool: marks its connection idle again when h2o is
+ * done with the request (answered, or the connection lost). */
+struct busy_mark {
+	struct hconn *c; /* NULL once the connection closed */
 };
 
 struct scrape {
@@ -65,7 +77,8 @@ struct pcsi_http {
 	uv_tcp_t listener;
 	bool listener_open;
 	struct hconn *conns;
-	uint32_t nconns;
+	uint32_t nconns; /* open, including evicted ones still closing */
+	struct pcsi_budget budget;
 	/* capacity */
 	struct cap_req *cap;			      /* in flight, or NULL */
 	struct scrape *waiting;			      /* scrapes waiting for it */
@@ -268,10 +281,13 @@ static void route(struct pcsi_http *h, h2o_req_t *req)
 	h->opts.route(&r, h->opts.route_data);
 }
 
+static void mark_busy(struct pcsi_http *h, h2o_req_t *req);
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
 	struct pcsi_http *h = ((struct handler *)self)->h;
 
+	mark_busy(h, req);
 	if (header_bytes(req) > MAX_HEADER_BYTES) {
 		req->http1_is_persistent = 0;
 		reply_text(req, 431, "Request Header Fields Too Large",
@@ -316,11 +332,42 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 
 static void maybe_finish(struct pcsi_http *h);
 
+/* A whole request arrived on one of our connections: it is busy (never
+ * evicted) until h2o disposes of the request. */
+static void on_request_disposed(void *p)
+{
+	struct busy_mark *m = p;
+
+	if (m->c) {
+		m->c->mark = NULL;
+		pcsi_budget_set_state(&m->c->slot, PCSI_BUDGET_IDLE, uv_now(m->c->h->loop));
+	}
+}
+
+static void mark_busy(struct pcsi_http *h, h2o_req_t *req)
+{
+	h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+	struct busy_mark *m;
+	struct hconn *c;
+
+	for (c = h->conns; c && c->sock != sock; c = c->next)
+		;
+	if (!c || c->mark)
+		return;
+	m = h2o_mem_alloc_shared(&req->pool, sizeof(*m), on_request_disposed);
+	m->c = c;
+	c->mark = m;
+	pcsi_budget_set_state(&c->slot, PCSI_BUDGET_BUSY, uv_now(h->loop));
+}
+
 static void on_conn_closed(uv_handle_t *handle)
 {
 	struct hconn *c = pcsi_container_of(handle, struct hconn, tcp);
 	struct pcsi_http *h = c->h;
 
+	if (c->mark)
+		c->mark->c = NULL;
+	pcsi_budget_leave(&h->budget, &c->slot);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -337,11 +384,27 @@ static void on_reject_closed(uv_handle_t *handle)
 	free(pcsi_container_of(handle, struct hconn, tcp));
 }
 
+/* Makes |c| (waiting for a request, or in its TLS handshake) give way:
+ * its socket is shut down, h2o sees the end of it and closes it. */
+static void hconn_evict(struct hconn *c, const char *why)
+{
+	uv_os_fd_t fd;
+
+	pcsi_budget_shed(&c->h->budget, "evicted", c->peer, why);
+	pcsi_budget_leave(&c->h->budget, &c->slot);
+	if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+		shutdown(fd, SHUT_RDWR);
+}
+
 static void on_accept(uv_stream_t *ls, int status)
 {
 	struct pcsi_http *h = pcsi_container_of(ls, struct pcsi_http, listener);
+	struct pcsi_budget_entry *victim;
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
 	struct hconn *c;
 	h2o_socket_t *sock;
+	const char *why;
 
 	if (status < 0 || h->stopping)
 		return;
@@ -351,13 +414,23 @@ static void on_accept(uv_stream_t *ls, int status)
 		uv_close((uv_handle_t *)&c->tcp, on_reject_closed);
 		return;
 	}
-	if (h->nconns >= h->opts.max_conns) {
-		/* Accepted and dropped, so the backlog does not fill with dead peers. */
+	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0)
+		memset(&ss, 0, sizeof(ss));
+	pcsi_sockaddr_str(&ss, c->peer, sizeof(c->peer));
+	/* Accepted either way, so that the backlog does not fill with peers
+	 * nobody serves. */
+	switch (pcsi_budget_check(&h->budget, (struct sockaddr *)&ss, &victim, &why)) {
+	case PCSI_BUDGET_REFUSE:
+		pcsi_budget_shed(&h->budget, "refused", c->peer, why);
 		uv_close((uv_handle_t *)&c->tcp, on_reject_closed);
-		pcsi_warn_rl(NULL, 10000, "HTTP connection refused: too many connections",
-			     "endpoint=%s max=%u", h->opts.what, h->opts.max_conns);
 		return;
+	case PCSI_BUDGET_EVICT:
+		hconn_evict(pcsi_container_of(victim, struct hconn, slot), why);
+		break;
+	case PCSI_BUDGET_ADMIT:
+		break;
 	}
+	pcsi_budget_join(&h->budget, &c->slot, (struct sockaddr *)&ss, uv_now(h->loop));
 	c->h = h;
 	c->next = h->conns;
 	if (h->conns)
@@ -366,6 +439,10 @@ static void on_accept(uv_stream_t *ls, int status)
 	h->nconns++;
 	uv_tcp_nodelay(&c->tcp, 1);
 	sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, on_conn_closed);
+	c->sock = sock;
+	/* The TLS material in use now (it changes when reloaded): h2o reads it
+	 * in h2o_accept() only. */
+	h->accept_ctx.ssl_ctx = h->opts.tls ? pcsi_tls_ctx_ssl(h->opts.tls) : NULL;
 	h2o_accept(&h->accept_ctx, sock);
 }
 
@@ -418,6 +495,7 @@ static void on_fin_closed(uv_handle_t *handle)
 
 	if (!h->opts.no_metrics)
 		pcsi_metrics_cleanup();
+	pcsi_budget_fini(&h->budget);
 	free(h);
 }
 
@@ -450,7 +528,10 @@ static void on_listener_closed(uv_handle_t *handle)
 
 static void on_start_failed(uv_handle_t *handle)
 {
-	free(pcsi_container_of(handle, struct pcsi_http, listener));
+	struct pcsi_http *h = pcsi_container_of(handle, struct pcsi_http, listener);
+
+	pcsi_budget_fini(&h->budget);
+	free(h);
 }
 
 int pcsi_http_start(uv_loop_t *loop, const struct pcsi_http_opts *opts, struct pcsi_http **ret,
@@ -465,10 +546,12 @@ int pcsi_http_start(uv_loop_t *loop, const struct pcsi_http_opts *opts, struct p
 	h->opts = *opts;
 	if (!h->opts.max_conns)
 		h->opts.max_conns = 32;
+	if (!h->opts.max_conns_per_peer)
+		h->opts.max_conns_per_peer = 8;
 	if (!h->opts.capacity_timeout_ms)
 		h->opts.capacity_timeout_ms = 2000;
-	if (!h->opts.idle_timeout_ms)
-		h->opts.idle_timeout_ms = 10000;
+	if (!h->opts.request_timeout_ms)
+		h->opts.request_timeout_ms = 5000;
 	if (!h->opts.metrics_path)
 		h->opts.metrics_path = "/metrics";
 	if (!h->opts.max_body)
@@ -478,6 +561,10 @@ int pcsi_http_start(uv_loop_t *loop, const struct pcsi_http_opts *opts, struct p
 	snprintf(h->simple_path, sizeof(h->simple_path), "%s/simple",
 		 strcmp(h->opts.metrics_path, "/") ? h->opts.metrics_path : "");
 
+	pcsi_budget_init(
+		&h->budget, h->opts.what + (h->opts.what[0] == '-'),
+		&(struct pcsi_budget_limits){ .max_conns = h->opts.max_conns,
+					      .max_per_peer = h->opts.max_conns_per_peer });
 	uv_tcp_init(loop, &h->listener);
 	h->listener_open = true;
 	rc = bind_listener(h, opts->listen, err, errlen);
@@ -492,7 +579,10 @@ int pcsi_http_start(uv_loop_t *loop, const struct pcsi_http_opts *opts, struct p
 	h2o_config_init(&h->config);
 	h->config.server_name = h2o_iovec_init(H2O_STRLIT("pmem-csi"));
 	h->config.max_request_entity_size = h->opts.max_body;
-	h->config.http1.req_timeout = h->opts.idle_timeout_ms;
+	/* h2o times the TLS handshake, then each request from the accept or the
+	 * previous answer to its last byte (not renewed by each byte read). */
+	h->config.handshake_timeout = h->opts.request_timeout_ms;
+	h->config.http1.req_timeout = h->opts.request_timeout_ms;
 	h->config.http1.upgrade_to_http2 = 0;
 	host = h2o_config_register_host(&h->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
 	hd = (struct handler *)h2o_create_handler(h2o_config_register_path(host, "/", 0),
@@ -502,7 +592,7 @@ int pcsi_http_start(uv_loop_t *loop, const struct pcsi_http_opts *opts, struct p
 	h2o_context_init(&h->ctx, loop, &h->config);
 	h->accept_ctx.ctx = &h->ctx;
 	h->accept_ctx.hosts = h->config.hosts;
-	h->accept_ctx.ssl_ctx = h->opts.ssl;
+	h->accept_ctx.ssl_ctx = NULL; /* set for each connection (on_accept) */
 	uv_timer_init(loop, &h->cap_timer);
 	uv_idle_init(loop, &h->fin);
 

@@ -7,10 +7,18 @@
  *                         (both elsewhere with |metrics_path|, as -metricsPath)
  *   GET /healthz          200 "ok" when Probe says ready, else 503
  *   other paths           404; methods other than GET and HEAD get 405
- * Limits: at most |max_conns| connections (more are accepted and closed at
- * once), request headers over 8 KiB get 431 (h2o's parser itself stops at
- * 100 headers), a request body over 1 KiB gets 413, and a connection that
- * sends no complete request for |idle_timeout_ms| is closed.
+ * Limits: a connection budget (rpc/budget.h): at most |max_conns|
+ * connections, |max_conns_per_peer| from one address; a newcomer over a
+ * limit makes a connection that is waiting for a request (or still in its
+ * TLS handshake) give way, the oldest of the address holding the most, and
+ * is closed only when all are answering one; kubelet's probes (the node's
+ * address) and Prometheus (a pod's) thus get in whatever idle connections
+ * other pods open. The TLS handshake, and each request from the accept or
+ * the previous answer to its last byte, must take at most
+ * |request_timeout_ms| (h2o's timers; a byte a second does not renew them),
+ * else the connection is closed. Request headers over 8 KiB get 431 (h2o's
+ * parser itself stops at 100 headers), a request body over 1 KiB gets
+ * 413.
  *
  * Freshness of the node's capacity gauges: a scrape of /metrics on a ready
  * node starts a capacity request (backend.h; it queues behind the backend's
@@ -35,7 +43,7 @@
 #include "backends/backend.h"
 
 struct pcsi_http;
-struct ssl_ctx_st;
+struct pcsi_tls_ctx;
 
 /* A request for another path than the metrics (struct pcsi_http_opts.route):
  * the whole request has arrived. The route answers it before it returns,
@@ -67,17 +75,20 @@ struct pcsi_http_opts {
 	 * endpoint may leave the metrics out (|no_metrics|: no /metrics,
 	 * /metrics/simple, /healthz, and the process-wide metrics are not set up
 	 * by it), take other methods than GET and HEAD, bodies up to |max_body|
-	 * bytes (default 1 KiB), and speak TLS (|ssl|: a server context,
-	 * borrowed). */
+	 * bytes (default 1 KiB), and speak TLS (|tls|: a server context from
+	 * pcsi_tls_ctx_new_https(), borrowed; each connection takes the
+	 * material in use when it is accepted, so a reload reaches new
+	 * connections). */
 	void (*route)(struct pcsi_http_request *r, void *data);
 	void *route_data;
 	bool no_metrics;
 	size_t max_body;
-	struct ssl_ctx_st *ssl;
-	const char *what;   /* names the endpoint in messages (default "-metricsListen") */
-	uint32_t max_conns; /* default 32 */
+	struct pcsi_tls_ctx *tls;
+	const char *what;	     /* names the endpoint in messages (default "-metricsListen") */
+	uint32_t max_conns;	     /* default 32 */
+	uint32_t max_conns_per_peer; /* default 8 */
 	uint32_t capacity_timeout_ms; /* default 2000 */
-	uint32_t idle_timeout_ms;     /* default 10000 */
+	uint32_t request_timeout_ms;  /* default 5000 */
 };
 
 /* Listens on |opts->listen| (resolved synchronously: call before the loop

@@ -504,6 +504,7 @@ static struct {
 	struct pcsi_metric *med_total, *med_managed, *med_available, *med_max;
 	struct pcsi_metric *bad_region, *bad_volume;
 	struct pcsi_metric *nodes, *node_age;
+	struct pcsi_metric *shed;
 	struct pcsi_metric *rss, *vsize, *cpu, *open_fds, *max_fds, *start_time;
 	double start_time_s; /* read once */
 	size_t n_nodes;
@@ -531,6 +532,7 @@ void pcsi_metrics_setup(const char *driver_name, const char *version)
 	static const char *const volume_labels[] = { "node", "driver_name", "volume", NULL };
 	static const char *const node_labels[] = { "node", NULL };
 	static const char *const version_label[] = { "version", NULL };
+	static const char *const shed_labels[] = { "listener", "reason", NULL };
 
 	pcsi_metrics_cleanup();
 	g.reg = pcsi_metrics_new();
@@ -591,6 +593,11 @@ void pcsi_metrics_setup(const char *driver_name, const char *version)
 	g.node_age =
 		gauge("pmem_node_registration_age_seconds",
 		      "Seconds since the node last registered with the controller.", node_labels);
+	g.shed = counter("pmem_csi_connections_shed_total",
+			 "Connections closed to keep a listener's budget: evicted (an idle or "
+			 "handshaking one made room for a newcomer), refused (no room), handshake "
+			 "timeout, request timeout.",
+			 shed_labels);
 	g.cpu = counter("process_cpu_seconds_total",
 			"Total user and system CPU time spent in seconds.", NULL);
 	g.open_fds = gauge("process_open_fds", "Number of open file descriptors.", NULL);
@@ -699,6 +706,13 @@ void pcsi_metrics_node_registered(const char *node, double age_s)
 		return;
 	pcsi_metric_set(g.nodes, NULL, (double)++g.n_nodes);
 	pcsi_metric_set(g.node_age, (const char *[]){ node }, age_s);
+}
+
+void pcsi_metrics_connection_shed(const char *listener, const char *reason)
+{
+	if (!g.reg)
+		return;
+	pcsi_metric_add(g.shed, (const char *[]){ listener, reason }, 1);
 }
 
 /* ---- process metrics ---------------------------------------------------------- */

@@ -149,6 +149,10 @@ void pcsi_metrics_set_media(const char *node, const struct pcsi_media_count *reg
 void pcsi_metrics_nodes_reset(void);
 void pcsi_metrics_node_registered(const char *node, double age_s);
 
+/* Counts a connection shed by a listener's budget (rpc/budget.h's hook;
+ * |reason|: "evicted", "refused", "handshake_timeout", "request_timeout"). */
+void pcsi_metrics_connection_shed(const char *listener, const char *reason);
+
 /* Renders the daemon's registry: everything (the process metrics are read
  * from /proc/self first), or with |simple| only build_info. Returns a
  * malloc'd string as pcsi_metrics_render() does, or NULL before setup. */

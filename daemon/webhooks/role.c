@@ -66,7 +66,7 @@ static void try_open(struct pcsi_webhooks_role *r)
 	if (cfg->has_node_selector)
 		pcsi_rescheduler_start(&r->rescheduler, r->kube, cfg);
 	if ((cfg->scheduler_listen || cfg->insecure_scheduler_listen) &&
-	    pcsi_scheduler_start(&r->scheduler, r->env->loop, r->kube, cfg) < 0)
+	    pcsi_scheduler_start(&r->scheduler, r->env->loop, r->kube, cfg, r->env->certwatch) < 0)
 		pcsi_err("webhooks: the scheduler extender is not served", "%s", "");
 }
 

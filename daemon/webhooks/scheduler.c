@@ -2,9 +2,7 @@
 #include "daemon/webhooks/scheduler.h"
 
 #include <errno.h>
-#include <openssl/err.h>
 #include <openssl/evp.h>
-#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -539,23 +537,18 @@ static void on_request(struct pcsi_http_request *r, void *data)
 	free(body);
 }
 
-static SSL_CTX *server_ssl(const struct pcsi_config *cfg)
+/* The CA given (-schedulerListen needs one) signs the clients: a client
+ * without a certificate of it is refused in the handshake, kube-scheduler
+ * (its extender's tlsConfig) and the API server (a kubeconfig for the
+ * webhook in its AdmissionConfiguration) alike. */
+static struct pcsi_tls_ctx *server_tls(const struct pcsi_config *cfg)
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	struct pcsi_tls_ctx *ctx;
+	char err[512];
 
-	if (!ctx || !SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) ||
-	    SSL_CTX_use_certificate_chain_file(ctx, cfg->cert_file) != 1 ||
-	    SSL_CTX_use_PrivateKey_file(ctx, cfg->key_file, SSL_FILETYPE_PEM) != 1 ||
-	    SSL_CTX_load_verify_locations(ctx, cfg->ca_file, NULL) != 1) {
-		char e[160];
-		ERR_error_string_n(ERR_get_error(), e, sizeof(e));
-		pcsi_err("-schedulerListen: cannot use the certificates", "error=\"%s\"", e);
-		SSL_CTX_free(ctx);
-		return NULL;
-	}
-	/* A client certificate is checked when one is sent (kube-scheduler's
-	 * extender TLS config); the API server calls webhooks without one. */
-	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	ctx = pcsi_tls_ctx_new_https(cfg->ca_file, cfg->cert_file, cfg->key_file, err, sizeof(err));
+	if (!ctx)
+		pcsi_err("-schedulerListen: cannot use the certificates", "error=\"%s\"", err);
 	return ctx;
 }
 
@@ -568,9 +561,11 @@ static int listen_on(struct pcsi_scheduler *s, uv_loop_t *loop, const char *addr
 				    .route = on_request,
 				    .route_data = s,
 				    .max_body = MAX_BODY,
-				    .ssl = tls ? s->ssl : NULL,
+				    .tls = tls ? s->tls : NULL,
 				    .what = tls ? "-schedulerListen" : "-insecureSchedulerListen",
-				    .max_conns = 64 };
+				    .max_conns = 64,
+				    .max_conns_per_peer = 32,
+				    .request_timeout_ms = s->cfg->handshake_timeout_s * 1000 };
 	char err[300];
 
 	if (pcsi_http_start(loop, &o, out, err, sizeof(err)) < 0) {
@@ -607,13 +602,14 @@ void pcsi_scheduler_feed(struct pcsi_scheduler *s, const char *what, json_object
 }
 
 int pcsi_scheduler_start(struct pcsi_scheduler *s, uv_loop_t *loop, struct pcsi_kube *k,
-			 const struct pcsi_config *cfg)
+			 const struct pcsi_config *cfg, struct pcsi_certwatch *certwatch)
 {
 	memset(s, 0, sizeof(*s));
 	s->cfg = cfg;
 	snprintf(s->resource, sizeof(s->resource), "%s/scheduler", cfg->driver_name);
-	if (cfg->scheduler_listen && !(s->ssl = server_ssl(cfg)))
+	if (cfg->scheduler_listen && !(s->tls = server_tls(cfg)))
 		return -EINVAL;
+	pcsi_certwatch_add(certwatch, s->tls, "-schedulerListen");
 	s->running = true;
 	s->classes =
 		pcsi_informer_start(k, "/apis/storage.k8s.io/v1/storageclasses", &class_ops, s);
@@ -642,7 +638,7 @@ void pcsi_scheduler_stop(struct pcsi_scheduler *s)
 	pcsi_informer_stop(s->pvcs);
 	pcsi_informer_stop(s->capacities);
 	s->classes = s->pvcs = s->capacities = NULL;
-	/* Open connections hold their own references to the context. */
-	SSL_CTX_free(s->ssl);
-	s->ssl = NULL;
+	/* Open connections hold their own references to the OpenSSL context. */
+	pcsi_tls_ctx_free(s->tls);
+	s->tls = NULL;
 }

@@ -39,13 +39,15 @@
 #include "daemon/kube/client.h"
 #include "daemon/kube/informer.h"
 #include "daemon/metrics/http.h"
+#include "rpc/certwatch.h"
+#include "rpc/tls.h"
 
 struct pcsi_scheduler {
 	const struct pcsi_config *cfg;
 	struct pcsi_informer *classes, *pvcs, *capacities;
 	struct pcsi_http *https, *http;
-	void *ssl;	    /* SSL_CTX of -schedulerListen */
-	char resource[128]; /* "<driver>/scheduler" */
+	struct pcsi_tls_ctx *tls; /* of -schedulerListen */
+	char resource[128];	  /* "<driver>/scheduler" */
 	bool running;
 };
 
@@ -53,7 +55,7 @@ struct pcsi_scheduler {
  * Returns 0, or -errno after logging why (an address in use, unreadable
  * certificates). */
 int pcsi_scheduler_start(struct pcsi_scheduler *s, uv_loop_t *loop, struct pcsi_kube *k,
-			 const struct pcsi_config *cfg);
+			 const struct pcsi_config *cfg, struct pcsi_certwatch *certwatch);
 
 /* Stops serving and watching; handles close on later turns. */
 void pcsi_scheduler_stop(struct pcsi_scheduler *s);

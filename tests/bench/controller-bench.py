@@ -99,7 +99,8 @@ def main():
     srv.add_generic_rpc_handlers((Nodes(),))
     sock = os.path.join(work, "c.sock")
     args = ["-mode=controller", "-endpoint=unix://" + sock, "-registryEndpoint=tcp://127.0.0.1:%d" % reg_port,
-            "-v=1", "-registrationGrace=0", "-maxConnections=4096", "-serviceAccountDir="]
+            "-v=1", "-registrationGrace=0", "-maxConnections=4096",
+            "-maxConnectionsPerPeer=4096", "-serviceAccountDir="]
     if TLS:
         C = pt.certs()
         srv.add_secure_port("127.0.0.1:%d" % node_port, grpc.ssl_server_credentials(

@@ -193,7 +193,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	services[2] = pcsi_node_controller_service(&nctl);
 	services[3] = pcsi_kubelet_reg_service(&kreg);
 	srv = pcsi_server_new(&loop, &sopts);
-	FUZZ_CHECK(pcsi_server_listen(srv, &ep, NULL, services, 4) == 0, "cannot listen");
+	FUZZ_CHECK(pcsi_server_listen(srv, &ep, "fuzz", NULL, services, 4) == 0, "cannot listen");
 	fuzz_run_until_idle(&loop, NULL, NULL, NULL);
 
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", ep.path);

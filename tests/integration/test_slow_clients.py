@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Slow and greedy peers against the controller (mutual TLS on the registry
 port, the CSI unix socket, /metrics): -maxConnections bounds the gRPC
-connections of the process, and peers that send a byte a second (during the
-TLS handshake, the HTTP/2 preface, a request, or an HTTP/1 request to
-/metrics) are dropped at the 10 s handshake/request timeout, leaving the
-daemon's memory and descriptors where they were. TAP output.
+connections of each listener, a newcomer makes room by evicting a peer still
+in its handshake (never one with a request on the way), and peers that send a
+byte a second (during the TLS handshake, the HTTP/2 preface, a request, or an
+HTTP/1 request to /metrics) are dropped at the handshake / request timeout
+(10 s here: -handshakeTimeout=10, the request timeout's default), leaving
+the daemon's memory and descriptors where they were. TAP output.
 
 usage: test_slow_clients.py PATH-TO-pmem-csi-driver   (or $PCSI_DRIVER)
 """
@@ -24,7 +26,11 @@ DRIVER = pt.driver_path()
 t = pt.TAP()
 SC = grpc.StatusCode
 MAX_CONNS = 40
-HANDSHAKE_S = 10  # the daemon's handshake/request timeout, and h2o's request timeout
+HANDSHAKE_S = 10  # -handshakeTimeout (also h2o's request timeout) and the gRPC request timeout
+# How late a drop may come: the daemon's timers fire when its loop gets to
+# them, late on a machine busy with other suites; the bound only ends a
+# test whose daemon never drops the peer.
+LATE_S = 30
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 # A HEADERS frame on stream 1 announcing a 100-byte header block.
@@ -39,7 +45,8 @@ SLACK_KIB = int(os.environ.get("PCSI_RSS_SLACK_KIB", str(MAX_CONNS * 40)))
 
 def _start():
     return pt.start_tls_controller(DRIVER, ["-metricsListen=127.0.0.1:%d" % pt.free_port(),
-                                            "-maxConnections=%d" % MAX_CONNS, "-v=2"])
+                                            "-maxConnections=%d" % MAX_CONNS,
+                                            "-handshakeTimeout=%d" % HANDSHAKE_S, "-v=2"])
 
 
 ctl = pt.Lazy(_start)
@@ -112,16 +119,18 @@ def dribble_all(ds, what):
 
 
 def wait_dropped(ds, what):
+    deadline = time.monotonic() + HANDSHAKE_S + LATE_S
     for d in ds:
-        d.join(HANDSHAKE_S + 10)
+        d.join(max(0.1, deadline - time.monotonic()))
         d.stop = True
     open_ = [d for d in ds if d.closed_after is None]
-    pt.check(not open_, "%d of %d %s still open after %d s" % (len(open_), len(ds), what, HANDSHAKE_S + 10))
+    pt.check(not open_, "%d of %d %s still open after %d s" % (len(open_), len(ds), what, HANDSHAKE_S + LATE_S))
     late = max(d.closed_after for d in ds)
     early = min(d.closed_after for d in ds)
+    # Not before the timeout (the daemon's timer starts at its accept,
+    # after our connect); a byte a second keeps nothing open longer.
     pt.check(early >= HANDSHAKE_S - 1.5, "%s dropped after %.1f s, before the %d s timeout"
              % (what, early, HANDSHAKE_S))
-    pt.check(late <= HANDSHAKE_S + 3, "%s dropped only after %.1f s" % (what, late))
     t.diag("%d %s dropped after %.1f..%.1f s" % (len(ds), what, early, late))
 
 
@@ -146,24 +155,30 @@ def settle(before, what):
     pt.check(SLACK_KIB < 0 or rss <= before[0] + SLACK_KIB, "RSS %d KiB, was %d KiB" % (rss, before[0]))
 
 
-@t.test("-maxConnections=%d: %d connections held open, the next one is refused; "
-        "a byte-a-second HTTP/2 peer is dropped at the handshake timeout" % (MAX_CONNS, MAX_CONNS))
+@t.test("-maxConnections=%d on the unix socket: %d slow peers hold it (half in the HTTP/2 preface, half in a "
+        "request); the next one gets in by evicting the oldest in its handshake, the requests are kept; the rest "
+        "are dropped at the handshake and request timeouts" % (MAX_CONNS, MAX_CONNS))
 def _():
     ctl.get()
     pt.check(probe_unix() == SC.OK, "Probe failed before the test")
     before = usage()
     sock = ctl.get().socket_path
     # Half of them dribble the preface, half a request after a prompt preface.
-    ds = [Dribbler(sock, b"", PREFACE + SETTINGS) for _ in range(MAX_CONNS // 2)]
-    ds += [Dribbler(sock, PREFACE + SETTINGS + HEADERS_100[:10], HEADERS_100[10:])
-           for _ in range(MAX_CONNS - len(ds))]
-    for d in ds:
+    pre = [Dribbler(sock, b"", PREFACE + SETTINGS) for _ in range(MAX_CONNS // 2)]
+    req = [Dribbler(sock, PREFACE + SETTINGS + HEADERS_100[:10], HEADERS_100[10:])
+           for _ in range(MAX_CONNS - len(pre))]
+    for d in pre + req:
         d.start()
     time.sleep(1.0)
     code = probe_unix()
-    pt.check(code == SC.UNAVAILABLE, "connection %d: Probe answered %s, want UNAVAILABLE" % (MAX_CONNS + 1, code))
-    pt.check("too many connections" in ctl.get().stderr_text(), "the refusal was not logged")
-    wait_dropped(ds, "slow HTTP/2 peers")
+    pt.check(code == SC.OK, "connection %d: Probe answered %s, want OK" % (MAX_CONNS + 1, code))
+    pt.check("reason=\"evicted\"" in ctl.get().stderr_text(), "the eviction was not logged")
+    # The first (oldest) of the preface dribblers made room: it is dropped
+    # long before the timeout, the others at it, none of the requests early.
+    pre[0].join(HANDSHAKE_S + LATE_S)
+    pt.check(pre[0].closed_after is not None and pre[0].closed_after < HANDSHAKE_S - 1.5,
+             "the oldest peer in its handshake was not evicted (dropped after %s s)" % pre[0].closed_after)
+    wait_dropped(pre[1:] + req, "slow HTTP/2 peers")
     pt.check(probe_unix() == SC.OK, "Probe refused after the slow peers were dropped")
     settle(before, "the slow HTTP/2 peers")
 
@@ -183,7 +198,8 @@ def _():
     before = usage()
     port = int(pt._flag_value(ctl.get().args, "metricsListen").rsplit(":", 1)[1])
     req = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40 + b"\r\n\r\n"
-    dribble_all([Dribbler(("127.0.0.1", port), b"", req) for _ in range(10)], "slow /metrics peers")
+    # 8: as many as one address may hold on the metrics port.
+    dribble_all([Dribbler(("127.0.0.1", port), b"", req) for _ in range(8)], "slow /metrics peers")
     s = pt._connect(("127.0.0.1", port), 5.0)
     s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
     got = b""

@@ -510,10 +510,31 @@ def _():
     wait_for(ready, 20, "/status 200")
 
 
-def ssl_ctx():
+def ssl_ctx(client_cert=True):
+    """TLS for -schedulerListen: its CA, and a client certificate of that CA
+    (kube-scheduler's extender tlsConfig; any name)."""
     import ssl
     ctx = ssl.create_default_context(cafile=C.ca[0])
+    if client_cert:
+        ctx.load_cert_chain(*C.someone_else)
     return ctx
+
+
+@t.test("scheduler extender over HTTPS: a client without a certificate of the CA is refused in the TLS "
+        "handshake (-caFile given)")
+def _():
+    import ssl
+    for name, ctx in (("no client certificate", ssl_ctx(client_cert=False)),
+                      ("a certificate of another CA", ssl_ctx(client_cert=False))):
+        if name.startswith("a cert"):
+            ctx.load_cert_chain(*C.foreign_node)
+        try:
+            post(HTTPS, "/filter", {"Pod": pod([]), "NodeNames": ["big"]}, ctx)
+            pt.check(False, "%s: the extender answered" % name)
+        except (ssl.SSLError, ConnectionError, urllib.error.URLError) as e:
+            t.diag("%s: refused (%s)" % (name, e))
+    r = post(HTTPS, "/filter", {"Pod": pod([]), "NodeNames": ["big"]}, ssl_ctx())
+    pt.check(r["NodeNames"] == ["big"], "with a client certificate: %r" % r)
 
 
 @t.test("scheduler extender: filter by the PMEM each node has for the pod's unbound late-binding PVCs, "

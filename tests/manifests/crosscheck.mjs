@@ -29,6 +29,11 @@
 //    -metricsListen port: /healthz for readiness, /metrics/simple for
 //    liveness), every port named for scraping is a metrics endpoint
 //    (-metricsListen / --http-endpoint);
+//  - NetworkPolicies: every pod of a mode is selected; metrics ports open
+//    only to namespaces labelled pmem-csi.intel.com/metrics=allowed, gRPC
+//    ports only to the pods that call them (central: registry <- node
+//    pods, node-controller <- controller); selectors and ports name real
+//    pods and declared ports; no rule open to every source;
 //  - RBAC, StorageClasses (parameters run through the driver's own parser),
 //    the VolumeSnapshotClass and the snapshot examples, examples, the Prometheus snippet (promtool), the Containerfile.
 // Prints TAP; exits 1 on failure or when a dependency is missing.
@@ -845,6 +850,110 @@ t.test("central: the Service reaches the controller's Registry port, and nodes c
   if (dep.doc.spec.replicas !== 1) p.push("exactly one controller replica (in-memory registry)");
   return p;
 });
+
+// ---------------------------------------------------------------------------
+// NetworkPolicies: every pod of a mode is selected by one (so only what the
+// policies allow reaches it); the metrics ports are open to the namespaces
+// with the documented label and nothing else; the gRPC ports to exactly the
+// pods that call them (central: the registry to the node pods, a node's
+// controller service to the controller); every selector selects pods of the
+// mode and every port names a port they declare; no rule lets in everyone.
+
+const METRICS_NS_LABEL = ["pmem-csi.intel.com/metrics", "allowed"];
+const matches = (sel, labels) => Object.entries((sel || {}).matchLabels || {}).every(([k, v]) => labels[k] === v) &&
+  !(sel || {}).matchExpressions;
+const podLabels = (d) => podTemplateMeta(d.doc).labels || {};
+// The pods whose driver calls the gRPC port |what| (servedPorts' what).
+function callersOf(mode, what) {
+  return modePods[mode].filter((d) => {
+    const drv = allContainers(podSpecOf(d.doc)).find(isDriver);
+    const role = flagValue(drv.args || [], "mode");
+    if (what === "-registryEndpoint") return role === "node" && !!flagValue(drv.args || [], "registryEndpoint");
+    if (what === "-controllerEndpoint") return role === "controller" && !!flagValue(drv.args || [], "registryEndpoint");
+    return false;
+  });
+}
+// Does |rule| of a policy in |ns| let in the pod |d| of the same namespace?
+const rulePeerSelectsPod = (peer, d) => peer.podSelector && !peer.namespaceSelector && !peer.ipBlock && matches(peer.podSelector, podLabels(d));
+const rulePeerIsMetricsNs = (peer) => !peer.podSelector && !peer.ipBlock && peer.namespaceSelector &&
+  Object.keys(peer.namespaceSelector).join() === "matchLabels" &&
+  JSON.stringify(peer.namespaceSelector.matchLabels) === JSON.stringify({ [METRICS_NS_LABEL[0]]: METRICS_NS_LABEL[1] });
+// The declared port of |d| a policy port names (by name or number), or null.
+function declaredPort(d, pp) {
+  for (const c of allContainers(podSpecOf(d.doc))) {
+    for (const p of c.ports || []) {
+      if ((typeof pp.port === "string" ? p.name === pp.port : p.containerPort === pp.port) &&
+          (pp.protocol || "TCP") === (p.protocol || "TCP")) return p;
+    }
+  }
+  return null;
+}
+
+for (const mode of ["central", "distributed"]) {
+  const policies = byKind(MODES[mode].objs, "NetworkPolicy");
+  t.test(`${mode}: NetworkPolicies select the mode's pods, name their ports, and let in only who needs each port`, () => {
+    const p = [];
+    if (!policies.length) return ["no NetworkPolicy"];
+    for (const np of policies) {
+      const spec = np.doc.spec;
+      const name = np.doc.metadata.name;
+      const selected = modePods[mode].filter((d) => d.doc.metadata.namespace === np.doc.metadata.namespace &&
+        matches(spec.podSelector, podLabels(d)));
+      if (!selected.length) p.push(`${name}: its podSelector selects no pod of the mode`);
+      if (JSON.stringify(spec.policyTypes) !== JSON.stringify(["Ingress"]) || spec.egress) p.push(`${name}: Ingress rules only (egress stays open: the API server, the nodes)`);
+      for (const [i, rule] of (spec.ingress || []).entries()) {
+        if (!rule.from || !rule.from.length) p.push(`${name}: ingress[${i}] lets in every source`);
+        if (!rule.ports || !rule.ports.length) p.push(`${name}: ingress[${i}] opens every port`);
+        for (const peer of rule.from || []) {
+          if (peer.podSelector && !peer.namespaceSelector &&
+              !modePods[mode].some((d) => d.doc.metadata.namespace === np.doc.metadata.namespace && rulePeerSelectsPod(peer, d))) {
+            p.push(`${name}: ingress[${i}] podSelector ${JSON.stringify(peer.podSelector)} selects no pod of the mode`);
+          }
+          if (!rulePeerIsMetricsNs(peer) && !(peer.podSelector && !peer.namespaceSelector)) {
+            p.push(`${name}: ingress[${i}] from ${JSON.stringify(peer)}: only pods of the namespace or the metrics label`);
+          }
+        }
+        for (const pp of rule.ports || []) {
+          if (!selected.some((d) => declaredPort(d, pp))) p.push(`${name}: ingress[${i}] port ${pp.port} is declared by no pod it selects`);
+        }
+      }
+    }
+    // Each pod, port by port: who may come in.
+    for (const d of modePods[mode]) {
+      const pol = policies.filter((np) => np.doc.metadata.namespace === d.doc.metadata.namespace && matches(np.doc.spec.podSelector, podLabels(d)));
+      if (!pol.length) {
+        p.push(`${d.doc.metadata.name}: selected by no NetworkPolicy (everyone may come in)`);
+        continue;
+      }
+      const { served } = podPorts(podSpecOf(d.doc));
+      for (const c of allContainers(podSpecOf(d.doc))) {
+        for (const port of c.ports || []) {
+          const s = served.find((x) => x.port === port.containerPort);
+          const rules = pol.flatMap((np) => np.doc.spec.ingress || []).filter((r) => (r.ports || []).some((pp) =>
+            (typeof pp.port === "string" ? pp.port === port.name : pp.port === port.containerPort)));
+          const peers = rules.flatMap((r) => r.from || []);
+          const where = `${d.doc.metadata.name} port ${port.name} (${port.containerPort})`;
+          if (!s) continue; // "declared ports are served" says so
+          if (s.metrics) {
+            if (!peers.some(rulePeerIsMetricsNs)) p.push(`${where}: metrics not open to namespaces labelled ${METRICS_NS_LABEL.join("=")}`);
+            if (peers.some((x) => !rulePeerIsMetricsNs(x))) p.push(`${where}: metrics open to more than the labelled namespaces`);
+          } else if (s.grpc) {
+            const callers = callersOf(mode, s.what);
+            if (!callers.length) p.push(`${where}: nobody calls ${s.what} (no rule can be checked)`);
+            for (const caller of callers) {
+              if (!peers.some((x) => rulePeerSelectsPod(x, caller))) p.push(`${where}: ${caller.doc.metadata.name} calls it but no rule lets it in`);
+            }
+            for (const other of modePods[mode].filter((x) => !callers.includes(x))) {
+              if (peers.some((x) => rulePeerSelectsPod(x, other))) p.push(`${where}: ${other.doc.metadata.name} is let in but never calls it`);
+            }
+            if (peers.some((x) => !x.podSelector || x.namespaceSelector)) p.push(`${where}: open beyond the driver's pods`);
+          }
+        }
+      }
+    }
+    return p;
+  });
+}
 
 // Scraping: the PodMonitor and the Prometheus snippet
 

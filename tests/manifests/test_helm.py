@@ -4,7 +4,7 @@ choice a user makes, `helm template` renders the same objects as `kubectl
 kustomize` of the manifests with the same choice (an overlay where kustomize
 has one: images, the cxl component), or as the chart's defaults changed
 exactly where the value says (device manager, log format, node selector,
-tolerations, resources, optional sidecars, driver name); bad values are refused; every
+tolerations, resources, optional sidecars, NetworkPolicies, driver name); bad values are refused; every
 rendering passes the manifests' schema validation (validate.mjs). Helm and
 kubectl are the pinned Go tools (scripts/go-tools.sh). TAP output.
 
@@ -279,6 +279,25 @@ def run_sidecars(mode):
 
 run_sidecars("distributed")
 run_sidecars("central")
+
+
+def run_no_policies(mode):
+    def check():
+        base = objects(helm("mode=" + mode))
+        text = helm("mode=" + mode, "networkPolicies=false")
+        rendered["policies " + mode] = text
+        want = {k: v for k, v in base.items() if k[0] != "NetworkPolicy"}
+        got = objects(text)
+        problems = diff(got, want)
+        if len(want) == len(base):
+            problems += "\nthe defaults render no NetworkPolicy"
+        tap(not problems, "networkPolicies=false, %s mode: the NetworkPolicies left out, nothing else" % mode,
+            problems)
+    run("policies " + mode, check)
+
+
+run_no_policies("distributed")
+run_no_policies("central")
 
 
 def other_name():

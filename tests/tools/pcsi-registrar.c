@@ -90,7 +90,7 @@ static void on_info(struct pcsi_client_call *call, void *data)
 	g.svc[0] = pcsi_kubelet_reg_service(&g.reg);
 	snprintf(url, sizeof(url), "unix://%s/%s-reg.sock", g.reg_dir, g.name);
 	if (pcsi_endpoint_parse(url, &ep, err, sizeof(err)) < 0 ||
-	    pcsi_server_listen(g.srv, &ep, NULL, g.svc, 1) < 0) {
+	    pcsi_server_listen(g.srv, &ep, "registration", NULL, g.svc, 1) < 0) {
 		pcsi_err("cannot serve the registration socket", "url=%s err=\"%s\"", url, err);
 		exit(1);
 	}

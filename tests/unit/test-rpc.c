@@ -402,7 +402,8 @@ static void start_server(void)
 	ck_assert_int_eq(pcsi_endpoint_parse(fx->endpoint, &ep, err, sizeof(err)), 0);
 	fx->srv = pcsi_server_new(&fx->loop, &fx->sopts);
 	ck_assert_ptr_nonnull(fx->srv);
-	ck_assert_int_eq(pcsi_server_listen(fx->srv, &ep, NULL, fx->services, fx->nservices), 0);
+	ck_assert_int_eq(
+		pcsi_server_listen(fx->srv, &ep, "test", NULL, fx->services, fx->nservices), 0);
 }
 
 static void shutdown_server(uint64_t grace_ms)
@@ -1097,8 +1098,9 @@ START_TEST(test_listen_refuses_non_socket_path)
 	fclose(f);
 	ck_assert_int_eq(pcsi_endpoint_parse(fx->endpoint, &ep, err, sizeof(err)), 0);
 	fx->srv = pcsi_server_new(&fx->loop, NULL);
-	ck_assert_int_eq(pcsi_server_listen(fx->srv, &ep, NULL, fx->services, fx->nservices),
-			 -EEXIST);
+	ck_assert_int_eq(
+		pcsi_server_listen(fx->srv, &ep, "test", NULL, fx->services, fx->nservices),
+		-EEXIST);
 	ck_assert(path_exists(fx->sock)); /* left alone */
 }
 END_TEST
@@ -1234,7 +1236,16 @@ START_TEST(test_client_idle_timeout_spares_busy_connection)
 }
 END_TEST
 
-START_TEST(test_max_connections)
+static void start_info_call_on(struct pcsi_channel *chan, struct result *r)
+{
+	start_call_on(chan, r, "csi.v1.Identity", IDENTITY("GetPluginInfo"),
+		      &(Csi__V1__GetPluginInfoRequest)CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT.base,
+		      5000);
+}
+
+/* A full listener: the idle connection makes room for the newcomer (GOAWAY)
+ * and its client reconnects on its next call, making room in turn. */
+START_TEST(test_full_listener_evicts_idle_connection)
 {
 	struct result r1, r2;
 
@@ -1243,15 +1254,68 @@ START_TEST(test_max_connections)
 	open_channel(NULL);
 	warm_up();
 	fx->chan2 = new_channel(fx->endpoint, NULL, NULL);
-	start_call_on(fx->chan2, &r2, "csi.v1.Identity", IDENTITY("GetPluginInfo"),
-		      &(Csi__V1__GetPluginInfoRequest)CSI__V1__GET_PLUGIN_INFO_REQUEST__INIT.base,
-		      5000);
+	start_info_call_on(fx->chan2, &r2);
 	WAIT_DONE(&r2, 5000);
-	ASSERT_STATUS(&r2, PCSI_UNAVAILABLE);
-	/* The first connection is unaffected. */
+	ASSERT_STATUS(&r2, PCSI_OK);
+	ck_assert_msg(RUN_UNTIL(!pcsi_channel_is_connected(fx->chan), 3000),
+		      "the idle connection was not evicted");
 	start_call(&r1, "GetPluginInfo", 5000);
 	WAIT_DONE(&r1, 5000);
 	ASSERT_STATUS(&r1, PCSI_OK);
+	ck_assert_int_eq(fx->info_calls, 3);
+}
+END_TEST
+
+/* A full listener whose connections all have a call in flight refuses the
+ * newcomer; the busy one is not touched. */
+START_TEST(test_full_listener_refuses_when_all_busy)
+{
+	struct result r1, r2;
+
+	fx->sopts.max_conns = 1;
+	fx->probe_delay_ms = 500;
+	start_server();
+	open_channel(NULL);
+	warm_up();
+	start_call(&r1, "Probe", 5000);
+	ck_assert(RUN_UNTIL(fx->probe_started == 1, 3000));
+	fx->chan2 = new_channel(fx->endpoint, NULL, NULL);
+	start_info_call_on(fx->chan2, &r2);
+	WAIT_DONE(&r2, 5000);
+	ASSERT_STATUS(&r2, PCSI_UNAVAILABLE);
+	WAIT_DONE(&r1, 5000);
+	ASSERT_STATUS(&r1, PCSI_OK);
+}
+END_TEST
+
+static bool hung_up(int fd);
+
+/* A connection that never says a word is the first to go, before an idle
+ * one that finished its handshake. */
+START_TEST(test_full_listener_evicts_handshake_before_idle)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct result r1, r2;
+	int fd;
+
+	fx->sopts.max_conns = 2;
+	start_server();
+	open_channel(NULL);
+	warm_up(); /* an idle connection */
+	memcpy(sa.sun_path, fx->sock, strlen(fx->sock));
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	run_for(100); /* accepted: the listener is full */
+	fx->chan2 = new_channel(fx->endpoint, NULL, NULL);
+	start_info_call_on(fx->chan2, &r2);
+	WAIT_DONE(&r2, 5000);
+	ASSERT_STATUS(&r2, PCSI_OK);
+	ck_assert_msg(RUN_UNTIL(hung_up(fd), 3000), "the silent connection was not evicted");
+	ck_assert(pcsi_channel_is_connected(fx->chan));
+	start_call(&r1, "GetPluginInfo", 5000);
+	WAIT_DONE(&r1, 5000);
+	ASSERT_STATUS(&r1, PCSI_OK);
+	close(fd);
 }
 END_TEST
 
@@ -1409,7 +1473,7 @@ START_TEST(test_slow_preface_dropped_at_handshake_timeout)
 }
 END_TEST
 
-START_TEST(test_slow_request_dropped_at_handshake_timeout)
+START_TEST(test_slow_request_dropped_at_request_timeout)
 {
 	/* A prompt handshake, then a request whose HEADERS frame (100 bytes
 	 * announced) arrives a byte every 50 ms: the connection is closed when
@@ -1422,7 +1486,7 @@ START_TEST(test_slow_request_dropped_at_handshake_timeout)
 
 	memcpy(msg, preface, 24);
 	memset(msg + 42, 'x', 100);
-	fx->sopts.handshake_timeout_ms = 300;
+	fx->sopts.request_timeout_ms = 300;
 	fx->sopts.idle_timeout_ms = 60000;
 	start_server();
 	dribble_start(&d, msg, 0);
@@ -1742,8 +1806,9 @@ static const char *start_tls_server(void)
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_tcp_port());
 	ck_assert_int_eq(pcsi_endpoint_parse(url, &ep, err, sizeof(err)), 0);
 	fx->srv = pcsi_server_new(&fx->loop, &fx->sopts);
-	ck_assert_int_eq(pcsi_server_listen(fx->srv, &ep, fx->tls[0], fx->services, fx->nservices),
-			 0);
+	ck_assert_int_eq(
+		pcsi_server_listen(fx->srv, &ep, "test", fx->tls[0], fx->services, fx->nservices),
+		0);
 	return url;
 }
 
@@ -1781,7 +1846,8 @@ START_TEST(test_tcp_empty_host_on_both_ends)
 	snprintf(url, sizeof(url), "tcp://:%d", free_tcp_port());
 	ck_assert_int_eq(pcsi_endpoint_parse(url, &ep, err, sizeof(err)), 0);
 	fx->srv = pcsi_server_new(&fx->loop, &fx->sopts);
-	ck_assert_int_eq(pcsi_server_listen(fx->srv, &ep, NULL, fx->services, fx->nservices), 0);
+	ck_assert_int_eq(
+		pcsi_server_listen(fx->srv, &ep, "test", NULL, fx->services, fx->nservices), 0);
 	fx->chan = new_channel(url, NULL, NULL);
 	start_call(&r, "GetPluginInfo", 5000);
 	WAIT_DONE(&r, 10000);
@@ -1901,12 +1967,14 @@ static Suite *rpc_suite(void)
 	tcase_add_test(tc, test_client_idle_timeout_spares_busy_connection);
 	tcase_add_test(tc, test_idle_timeout_spares_call_in_flight);
 	tcase_add_test(tc, test_idle_timeout_counts_from_last_activity);
-	tcase_add_test(tc, test_max_connections);
+	tcase_add_test(tc, test_full_listener_evicts_idle_connection);
+	tcase_add_test(tc, test_full_listener_refuses_when_all_busy);
+	tcase_add_test(tc, test_full_listener_evicts_handshake_before_idle);
 	tcase_add_test(tc, test_client_connect_timeout);
 	tcase_add_test(tc, test_client_name_lookup_timeout);
 	tcase_add_test(tc, test_tls_handshake_timeout);
 	tcase_add_test(tc, test_slow_preface_dropped_at_handshake_timeout);
-	tcase_add_test(tc, test_slow_request_dropped_at_handshake_timeout);
+	tcase_add_test(tc, test_slow_request_dropped_at_request_timeout);
 	tcase_add_test(tc, test_prompt_peer_is_not_dropped_at_handshake_timeout);
 	tcase_add_test(tc, test_raw_headers_too_large);
 

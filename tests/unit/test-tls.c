@@ -12,6 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include "rpc/tls.h"
 
 static char dir[64];
@@ -60,8 +64,9 @@ static void make_certs(void)
 		 "sh '%s' --leaf foreign-registry --cn pmem-registry foreign 2\n"
 		 "sh '%s' --leaf foreign-node --cn pmem-node-controller foreign 2\n"
 		 "sh '%s' --leaf someone-else . 2\n"
+		 "sh '%s' --leaf registry2 --cn pmem-registry . 2\n"
 		 "printf 'not a certificate\\n' > garbage.pem\n",
-		 dir, script, script, script);
+		 dir, script, script, script, script);
 	run(cmd);
 }
 
@@ -237,6 +242,143 @@ START_TEST(test_ctx_ok_and_free)
 	pcsi_tls_ctx_free(c);
 	pcsi_tls_ctx_free(NULL);
 	pcsi_tls_free(NULL);
+}
+END_TEST
+
+/* ---- reloading ------------------------------------------------------------------------------ */
+
+/* Copies |from| (in the certificates' directory) to |to| through a new
+ * file renamed over it (a new inode, as a Secret volume update makes);
+ * |len| > 0 copies only that many bytes (a half-written file). */
+static void put_file(const char *from, const char *to, long len)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd), "set -e; cd '%s'; head -c %ld '%s' > '%s.new'; mv '%s.new' '%s'",
+		 dir, len > 0 ? len : 1000000L, from, to, to, to);
+	run(cmd);
+}
+
+/* "serial=HEX" of a certificate file, as pcsi_tls_ctx_describe() writes it. */
+static void serial_of(const char *file, char *out, size_t n)
+{
+	FILE *f = fopen(path(file), "r");
+	X509 *x = f ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
+	BIGNUM *bn = x ? ASN1_INTEGER_to_BN(X509_get0_serialNumber(x), NULL) : NULL;
+	char *hex = bn ? BN_bn2hex(bn) : NULL;
+
+	ck_assert_msg(hex != NULL, "cannot read %s", file);
+	snprintf(out, n, "serial=%s ", hex);
+	OPENSSL_free(hex);
+	BN_free(bn);
+	X509_free(x);
+	fclose(f);
+}
+
+static bool in_use(struct pcsi_tls_ctx *c, const char *cert_file)
+{
+	char desc[512], want[128];
+
+	pcsi_tls_ctx_describe(c, desc, sizeof(desc));
+	serial_of(cert_file, want, sizeof(want));
+	return strstr(desc, want) != NULL;
+}
+
+/* Prepares and installs; returns what install says (2: nothing changed). */
+static int reload(struct pcsi_tls_ctx *c, char *msg, size_t n)
+{
+	struct pcsi_tls_reload *r;
+
+	if (pcsi_tls_ctx_prepare(c, &r) == 0) {
+		ck_assert_ptr_null(r);
+		return 2;
+	}
+	ck_assert_ptr_nonnull(r);
+	return pcsi_tls_ctx_install(c, r, msg, n);
+}
+
+START_TEST(test_reload_new_files_for_new_sessions_only)
+{
+	struct pcsi_tls_ctx *sctx, *cctx = client_ctx();
+	struct pcsi_tls *s_old, *s_new, *c1, *c2;
+	char msg[600];
+	struct hs r;
+
+	put_file("pmem-registry.crt", "live.crt", 0);
+	put_file("pmem-registry.key", "live.key", 0);
+	sctx = pcsi_tls_ctx_new(true, path("ca.crt"), path("live.crt"), path("live.key"),
+				"pmem-node-controller", err, sizeof(err));
+	ck_assert_msg(sctx != NULL, "%s", err);
+	ck_assert_int_eq(reload(sctx, msg, sizeof(msg)), 2); /* unchanged */
+	s_old = pcsi_tls_new(sctx);
+	/* The key first, then the certificate: in between they do not match. */
+	put_file("registry2.key", "live.key", 0);
+	ck_assert_int_eq(reload(sctx, msg, sizeof(msg)), -EINVAL);
+	ck_assert_msg(in_use(sctx, "pmem-registry.crt"), "the old material is not kept");
+	ck_assert_int_eq(reload(sctx, msg, sizeof(msg)), 0); /* told once */
+	put_file("registry2.crt", "live.crt", 0);
+	ck_assert_int_eq(reload(sctx, msg, sizeof(msg)), 1);
+	ck_assert_msg(strstr(msg, "subject_cn=\"pmem-registry\"") != NULL, "%s", msg);
+	ck_assert_msg(in_use(sctx, "registry2.crt"), "the new material is not in use");
+	ck_assert_int_eq(reload(sctx, msg, sizeof(msg)), 2);
+	/* A session made before and one made after both handshake. */
+	s_new = pcsi_tls_new(sctx);
+	c1 = pcsi_tls_new(cctx);
+	c2 = pcsi_tls_new(cctx);
+	r = handshake(c1, s_old);
+	ck_assert_msg(r.client_rc == 1 && r.server_rc == 1, "old session: %s / %s",
+		      pcsi_tls_error(c1), pcsi_tls_error(s_old));
+	r = handshake(c2, s_new);
+	ck_assert_msg(r.client_rc == 1 && r.server_rc == 1, "new session: %s / %s",
+		      pcsi_tls_error(c2), pcsi_tls_error(s_new));
+	pcsi_tls_free(s_old);
+	pcsi_tls_free(s_new);
+	pcsi_tls_free(c1);
+	pcsi_tls_free(c2);
+	pcsi_tls_ctx_free(sctx);
+	pcsi_tls_ctx_free(cctx);
+}
+END_TEST
+
+START_TEST(test_reload_half_written_or_missing_file_keeps_the_old)
+{
+	struct pcsi_tls_ctx *c;
+	char msg[600];
+
+	put_file("pmem-node-controller.crt", "half.crt", 0);
+	put_file("pmem-node-controller.key", "half.key", 0);
+	c = pcsi_tls_ctx_new(false, path("ca.crt"), path("half.crt"), path("half.key"),
+			     "pmem-registry", err, sizeof(err));
+	ck_assert_msg(c != NULL, "%s", err);
+	put_file("pmem-node-controller.crt", "half.crt", 200);
+	ck_assert_int_eq(reload(c, msg, sizeof(msg)), -EINVAL);
+	ck_assert_msg(strstr(msg, "half.crt") != NULL, "%s", msg);
+	ck_assert(in_use(c, "pmem-node-controller.crt"));
+	ck_assert_int_eq(unlink(path("half.crt")), 0);
+	ck_assert_int_eq(reload(c, msg, sizeof(msg)), -EINVAL); /* another state: told */
+	ck_assert(in_use(c, "pmem-node-controller.crt"));
+	put_file("pmem-node-controller.crt", "half.crt", 0);
+	ck_assert_int_eq(reload(c, msg, sizeof(msg)), 1);
+	/* A reference keeps it: the watcher's (certwatch.h). */
+	ck_assert_ptr_eq(pcsi_tls_ctx_ref(c), c);
+	pcsi_tls_ctx_free(c);
+	ck_assert(in_use(c, "pmem-node-controller.crt"));
+	pcsi_tls_ctx_free(c);
+}
+END_TEST
+
+START_TEST(test_https_ctx_requires_a_client_certificate)
+{
+	struct pcsi_tls_ctx *c =
+		pcsi_tls_ctx_new_https(path("ca.crt"), path("pmem-registry.crt"),
+				       path("pmem-registry.key"), err, sizeof(err));
+	int mode;
+
+	ck_assert_msg(c != NULL, "%s", err);
+	mode = SSL_CTX_get_verify_mode(pcsi_tls_ctx_ssl(c));
+	ck_assert(mode & SSL_VERIFY_PEER);
+	ck_assert(mode & SSL_VERIFY_FAIL_IF_NO_PEER_CERT);
+	pcsi_tls_ctx_free(c);
 }
 END_TEST
 
@@ -448,6 +590,9 @@ static Suite *tls_suite(void)
 	tcase_add_test(tc, test_ctx_garbage_files);
 	tcase_add_test(tc, test_ctx_missing_arguments);
 	tcase_add_test(tc, test_ctx_ok_and_free);
+	tcase_add_test(tc, test_reload_new_files_for_new_sessions_only);
+	tcase_add_test(tc, test_reload_half_written_or_missing_file_keeps_the_old);
+	tcase_add_test(tc, test_https_ctx_requires_a_client_certificate);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("handshake");

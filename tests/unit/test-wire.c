@@ -300,6 +300,33 @@ START_TEST(test_msgdec_bad_flag_is_eproto)
 }
 END_TEST
 
+/* The announced length is known before memory is taken for the body: the
+ * server reserves it in its budget first (rpc/server.c). */
+START_TEST(test_msgdec_header_alone_announces_without_allocating)
+{
+	struct pcsi_msgdec d;
+	uint8_t hdr[PCSI_MSG_HDR_LEN], body[3] = { 1, 2, 3 };
+	size_t used;
+
+	pcsi_msgdec_init(&d, 1u << 20);
+	pcsi_msg_hdr(hdr, 1u << 20);
+	ck_assert_uint_eq(pcsi_msgdec_header_left(&d), PCSI_MSG_HDR_LEN);
+	ck_assert_int_eq(pcsi_msgdec_feed(&d, hdr, 2, &used), 0);
+	ck_assert_uint_eq(pcsi_msgdec_header_left(&d), 3);
+	ck_assert_int_eq(pcsi_msgdec_feed(&d, hdr + 2, 3, &used), 0);
+	ck_assert_uint_eq(used, 3);
+	ck_assert_uint_eq(pcsi_msgdec_header_left(&d), 0);
+	ck_assert_uint_eq(d.len, 1u << 20);
+	ck_assert_ptr_null(d.buf);
+	ck_assert_int_eq(pcsi_msgdec_feed(&d, body, sizeof(body), &used), 0);
+	ck_assert_ptr_nonnull(d.buf);
+	ck_assert_uint_eq(d.got, 3);
+	pcsi_msgdec_reset(&d);
+	ck_assert_uint_eq(pcsi_msgdec_header_left(&d), PCSI_MSG_HDR_LEN);
+	pcsi_msgdec_done(&d);
+}
+END_TEST
+
 START_TEST(test_msgdec_partial_states)
 {
 	uint8_t frame[PCSI_MSG_HDR_LEN + 10];
@@ -630,6 +657,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, test_msgdec_compressed_flag_is_enotsup);
 	tcase_add_test(tc, test_msgdec_bad_flag_is_eproto);
 	tcase_add_test(tc, test_msgdec_partial_states);
+	tcase_add_test(tc, test_msgdec_header_alone_announces_without_allocating);
 	tcase_add_test(tc, test_msg_hdr_is_big_endian);
 	suite_add_tcase(s, tc);
 

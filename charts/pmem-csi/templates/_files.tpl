@@ -42,5 +42,12 @@ Every object file the values ask for, in the order kubectl applies them.
 {{- if $v.podMonitor -}}
 {{- $files = concat $files (include "pmem-csi.kustomization" (dict "root" . "dir" "metrics") | fromJsonArray) -}}
 {{- end -}}
+{{- if not $v.networkPolicies -}}
+{{- $keep := list -}}
+{{- range $f := $files -}}
+{{- if not (hasPrefix "networkpolicy" (base $f)) -}}{{- $keep = append $keep $f -}}{{- end -}}
+{{- end -}}
+{{- $files = $keep -}}
+{{- end -}}
 {{- toJson $files -}}
 {{- end -}}
