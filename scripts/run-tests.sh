@@ -1,7 +1,8 @@
 #!/bin/bash
 # Builds pmem-csi and runs every test suite:
 #   build-tests/  the test configuration (with the test-only backend): suites
-#                 unit, integration, vm, conformance
+#                 unit, integration, vm, conformance (vm-go-tools: the vm
+#                 tests that run Intel's driver, built by go-tools.sh)
 #   build-asan/   the same under AddressSanitizer + UndefinedBehaviorSanitizer:
 #                 suites unit, integration, manifests (run here only)
 #   build/        the shipped configuration (no test-only backend): checked to
@@ -28,8 +29,9 @@
 # PMEM-CSI, ...; cached in /var/cache/pmem-csi, so only a first run builds)
 # are built in the background, at the lowest CPU priority, while the suites
 # that need none run (unit and integration, in build-tests/ and under ASan,
-# and fuzz); the suites that use them (manifests, vm, conformance, k8s) wait
-# for that build. On a warm cache it takes seconds; on a fresh machine the
+# and fuzz, then the guests of suite vm but vm-takeover and vm-convert); the
+# suites that use them (conformance, those two, manifests, k8s) wait for
+# that build. On a warm cache it takes seconds; on a fresh machine the
 # build (about 25 minutes) overlaps those suites.
 #
 # Usage: scripts/run-tests.sh [meson test args...]   (e.g. --suite unit)
@@ -176,8 +178,12 @@ else
 	run build-tests "unit + integration" --suite unit --suite integration
 	$asan && run_end asan
 	$fuzz && run_end fuzz
+	# The guests that need no Go tool start at once, while a fresh
+	# machine's Go tools may still be building (at the lowest priority);
+	# the rest wait for them.
+	run build-tests "vm (no Go tools)" --suite vm --no-suite vm-go-tools
 	if gotools; then
-		run build-tests "vm + conformance" --suite vm --suite conformance
+		run build-tests "conformance + vm with Go tools" --suite conformance --suite vm-go-tools
 		# The manifests suite starts the binary with every shipped command
 		# line: once, sanitized. Not beside the guests: the two starved each
 		# other's timing (a CI run of stop 37: a TLS handshake of the ASan
