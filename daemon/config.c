@@ -222,7 +222,7 @@ static const char usage[] =
 	"  -handshakeTimeout=SECONDS  a new connection's TLS handshake, HTTP/2 preface and\n"
 	"                             SETTINGS, or (metrics, scheduler endpoints) its TLS\n"
 	"                             handshake and each whole request, must take at most\n"
-	"                             this (default 5)\n"
+	"                             this (default 10)\n"
 	"  -certReloadInterval=SECONDS  look at -caFile, -certFile, -keyFile (and the client\n"
 	"                             ones) this often; changed files are loaded for new\n"
 	"                             connections (default 10; 0: never)\n"
@@ -577,7 +577,7 @@ int pcsi_config_parse(struct pcsi_config *cfg, int argc, char **argv, FILE *out,
 		.max_streams = 128,
 		.max_conns = 1024,
 		.max_conns_per_peer = 32,
-		.handshake_timeout_s = 5,
+		.handshake_timeout_s = 10,
 		.cert_reload_s = 10,
 		.shutdown_grace_s = 10,
 		.registration_grace_s = 90,
