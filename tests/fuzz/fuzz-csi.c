@@ -17,7 +17,10 @@
  * registration grace period, bit 4 has the node's Controller create the
  * volume named VOLUME_NAME first (its id is in the seeds), so that calls
  * about a volume find one, bit 5 makes the node's Controller the view that
- * -resizerEndpoint serves (for_resizer).
+ * -resizerEndpoint serves (for_resizer), bit 6 has the registry ask for
+ * proof of a node's name (-nodeIdentity=proven) from a caller on a TCP
+ * connection that shows no certificate and no token (otherwise any caller
+ * may speak for any node, -nodeIdentity=shared).
  *
  * The call API of rpc/server.h is replaced here by a stand-in (rpc/server.c
  * is not linked), which checks the handler's side of the contract: a call
@@ -35,6 +38,7 @@
 #include "backends/backend.h"
 #include "daemon/config.h"
 #include "daemon/controller/cluster.h"
+#include "daemon/controller/nodeauth.h"
 #include "daemon/controller/registry.h"
 #include "daemon/controller/service.h"
 #include "daemon/core/later.h"
@@ -59,6 +63,7 @@ enum {
 	F_NO_GRACE = 8,
 	F_VOLUME = 16,
 	F_RESIZER = 32,
+	F_PROVEN = 64,
 };
 
 #define VOLUME_NAME "pvc-3fa85f64-5717-4562-b3fc-2c963f66afa6"
@@ -156,6 +161,18 @@ bool pcsi_call_is_cancelled(const struct pcsi_call *call)
 const char *pcsi_call_path(const struct pcsi_call *call)
 {
 	return call->path;
+}
+
+const char *pcsi_call_authorization(const struct pcsi_call *call)
+{
+	return NULL;
+}
+
+int pcsi_call_peer(const struct pcsi_call *call, struct pcsi_call_peer *out)
+{
+	snprintf(out->ip, sizeof(out->ip), "127.0.0.1");
+	out->cn[0] = '\0';
+	return 0;
 }
 
 uint64_t pcsi_call_remaining_ms(const struct pcsi_call *call)
@@ -268,6 +285,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct pcsi_cluster cluster;
 	struct pcsi_controller ctrl;
 	struct pcsi_registry reg;
+	struct pcsi_nodeauth *auth;
 	struct pcsi_kubelet_reg kreg;
 	ProtobufCService *services[S_COUNT];
 	struct pcsi_call call = { 0 };
@@ -304,7 +322,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pcsi_group_controller_init(&gctl, &node);
 	pcsi_cluster_init(&cluster, &loop, NULL);
 	pcsi_controller_init(&ctrl, &cluster, cfg.driver_name, flags & F_NO_GRACE ? 0 : 90000);
-	pcsi_registry_init(&reg, &cluster);
+	auth = pcsi_nodeauth_new(&loop,
+				 &(struct pcsi_nodeauth_opts){
+					 .shared = !(flags & F_PROVEN),
+					 .audience = cfg.driver_name,
+					 .sa_username = "system:serviceaccount:pmem-csi:pmem-csi-node",
+					 .max_proofs = 8,
+				 },
+				 NULL);
+	pcsi_registry_init(&reg, &cluster, auth, 4);
 	pcsi_kubelet_reg_init(&kreg, cfg.driver_name, "/var/lib/kubelet/plugins/pmem-csi/csi.sock");
 	services[S_IDENTITY] = pcsi_identity_service(&identity);
 	services[S_NODE] = pcsi_node_service(&nsvc);
@@ -335,6 +361,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(ctrl.busy.n == 0, "a name or volume is still locked after the call ended");
 
 	pcsi_controller_done(&ctrl);
+	pcsi_nodeauth_free(auth);
 	pcsi_cluster_done(&cluster);
 	pcsi_node_done(&node);
 	fuzz_drain_loop(&loop);
