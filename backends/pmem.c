@@ -182,6 +182,15 @@ static uint64_t region_alignment(struct ndctl_region *r)
 			       ralign == ULONG_MAX ? 0 : ralign);
 }
 
+/* The kernel's alignment of the region's namespaces (raw ones need no
+ * more); the fsdax one when the kernel does not say. */
+static uint64_t region_raw_align(struct ndctl_region *r)
+{
+	unsigned long a = ndctl_region_get_align(r);
+
+	return a == ULONG_MAX || a <= 1 ? region_alignment(r) : a;
+}
+
 static uint64_t region_available(struct ndctl_region *r)
 {
 	unsigned long long v = ndctl_region_get_available_size(r);
@@ -222,14 +231,19 @@ static bool is_pmem_region(struct ndctl_region *r)
 	return t && !strcmp(t, "pmem"); /* not "blk" */
 }
 
-/* The block device of |ndns| ("" when it has none, e.g. disabled). */
-static const char *ns_blockdev(struct ndctl_namespace *ndns)
+/* The block device of |ndns| ("" when it has none, e.g. disabled); |*raw|
+ * when it is the namespace's own in raw mode (all of its space). */
+static const char *ns_blockdev(struct ndctl_namespace *ndns, bool *raw)
 {
 	struct ndctl_pfn *pfn = ndctl_namespace_get_pfn(ndns);
 	struct ndctl_btt *btt = ndctl_namespace_get_btt(ndns);
 	const char *b = NULL;
 
-	if (pfn && ndctl_pfn_is_enabled(pfn))
+	*raw = false;
+	if (ndctl_namespace_get_raw_mode(ndns) > 0 && ndctl_namespace_is_enabled(ndns) > 0) {
+		*raw = true;
+		b = ndctl_namespace_get_block_device(ndns);
+	} else if (pfn && ndctl_pfn_is_enabled(pfn))
 		b = ndctl_pfn_get_block_device(pfn);
 	else if (btt && ndctl_btt_is_enabled(btt))
 		b = ndctl_btt_get_block_device(btt);
@@ -254,10 +268,13 @@ static void fill_ns(struct ndctl_namespace *ndns, const char *blockdev, struct p
 {
 	struct ndctl_region *r = ndctl_namespace_get_region(ndns);
 
+	bool raw = false;
+
 	memset(o, 0, sizeof(*o));
 	copy(o->name, sizeof(o->name), ndctl_namespace_get_alt_name(ndns));
 	copy(o->dev, sizeof(o->dev), ndctl_namespace_get_devname(ndns));
-	copy(o->blockdev, sizeof(o->blockdev), blockdev ? blockdev : ns_blockdev(ndns));
+	copy(o->blockdev, sizeof(o->blockdev), blockdev ? blockdev : ns_blockdev(ndns, &raw));
+	o->raw = raw && o->blockdev[0];
 	copy(o->region, sizeof(o->region), ndctl_region_get_devname(r));
 	copy(o->bus, sizeof(o->bus), ndctl_bus_get_devname(ndctl_region_get_bus(r)));
 	o->medium = region_medium(r);
@@ -448,6 +465,7 @@ static int fill_regions(struct pcsi_pmem *p, struct ndctl_region **regs, int nr,
 	for (i = 0; i < nr && (size_t)i < n; i++) {
 		struct ndctl_region *r = regs[i];
 		struct pcsi_pmem_region *o = &out[i];
+		struct ndctl_interleave_set *iset;
 
 		memset(o, 0, sizeof(*o));
 		copy(o->bus, sizeof(o->bus), ndctl_bus_get_devname(ndctl_region_get_bus(r)));
@@ -458,6 +476,12 @@ static int fill_regions(struct pcsi_pmem *p, struct ndctl_region **regs, int nr,
 		o->available = region_available(r);
 		o->max_extent = region_max_extent(r);
 		o->align = region_alignment(r);
+		o->raw_align = region_raw_align(r);
+		o->ro = ndctl_region_get_ro(r) > 0;
+		iset = ndctl_region_get_interleave_set(r);
+		snprintf(o->key, sizeof(o->key), "%s.%s.%llx.%llu", o->bus, o->name,
+			 iset ? ndctl_interleave_set_get_cookie(iset) : 0ull,
+			 (unsigned long long)o->size);
 	}
 	free(regs);
 	return nr;
@@ -704,12 +728,85 @@ undo:
 	return rc;
 }
 
+/* Enables |ndns| (disabled, no personality attached) as a raw block device:
+ * all of its space, whatever info block it holds. 0 or -errno. */
+static int enable_raw(struct ndctl_namespace *ndns)
+{
+	const char *blk;
+	int rc;
+
+	ndctl_namespace_set_raw_mode(ndns, 1);
+	rc = ndctl_namespace_enable(ndns);
+	if (rc < 0)
+		return rc;
+	blk = ndctl_namespace_get_block_device(ndns);
+	return blk && blk[0] ? 0 : -ENXIO;
+}
+
+/* create_in() for a namespace in raw mode: the seed gets a name, a uuid and
+ * a size, and is enabled as a raw block device. */
+static int create_raw_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *name,
+			 uint64_t size, struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+{
+	const char *rname = ndctl_region_get_devname(r);
+	struct ndctl_namespace *ndns = ndctl_region_get_namespace_seed(r);
+	const char *step;
+	char dev[32];
+	uuid_t uu;
+	int rc, urc;
+
+	if (!ndns || !ndctl_namespace_is_configuration_idle(ndns)) {
+		fail(p, err, errlen, "%s: no idle namespace seed", rname);
+		return -EIO;
+	}
+	copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
+	p->last[0] = '\0';
+	/* As create_in(): name first, a uuid the seed may keep, then the size. */
+	ndctl_namespace_get_uuid(ndns, uu);
+	step = "setting the name of";
+	rc = ndctl_namespace_set_alt_name(ndns, name);
+	if (rc == 0 && uuid_is_null(uu)) {
+		uuid_generate(uu);
+		step = "setting the uuid of";
+		rc = ndctl_namespace_set_uuid(ndns, uu);
+	}
+	if (rc == 0) {
+		step = "setting the size of";
+		rc = ndctl_namespace_set_size(ndns, size);
+	}
+	if (rc == 0) {
+		step = "enabling (raw)";
+		rc = enable_raw(ndns);
+	}
+	if (rc == 0) {
+		fill_ns(ndns, NULL, ret);
+		return 0;
+	}
+	if (rc == -ENOSPC) {
+		fail(p, err, errlen, "%s: %s %s to %llu bytes: no space", rname, step, dev,
+		     (unsigned long long)size);
+	} else {
+		fail(p, err, errlen, "%s: %s %s failed: %s", rname, step, dev, strerror(-rc));
+		rc = -EIO;
+	}
+	if (ndctl_namespace_is_enabled(ndns) > 0)
+		ndctl_namespace_disable_invalidate(ndns);
+	ndctl_namespace_set_raw_mode(ndns, 0);
+	urc = undo_seeds(ndns, NULL);
+	if (urc < 0 && err && errlen) {
+		size_t n = strlen(err);
+		snprintf(err + n, errlen - n, "; undoing it failed too (%s): %s may be left over",
+			 strerror(-urc), dev);
+	}
+	return rc;
+}
+
 /* Beyond pmem.h: on -EEXIST, |ret| describes the namespace that has the name
  * (the direct backend relies on it to need one scan per create). A size
  * below the kernel's 16 MiB fsdax minimum is raised to it (then aligned). */
 static int create_once(struct pcsi_pmem *p, const char *region, enum pcsi_medium medium,
-		       const char *name, uint64_t size, struct pcsi_pmem_ns *ret, char *err,
-		       size_t errlen)
+		       const char *name, uint64_t size, bool raw, struct pcsi_pmem_ns *ret,
+		       char *err, size_t errlen)
 {
 	struct ndctl_region **regs;
 	struct ndctl_namespace *ndns;
@@ -748,14 +845,15 @@ static int create_once(struct pcsi_pmem *p, const char *region, enum pcsi_medium
 		matched = true;
 		if (ndctl_region_is_enabled(r) <= 0 || ndctl_region_get_ro(r) > 0)
 			continue;
-		align = region_alignment(r);
+		align = raw ? region_raw_align(r) : region_alignment(r);
 		want = pcsi_pmem_aligned_size(size, align);
 		room = region_max_extent(r);
 		if (room > best)
 			best = room;
 		if (!want || want > room)
 			continue;
-		rc = create_in(p, r, name, want, ret, err, errlen);
+		rc = raw ? create_raw_in(p, r, name, want, ret, err, errlen)
+			 : create_in(p, r, name, want, ret, err, errlen);
 		if (rc == 0) {
 			free(regs);
 			return 0;
@@ -822,6 +920,7 @@ struct create_args {
 	enum pcsi_medium medium;
 	const char *name;
 	uint64_t size;
+	bool raw;
 	struct pcsi_pmem_ns *ret;
 	char *err;
 	size_t errlen;
@@ -831,14 +930,23 @@ static int create_with(struct pcsi_pmem *p, void *arg)
 {
 	struct create_args *a = arg;
 
-	return create_once(p, a->region, a->medium, a->name, a->size, a->ret, a->err, a->errlen);
+	return create_once(p, a->region, a->medium, a->name, a->size, a->raw, a->ret, a->err,
+			   a->errlen);
 }
 
 int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, enum pcsi_medium medium,
 		     const char *name, uint64_t size, struct pcsi_pmem_ns *ret, char *err,
 		     size_t errlen)
 {
-	struct create_args a = { region, medium, name, size, ret, err, errlen };
+	struct create_args a = { region, medium, name, size, false, ret, err, errlen };
+
+	return with_context(p, create_with, &a, err, errlen);
+}
+
+int pcsi_pmem_create_raw(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
+			 struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+{
+	struct create_args a = { region, PCSI_MEDIUM_ANY, name, size, true, ret, err, errlen };
 
 	return with_context(p, create_with, &a, err, errlen);
 }
@@ -865,11 +973,8 @@ static int wipe_info_block(struct ndctl_namespace *ndns)
 	void *zeros = NULL;
 	int fd = -1, rc;
 
-	ndctl_namespace_set_raw_mode(ndns, 1);
-	rc = ndctl_namespace_enable(ndns);
-	blk = rc < 0 ? NULL : ndctl_namespace_get_block_device(ndns);
-	if (rc >= 0 && (!blk || !*blk))
-		rc = -ENXIO;
+	rc = enable_raw(ndns);
+	blk = ndctl_namespace_get_block_device(ndns);
 	if (rc >= 0 && posix_memalign(&zeros, 4096, INFO_AREA) != 0)
 		rc = -ENOMEM;
 	if (rc >= 0) {
@@ -887,11 +992,12 @@ static int wipe_info_block(struct ndctl_namespace *ndns)
 	return rc < 0 ? rc : 0;
 }
 
-static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
-			size_t warnlen)
+/* Finds namespace |name| (its device name in |dev|) and disables it:
+ * -ENOENT (none), -EBUSY (in use: mounted or held), -EIO (with |err|). */
+static int find_and_disable(struct pcsi_pmem *p, const char *name, struct ndctl_namespace **ret,
+			    char dev[32], char *err, size_t errlen)
 {
 	struct ndctl_namespace *ndns;
-	char dev[32], buf[64];
 	int rc;
 
 	if (err && errlen)
@@ -903,7 +1009,8 @@ static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t
 	}
 	if (!ndns)
 		return -ENOENT;
-	copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
+	*ret = ndns;
+	copy(dev, 32, ndctl_namespace_get_devname(ndns));
 	p->last[0] = '\0';
 
 	if (ndctl_region_get_ro(ndctl_namespace_get_region(ndns)) > 0) {
@@ -924,6 +1031,18 @@ static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t
 		fail(p, err, errlen, "%s (%s): the kernel refused to disable it", dev, name);
 		return -EBUSY;
 	}
+	return 0;
+}
+
+static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
+			size_t warnlen)
+{
+	struct ndctl_namespace *ndns = NULL;
+	char dev[32], buf[64];
+	int rc = find_and_disable(p, name, &ndns, dev, err, errlen);
+
+	if (rc < 0)
+		return rc;
 	rc = wipe_info_block(ndns);
 	if (rc < 0 && warn && warnlen)
 		snprintf(warn, warnlen, "%s (%s): cannot zero its info block: %s", dev, name,
@@ -962,4 +1081,66 @@ int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t e
 	if (!name || !name[0])
 		return -ENOENT;
 	return with_context(p, destroy_with, &a, err, errlen);
+}
+
+/* ---- retire ---------------------------------------------------------------------- */
+
+struct retire_args {
+	const char *name, *to;
+	struct pcsi_pmem_ns *ret;
+	char *err;
+	size_t errlen;
+};
+
+static int retire_once(struct pcsi_pmem *p, void *arg)
+{
+	struct retire_args *a = arg;
+	struct ndctl_namespace *ndns = NULL;
+	char dev[32];
+	int rc;
+
+	if (strcmp(a->name, a->to)) {
+		rc = find_and_disable(p, a->name, &ndns, dev, a->err, a->errlen);
+		if (rc < 0)
+			return rc;
+		/* The label is rewritten with the new name in one update. */
+		rc = ndctl_namespace_set_alt_name(ndns, a->to);
+		if (rc < 0) {
+			fail(p, a->err, a->errlen, "renaming %s (%s) to %s: %s", dev, a->name,
+			     a->to, strerror(-rc));
+			return -EIO;
+		}
+	} else {
+		rc = find_ns(p, a->name, NULL, &ndns);
+		if (rc < 0 || !ndns)
+			return rc < 0 ? rc : -ENOENT;
+		copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
+		fill_ns(ndns, NULL, a->ret);
+		if (a->ret->raw)
+			return 0;
+		/* Back in its fsdax mode after a reboot, or disabled: nothing
+		 * uses it (it is no volume). */
+		ndctl_namespace_disable_invalidate(ndns);
+	}
+	rc = enable_raw(ndns);
+	fill_ns(ndns, NULL, a->ret);
+	if (rc < 0 || !a->ret->raw) {
+		fail(p, a->err, a->errlen, "%s (%s): cannot enable it in raw mode: %s", dev, a->to,
+		     strerror(rc < 0 ? -rc : ENXIO));
+		a->ret->blockdev[0] = '\0';
+	}
+	return 0;
+}
+
+int pcsi_pmem_retire(struct pcsi_pmem *p, const char *name, const char *to,
+		     struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+{
+	struct retire_args a = { name, to, ret, err, errlen };
+
+	if (err && errlen)
+		err[0] = '\0';
+	memset(ret, 0, sizeof(*ret));
+	if (!name || !name[0] || !to || !to[0] || strlen(to) >= NS_NAME_MAX)
+		return -EINVAL;
+	return with_context(p, retire_once, &a, err, errlen);
 }
