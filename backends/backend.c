@@ -1247,6 +1247,10 @@ static void on_purged(struct pcsi_backend_req *req, void *data)
 	struct pcsi_retired *r = data;
 
 	be->reaping = NULL;
+	if (be->stopped && be->stopped_cb) { /* nothing runs any more */
+		pcsi_later(be->loop, be->stopped_cb, be->stopped_data);
+		be->stopped_cb = NULL;
+	}
 	if (req->error == 0) {
 		pcsi_info(2, "retired volume erased and removed", "name=%s bytes=%llu%s", r->vol.id,
 			  (unsigned long long)r->vol.size,
@@ -1371,12 +1375,15 @@ static void retired_drop_all(struct pcsi_backend *be)
 	be->reap_timer = NULL;
 }
 
-void pcsi_backend_stop(struct pcsi_backend *be)
+void pcsi_backend_stop(struct pcsi_backend *be, void (*cb)(void *data), void *data)
 {
 	struct pcsi_backend_req *req;
 
-	if (be->stopped)
+	if (be->stopped) {
+		if (cb)
+			pcsi_later(be->loop, cb, data);
 		return;
+	}
 	be->stopped = true;
 	if (be->reap_timer) {
 		uv_close((uv_handle_t *)&be->reap_timer->t, free_timer);
@@ -1394,6 +1401,14 @@ void pcsi_backend_stop(struct pcsi_backend *be)
 		pcsi_backend_msg(req, "the %s device manager stopped", be->ops->name);
 		deliver(req, -ECANCELED);
 	}
+	if (!cb)
+		return;
+	if (!be->reaping) {
+		pcsi_later(be->loop, cb, data);
+		return;
+	}
+	be->stopped_cb = cb; /* on_purged() calls it */
+	be->stopped_data = data;
 }
 
 /* ---- copy ------------------------------------------------------------------------ */

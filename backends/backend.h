@@ -259,8 +259,9 @@ void pcsi_backend_cancel(struct pcsi_backend_req *req);
 /* Stops the background erase of retired volumes for good (a running erase
  * is stopped, its volume stays retired: the next start erases it), and ends
  * the creates and expands waiting for retired space with -ECANCELED. What
- * runs ends on its own; call it before the loop is to end. */
-void pcsi_backend_stop(struct pcsi_backend *be);
+ * runs ends on its own; then |cb| (may be NULL) runs, on a later loop turn.
+ * Call it before the loop is to end. */
+void pcsi_backend_stop(struct pcsi_backend *be, void (*cb)(void *data), void *data);
 
 /* True when |name| is a retired volume's (PCSI_RETIRED_PREFIX). */
 bool pcsi_backend_retired_name_is(const char *name);

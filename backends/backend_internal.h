@@ -141,7 +141,9 @@ struct pcsi_backend {
 	struct pcsi_retired *reaping;	 /* the one being erased or removed */
 	struct pcsi_backend_req *parked; /* creates, expands waiting for its space */
 	struct pcsi_later reap_kick;	 /* reap_next() on a later turn */
-	bool reap_kicked, stopped;
+	bool stopped;
+	void (*stopped_cb)(void *data); /* pcsi_backend_stop()'s, once reaping ends */
+	void *stopped_data;
 	struct pcsi_reap_timer *reap_timer; /* retries of failed erases */
 	uint64_t batch_t0, batch_bytes;	    /* since the queue was last empty, for the log */
 	unsigned batch_n;

@@ -216,7 +216,8 @@ void pcsi_node_role_close(struct pcsi_node_role *r)
 	if (r->open_timer.loop)
 		uv_close((uv_handle_t *)&r->open_timer, NULL);
 	pcsi_media_stop(&r->media);
-	pcsi_backend_stop(r->backend); /* an erase in the background goes on at the next start */
+	/* an erase in the background goes on at the next start */
+	pcsi_backend_stop(r->backend, NULL, NULL);
 	pcsi_volume_events_free(r->events); /* the media scan reports no more */
 	r->events = NULL;
 	pcsi_node_lost_stop(r->lost);

@@ -95,7 +95,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	pcsi_backend_stop(be);
+	pcsi_backend_stop(be, NULL, NULL);
 	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
 	pcsi_backend_free(be);
 	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
@@ -687,7 +687,7 @@ START_TEST(waiting_create_cancelled)
 	start(pcsi_backend_create, &b, "vol-b", CAPACITY);
 	uv_run(&loop, UV_RUN_NOWAIT);
 	ck_assert(b.req.parked);
-	pcsi_backend_stop(be);
+	pcsi_backend_stop(be, NULL, NULL);
 	run_until(&b);
 	ck_assert_int_eq(b.req.error, -ECANCELED);
 }
