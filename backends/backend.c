@@ -1257,7 +1257,7 @@ static void on_purged(struct pcsi_backend_req *req, void *data)
 			  req->media_errors_left ? " media_errors=kept_out_of_use" : "");
 		retired_free(be, r);
 		if (pcsi_list_empty(&be->retired) && be->batch_n) {
-			pcsi_info(1, "background erase done",
+			pcsi_info(2, "background erase done",
 				  "volumes=%u bytes=%llu elapsed_ms=%llu", be->batch_n,
 				  (unsigned long long)be->batch_bytes,
 				  (unsigned long long)(pcsi_now_ms() - be->batch_t0));
