@@ -500,7 +500,8 @@ static struct {
 	struct pcsi_metrics *reg;
 	char *driver_name;
 	struct pcsi_metric *build_info, *ops, *node_ops;
-	struct pcsi_metric *cap_total, *cap_managed, *cap_available, *cap_max, *cap_age, *cap_erasing;
+	struct pcsi_metric *cap_total, *cap_managed, *cap_available, *cap_max, *cap_age,
+		*cap_erasing;
 	struct pcsi_metric *med_total, *med_managed, *med_available, *med_max;
 	struct pcsi_metric *bad_region, *bad_volume;
 	struct pcsi_metric *nodes, *node_age;
@@ -560,11 +561,12 @@ void pcsi_metrics_setup(const char *driver_name, const char *version)
 		gauge("pmem_amount_max_volume_size",
 		      "Size of the largest volume that can be created on the node now, in bytes.",
 		      cap_labels);
-	g.cap_erasing = gauge("pmem_amount_erasing",
-			      "Amount of PMEM on the node in deleted volumes (and space of unknown "
-			      "history) waiting for or under their erase in the background, in bytes: "
-			      "available once erased.",
-			      cap_labels);
+	g.cap_erasing =
+		gauge("pmem_amount_erasing",
+		      "Amount of PMEM on the node in deleted volumes (and space of unknown "
+		      "history) waiting for or under their erase in the background, in bytes: "
+		      "available once erased.",
+		      cap_labels);
 	g.cap_age =
 		gauge("pmem_amount_age_seconds",
 		      "Seconds since the pmem_amount_* values were read from the device manager.",

@@ -404,7 +404,6 @@ static uint64_t align_of(void)
 	return !strcmp(kind, "lvm") ? PCSI_LVM_ALIGN : 2 * MiB;
 }
 
-
 int main(int argc, char **argv)
 {
 	struct pcsi_volume a, b, v;
@@ -457,7 +456,8 @@ int main(int argc, char **argv)
 	delete ("first", true, NULL);
 	erasing = c0.erasing;
 	secs = settle(600);
-	ok(secs >= 0, "the claimed space is erased in the background: %llu MiB in %.1f s (%.1f s/GiB)",
+	ok(secs >= 0,
+	   "the claimed space is erased in the background: %llu MiB in %.1f s (%.1f s/GiB)",
 	   (unsigned long long)(erasing / MiB), secs, secs * 1024 / (double)(erasing / MiB));
 	ok(sh(!strcmp(kind, "lvm") ? "vgs --noheadings -o vg_tags ndbus0region0fsdax | grep -q "
 				     "'" PCSI_LVM_ERASED_TAG "'"
@@ -547,8 +547,9 @@ int main(int argc, char **argv)
 	ok(rc == 0 && existed, "delete ret-a without eraseafter: answered in %.0f ms",
 	   ms_since_ns(t));
 	ok(!listed("ret-a", 0) && get("ret-a", NULL) == -ENOENT, "ret-a is not listed nor found");
-	ok(sh(!strcmp(kind, "lvm") ? "lvs --noheadings -o lv_name | grep -q '[.]pmem-csi-retired[.]'"
-				   : "ndctl list -N | grep -q '\"name\":\"[.]pmem-csi-retired[.]'") == 0,
+	ok(sh(!strcmp(kind, "lvm")
+		      ? "lvs --noheadings -o lv_name | grep -q '[.]pmem-csi-retired[.]'"
+		      : "ndctl list -N | grep -q '\"name\":\"[.]pmem-csi-retired[.]'") == 0,
 	   "it waits for its erase on the medium under a retired name");
 	t = pcsi_now_ns();
 	rc = create("ret-a", all, &b, &existed);
@@ -557,8 +558,7 @@ int main(int argc, char **argv)
 	bad = nonzero(b.path, &bytes, &first);
 	ok(bad == 0 && bytes >= all - 64 * MiB,
 	   "the new ret-a reads zeros: %llu bytes read, %llu not zero (first at %lld)",
-	   (unsigned long long)bytes, (unsigned long long)bad,
-	   bad ? (long long)first : -1ll);
+	   (unsigned long long)bytes, (unsigned long long)bad, bad ? (long long)first : -1ll);
 	/* The same with a filesystem on it: nothing of it shows. */
 	ok(sh("mkfs.ext4 -q -F -b 4096 %s && mkdir -p /tmp/m && mount -o dax %s /tmp/m && "
 	      "head -c 8388608 /dev/zero | tr '\\000' '\\253' >/tmp/m/data && umount /tmp/m",
@@ -570,7 +570,11 @@ int main(int argc, char **argv)
 	bad = nonzero(v.path, &bytes, &first);
 	ok(bad == 0, "ret-c reads zeros: %llu bytes read, %llu not zero", (unsigned long long)bytes,
 	   (unsigned long long)bad);
-	ok(delete ("ret-c", true, NULL) == 0, "delete ret-c");
+	t = pcsi_now_ns();
+	rc = delete ("ret-c", true, NULL);
+	secs = ms_since_ns(t) / 1000;
+	ok(rc == 0, "delete ret-c with the erase (all the free space): %.1f s, %.1f s/GiB", secs,
+	   secs * 1024 / (double)(all / MiB));
 
 	/* lvm grows online into free space: the part it gets reads zeros,
 	 * also where a retired volume was a moment before. */
@@ -598,8 +602,9 @@ int main(int argc, char **argv)
 		   delete ("pend", false, NULL) == 0,
 	   "pend (256 MiB) with a pattern, deleted without eraseafter");
 	close_backend();
-	ok(sh(!strcmp(kind, "lvm") ? "lvs --noheadings -o lv_name | grep -q '[.]pmem-csi-retired[.]'"
-				   : "ndctl list -N | grep -q '\"name\":\"[.]pmem-csi-retired[.]'") == 0,
+	ok(sh(!strcmp(kind, "lvm")
+		      ? "lvs --noheadings -o lv_name | grep -q '[.]pmem-csi-retired[.]'"
+		      : "ndctl list -N | grep -q '\"name\":\"[.]pmem-csi-retired[.]'") == 0,
 	   "stopped at once: its retired volume is still on the medium");
 	ok(open_backend() == 0, "reopen");
 	c1 = capacity();
@@ -636,7 +641,8 @@ int main(int argc, char **argv)
 				: "rm -f " STATE_DIR "/" PCSI_ERASED_REGIONS_FILE);
 	rc = open_backend();
 	c1 = capacity();
-	ok(rc == 0 && c1.erasing > 0, "without its mark: the open claims the free space again (%llu MiB)",
+	ok(rc == 0 && c1.erasing > 0,
+	   "without its mark: the open claims the free space again (%llu MiB)",
 	   (unsigned long long)(c1.erasing / MiB));
 	secs = settle(600);
 	c1 = capacity();
