@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/core/later.h"
@@ -1069,8 +1070,12 @@ void pcsi_backend_retired_name(char out[PCSI_VOLUME_ID_MAX + 1])
 	static _Atomic uint64_t counter;
 	uint64_t r = 0;
 
-	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
-		r = pcsi_now_ns() ^ ((uint64_t)getpid() << 40);
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+		struct timespec ts; /* early at boot: the clock, unique enough */
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		r = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	}
 	r ^= counter++; /* two names of one process never collide */
 	snprintf(out, PCSI_VOLUME_ID_MAX + 1, "%s%016llx", PCSI_RETIRED_PREFIX,
 		 (unsigned long long)r);

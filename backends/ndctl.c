@@ -140,7 +140,9 @@ static void direct_after(struct pcsi_backend_req *req)
 		pcsi_warn("reset a namespace that an interrupted create left half made", "what=%s",
 			  j->repaired);
 	if (j->warn[0])
-		pcsi_warn(!strcmp(j->op, "remove")   ? "a deleted namespace keeps its info block"
+		pcsi_warn(!strcmp(j->op, "remove")
+				  ? "a deleted namespace keeps what lies outside its "
+				    "data area"
 			  : !strcmp(j->op, "retire") ? "a retired namespace has no device yet; "
 						       "its background erase makes one"
 						     : "libndctl job",

@@ -32,6 +32,8 @@
 #include <string.h>
 #include <syslog.h>
 #include <unistd.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 
 #include <ndctl/libndctl.h>
 #include <uuid/uuid.h>
@@ -961,41 +963,74 @@ struct destroy_args {
 	size_t warnlen;
 };
 
-/* The first 8 KiB of a disabled namespace's raw space hold the kernel's
- * fsdax info block (at 4 KiB): zeroed through the namespace enabled in raw
- * mode for the write, then disabled again. 0 or -errno. */
+/* The parts of an fsdax namespace's raw space outside its data area (what
+ * its block device and so a volume's erase reach): the kernel's info block
+ * (at 4 KiB), the page map (map=dev: 64 bytes of struct page for each 4 KiB,
+ * 4 MiB for 256 MiB, kernel data about the volume's pages) and the padding
+ * at either end. Found before the namespace is disabled (the pfn device
+ * says where its data area is: |*off| bytes in, |*len| long); 0/0 when it
+ * has none (then the first 8 KiB, where an info block may be). */
 #define INFO_AREA 8192
 
-static int wipe_info_block(struct ndctl_namespace *ndns)
+static void data_area(struct ndctl_namespace *ndns, uint64_t *off, uint64_t *len)
+{
+	struct ndctl_pfn *pfn = ndctl_namespace_get_pfn(ndns);
+	unsigned long long ns = ndctl_namespace_get_resource(ndns), start, size;
+
+	*off = *len = 0;
+	if (!pfn || !ndctl_pfn_is_enabled(pfn) || ns == ULLONG_MAX)
+		return;
+	start = ndctl_pfn_get_resource(pfn);
+	size = ndctl_pfn_get_size(pfn);
+	if (start == ULLONG_MAX || size == ULLONG_MAX || start < ns)
+		return;
+	*off = start - ns;
+	*len = size;
+}
+
+static int zero_range(int fd, uint64_t off, uint64_t len)
+{
+	uint64_t range[2] = { off, len };
+
+	return len && ioctl(fd, BLKZEROOUT, range) < 0 ? -errno : 0;
+}
+
+/* Zeroes what lies outside the data area [|off|, |off| + |len|) of a
+ * disabled namespace (data_area()), through the namespace enabled in raw
+ * mode for the writes (BLKZEROOUT), then disabled again. 0 or -errno. */
+static int wipe_outside_data(struct ndctl_namespace *ndns, uint64_t off, uint64_t len)
 {
 	char path[64];
 	const char *blk;
-	void *zeros = NULL;
+	uint64_t size = 0, head = off > INFO_AREA ? off : INFO_AREA;
 	int fd = -1, rc;
 
 	rc = enable_raw(ndns);
 	blk = ndctl_namespace_get_block_device(ndns);
-	if (rc >= 0 && posix_memalign(&zeros, 4096, INFO_AREA) != 0)
-		rc = -ENOMEM;
 	if (rc >= 0) {
-		memset(zeros, 0, INFO_AREA);
 		snprintf(path, sizeof(path), "/dev/%s", blk);
-		fd = open(path, O_RDWR | O_DIRECT | O_EXCL | O_CLOEXEC);
-		if (fd < 0 || pwrite(fd, zeros, INFO_AREA, 0) != INFO_AREA || fsync(fd) < 0)
-			rc = errno ? -errno : -EIO;
+		fd = open(path, O_RDWR | O_EXCL | O_CLOEXEC);
+		if (fd < 0 || ioctl(fd, BLKGETSIZE64, &size) < 0)
+			rc = -errno;
 	}
+	if (rc >= 0 && len && off + len < size)
+		rc = zero_range(fd, off + len, size - off - len);
+	if (rc >= 0)
+		rc = zero_range(fd, 0, head < size ? head : size);
+	if (rc >= 0 && fsync(fd) < 0)
+		rc = -errno;
 	if (fd >= 0)
 		close(fd);
-	free(zeros);
 	ndctl_namespace_disable_invalidate(ndns);
 	ndctl_namespace_set_raw_mode(ndns, 0);
 	return rc < 0 ? rc : 0;
 }
 
-/* Finds namespace |name| (its device name in |dev|) and disables it:
- * -ENOENT (none), -EBUSY (in use: mounted or held), -EIO (with |err|). */
+/* Finds namespace |name| (its device name in |dev|; where its data area
+ * is in |*off|, |*len|: data_area()) and disables it: -ENOENT (none),
+ * -EBUSY (in use: mounted or held), -EIO (with |err|). */
 static int find_and_disable(struct pcsi_pmem *p, const char *name, struct ndctl_namespace **ret,
-			    char dev[32], char *err, size_t errlen)
+			    char dev[32], char *err, size_t errlen, uint64_t *off, uint64_t *len)
 {
 	struct ndctl_namespace *ndns;
 	int rc;
@@ -1012,6 +1047,7 @@ static int find_and_disable(struct pcsi_pmem *p, const char *name, struct ndctl_
 	*ret = ndns;
 	copy(dev, 32, ndctl_namespace_get_devname(ndns));
 	p->last[0] = '\0';
+	data_area(ndns, off, len);
 
 	if (ndctl_region_get_ro(ndctl_namespace_get_region(ndns)) > 0) {
 		fail(p, err, errlen, "%s (%s): the region is read-only", dev, name);
@@ -1039,14 +1075,15 @@ static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t
 {
 	struct ndctl_namespace *ndns = NULL;
 	char dev[32], buf[64];
-	int rc = find_and_disable(p, name, &ndns, dev, err, errlen);
+	uint64_t off = 0, len = 0;
+	int rc = find_and_disable(p, name, &ndns, dev, err, errlen, &off, &len);
 
 	if (rc < 0)
 		return rc;
-	rc = wipe_info_block(ndns);
+	rc = wipe_outside_data(ndns, off, len);
 	if (rc < 0 && warn && warnlen)
-		snprintf(warn, warnlen, "%s (%s): cannot zero its info block: %s", dev, name,
-			 strerror(-rc));
+		snprintf(warn, warnlen, "%s (%s): cannot zero its space outside the data area: %s",
+			 dev, name, strerror(-rc));
 	ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_RAW);
 	rc = ndctl_namespace_delete(ndns);
 	if (rc < 0) {
@@ -1100,7 +1137,9 @@ static int retire_once(struct pcsi_pmem *p, void *arg)
 	int rc;
 
 	if (strcmp(a->name, a->to)) {
-		rc = find_and_disable(p, a->name, &ndns, dev, a->err, a->errlen);
+		uint64_t off, len; /* the erase reaches all: raw mode */
+
+		rc = find_and_disable(p, a->name, &ndns, dev, a->err, a->errlen, &off, &len);
 		if (rc < 0)
 			return rc;
 		/* The label is rewritten with the new name in one update. */

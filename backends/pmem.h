@@ -111,9 +111,11 @@ bool pcsi_pmem_ns_current(const struct pcsi_pmem_ns *ns);
 
 /* Disables and deletes the namespace called |name|: -ENOENT when there is
  * none, -EBUSY when the kernel refuses to disable it (in use). Before the
- * delete, the first 8 KiB of its raw space (the kernel's fsdax info block,
- * outside the data area a volume's erase reaches) are zeroed; when that
- * fails, the delete goes on and |warn| says why ("" otherwise). */
+ * delete, what of its raw space lies outside the data area a volume's erase
+ * reaches is zeroed (BLKZEROOUT, in raw mode): the kernel's fsdax info
+ * block, its page map (struct pages: 4 MiB for 256 MiB) and the padding at
+ * either end; the first 8 KiB of a namespace that has no data area (raw);
+ * when that fails, the delete goes on and |warn| says why ("" otherwise). */
 int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
 		      size_t warnlen);
 

@@ -350,7 +350,9 @@ def retired_on_pmem():
     except ValueError:
         ns = []
     ns = [ns] if isinstance(ns, dict) else ns
-    return names + [n["name"] for n in ns if str(n.get("name", "")).startswith(RETIRED_PREFIX)]
+    # (a deleted namespace can stay as the region's seed, size 0, with its name)
+    return names + [n["name"] for n in ns if str(n.get("name", "")).startswith(RETIRED_PREFIX) and
+                    n.get("size", 0) > 0]
 
 
 def wait_erased(capacity=None, timeout=900):

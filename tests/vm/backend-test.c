@@ -575,6 +575,31 @@ int main(int argc, char **argv)
 	secs = ms_since_ns(t) / 1000;
 	ok(rc == 0, "delete ret-c with the erase (all the free space): %.1f s, %.1f s/GiB", secs,
 	   secs * 1024 / (double)(all / MiB));
+	if (!strcmp(kind, "direct")) {
+		/* All of a deleted namespace's space is erased, not only the data
+		 * area its device reaches: a raw namespace made by hand over the
+		 * free space (no page map of its own) reads zeros where ret-c's
+		 * info block and page map were. */
+		c1 = capacity();
+		ok(sh("ndctl create-namespace -r region0 -m raw -s %llu -n rawscan >/dev/null",
+		      (unsigned long long)c1.max_volume_size) == 0 &&
+			   sh("ln -sf /dev/$(ndctl list -N | tr '{' '\\n' | grep "
+			      "'\"name\":\"rawscan\"' | "
+			      "grep -o '\"blockdev\":\"pmem[0-9.]*\"' | cut -d'\"' -f4) "
+			      "/tmp/rawscan") == 0,
+		   "a raw namespace over the free space (%llu MiB)",
+		   (unsigned long long)(c1.max_volume_size / MiB));
+		bad = nonzero("/tmp/rawscan", &bytes, &first);
+		ok(bad == 0 && bytes >= c1.max_volume_size,
+		   "it reads zeros, every byte: %llu read, %llu not zero (first at %lld)",
+		   (unsigned long long)bytes, (unsigned long long)bad,
+		   bad ? (long long)first : -1ll);
+		ok(sh("ndctl destroy-namespace -f $(ndctl list -N | tr '{' '\\n' | grep "
+		      "'\"name\":\"rawscan\"' | grep -o '\"dev\":\"namespace[0-9.]*\"' | cut "
+		      "-d'\"' "
+		      "-f4) >/dev/null 2>&1") == 0,
+		   "destroy it");
+	}
 
 	/* lvm grows online into free space: the part it gets reads zeros,
 	 * also where a retired volume was a moment before. */
