@@ -754,6 +754,35 @@ int main(int argc, char **argv)
 		ok(n >= 1 && n <= 2, "a new lvm shell runs (%d)", n);
 	}
 
+	/* What the background erase costs the node's other work (figures, not
+	 * asserted): create + delete with the erase of 64 MiB, idle and while
+	 * a retired volume of 512 MiB is erased. */
+	{
+		double idle = 0, busy = 0;
+		const int n = 3;
+
+		for (i = 0; i < n; i++) {
+			t = pcsi_now_ns();
+			create("bench", 64 * MiB, NULL, NULL);
+			delete ("bench", true, NULL);
+			idle += ms_since_ns(t);
+		}
+		ok(create("bg", 512 * MiB, &a, NULL) == 0 && pattern(a.path, 1 << 20) &&
+			   delete ("bg", false, NULL) == 0,
+		   "bg (512 MiB) deleted without eraseafter");
+		for (i = 0; i < n && capacity().erasing; i++) {
+			t = pcsi_now_ns();
+			create("bench", 64 * MiB, NULL, NULL);
+			delete ("bench", true, NULL);
+			busy += ms_since_ns(t);
+		}
+		printf("# bench %s create+delete (erased) 64 MiB: idle %.0f ms, during a "
+		       "background "
+		       "erase %.0f ms (%d of %d)\n",
+		       kind, idle / n, i ? busy / i : 0.0, i, n);
+		settle(600);
+	}
+
 	/* Latency next to the raw tools (figures, not asserted). */
 	{
 		double ours = 0, raw = 0;
