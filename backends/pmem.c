@@ -633,8 +633,26 @@ int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len)
 	return n;
 }
 
+/* Enables |ndns| (disabled, no personality attached) as a raw block device:
+ * all of its space, whatever info block it holds. 0 or -errno. */
+static int enable_raw(struct ndctl_namespace *ndns)
+{
+	const char *blk;
+	int rc;
+
+	ndctl_namespace_set_raw_mode(ndns, 1);
+	rc = ndctl_namespace_enable(ndns);
+	if (rc < 0)
+		return rc;
+	blk = ndctl_namespace_get_block_device(ndns);
+	return blk && blk[0] ? 0 : -ENXIO;
+}
+
+/* With |raw|: a namespace in raw mode (no pfn device, no info block): the
+ * seed gets a name, a uuid and a size and is enabled as a raw block device,
+ * all of its space. */
 static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *name, uint64_t size,
-		     struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+		     bool raw, struct pcsi_pmem_ns *ret, char *err, size_t errlen)
 {
 	const char *rname = ndctl_region_get_devname(r);
 	struct ndctl_namespace *ndns = ndctl_region_get_namespace_seed(r);
@@ -649,7 +667,7 @@ static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *na
 		fail(p, err, errlen, "%s: no idle namespace seed", rname);
 		return -EIO;
 	}
-	if (!pfn) {
+	if (!pfn && !raw) {
 		fail(p, err, errlen, "%s: no pfn seed, fsdax mode is not available", rname);
 		return -EIO;
 	}
@@ -668,7 +686,7 @@ static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *na
 	step = "setting the name of";
 	rc = ndctl_namespace_set_alt_name(ndns, name);
 	/* Opportunistic, as in ndctl: old kernels lack holder_class. */
-	if (rc == 0)
+	if (rc == 0 && !raw)
 		ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_FSDAX);
 	if (rc == 0 && uuid_is_null(uu)) {
 		uuid_generate(uu);
@@ -678,6 +696,17 @@ static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *na
 	if (rc == 0) {
 		step = "setting the size of";
 		rc = ndctl_namespace_set_size(ndns, size);
+	}
+	if (rc == 0 && raw) {
+		step = "enabling (raw)";
+		rc = enable_raw(ndns);
+		if (rc == 0) {
+			fill_ns(ndns, NULL, ret);
+			return 0;
+		}
+		if (ndctl_namespace_is_enabled(ndns) > 0)
+			ndctl_namespace_disable_invalidate(ndns);
+		ndctl_namespace_set_raw_mode(ndns, 0);
 	}
 	if (rc < 0)
 		goto undo;
@@ -722,79 +751,6 @@ undo:
 		rc = -EIO;
 	}
 	urc = undo_seeds(ndns, touched);
-	if (urc < 0 && err && errlen) {
-		size_t n = strlen(err);
-		snprintf(err + n, errlen - n, "; undoing it failed too (%s): %s may be left over",
-			 strerror(-urc), dev);
-	}
-	return rc;
-}
-
-/* Enables |ndns| (disabled, no personality attached) as a raw block device:
- * all of its space, whatever info block it holds. 0 or -errno. */
-static int enable_raw(struct ndctl_namespace *ndns)
-{
-	const char *blk;
-	int rc;
-
-	ndctl_namespace_set_raw_mode(ndns, 1);
-	rc = ndctl_namespace_enable(ndns);
-	if (rc < 0)
-		return rc;
-	blk = ndctl_namespace_get_block_device(ndns);
-	return blk && blk[0] ? 0 : -ENXIO;
-}
-
-/* create_in() for a namespace in raw mode: the seed gets a name, a uuid and
- * a size, and is enabled as a raw block device. */
-static int create_raw_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *name,
-			 uint64_t size, struct pcsi_pmem_ns *ret, char *err, size_t errlen)
-{
-	const char *rname = ndctl_region_get_devname(r);
-	struct ndctl_namespace *ndns = ndctl_region_get_namespace_seed(r);
-	const char *step;
-	char dev[32];
-	uuid_t uu;
-	int rc, urc;
-
-	if (!ndns || !ndctl_namespace_is_configuration_idle(ndns)) {
-		fail(p, err, errlen, "%s: no idle namespace seed", rname);
-		return -EIO;
-	}
-	copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
-	p->last[0] = '\0';
-	/* As create_in(): name first, a uuid the seed may keep, then the size. */
-	ndctl_namespace_get_uuid(ndns, uu);
-	step = "setting the name of";
-	rc = ndctl_namespace_set_alt_name(ndns, name);
-	if (rc == 0 && uuid_is_null(uu)) {
-		uuid_generate(uu);
-		step = "setting the uuid of";
-		rc = ndctl_namespace_set_uuid(ndns, uu);
-	}
-	if (rc == 0) {
-		step = "setting the size of";
-		rc = ndctl_namespace_set_size(ndns, size);
-	}
-	if (rc == 0) {
-		step = "enabling (raw)";
-		rc = enable_raw(ndns);
-	}
-	if (rc == 0) {
-		fill_ns(ndns, NULL, ret);
-		return 0;
-	}
-	if (rc == -ENOSPC) {
-		fail(p, err, errlen, "%s: %s %s to %llu bytes: no space", rname, step, dev,
-		     (unsigned long long)size);
-	} else {
-		fail(p, err, errlen, "%s: %s %s failed: %s", rname, step, dev, strerror(-rc));
-		rc = -EIO;
-	}
-	if (ndctl_namespace_is_enabled(ndns) > 0)
-		ndctl_namespace_disable_invalidate(ndns);
-	ndctl_namespace_set_raw_mode(ndns, 0);
-	urc = undo_seeds(ndns, NULL);
 	if (urc < 0 && err && errlen) {
 		size_t n = strlen(err);
 		snprintf(err + n, errlen - n, "; undoing it failed too (%s): %s may be left over",
@@ -854,8 +810,7 @@ static int create_once(struct pcsi_pmem *p, const char *region, enum pcsi_medium
 			best = room;
 		if (!want || want > room)
 			continue;
-		rc = raw ? create_raw_in(p, r, name, want, ret, err, errlen)
-			 : create_in(p, r, name, want, ret, err, errlen);
+		rc = create_in(p, r, name, want, raw, ret, err, errlen);
 		if (rc == 0) {
 			free(regs);
 			return 0;
