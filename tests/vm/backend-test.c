@@ -581,12 +581,11 @@ int main(int argc, char **argv)
 		 * free space (no page map of its own) reads zeros where ret-c's
 		 * info block and page map were. */
 		c1 = capacity();
-		ok(sh("ndctl create-namespace -r region0 -m raw -s %llu -n rawscan >/dev/null",
-		      (unsigned long long)c1.max_volume_size) == 0 &&
-			   sh("ln -sf /dev/$(ndctl list -N | tr '{' '\\n' | grep "
-			      "'\"name\":\"rawscan\"' | "
-			      "grep -o '\"blockdev\":\"pmem[0-9.]*\"' | cut -d'\"' -f4) "
-			      "/tmp/rawscan") == 0,
+		ok(sh("out=$(ndctl create-namespace -r region0 -m raw -s %llu -n rawscan) && "
+		      "ln -sf /dev/$(echo \"$out\" | grep -o '\"blockdev\":\"pmem[0-9.]*\"' | "
+		      "cut -d'\"' -f4) /tmp/rawscan && echo \"$out\" | grep -o "
+		      "'\"dev\":\"namespace[0-9.]*\"' | cut -d'\"' -f4 >/tmp/rawscan.dev",
+		      (unsigned long long)c1.max_volume_size) == 0,
 		   "a raw namespace over the free space (%llu MiB)",
 		   (unsigned long long)(c1.max_volume_size / MiB));
 		bad = nonzero("/tmp/rawscan", &bytes, &first);
@@ -594,10 +593,7 @@ int main(int argc, char **argv)
 		   "it reads zeros, every byte: %llu read, %llu not zero (first at %lld)",
 		   (unsigned long long)bytes, (unsigned long long)bad,
 		   bad ? (long long)first : -1ll);
-		ok(sh("ndctl destroy-namespace -f $(ndctl list -N | tr '{' '\\n' | grep "
-		      "'\"name\":\"rawscan\"' | grep -o '\"dev\":\"namespace[0-9.]*\"' | cut "
-		      "-d'\"' "
-		      "-f4) >/dev/null 2>&1") == 0,
+		ok(sh("ndctl destroy-namespace -f $(cat /tmp/rawscan.dev) >/dev/null 2>&1") == 0,
 		   "destroy it");
 	}
 
