@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
@@ -89,9 +90,16 @@ struct lvm {
 	int nsetup, isetup;
 	int work_rc;
 	char work_err[256];
-	char repaired[512];	     /* what pcsi_pmem_repair() reset, for the log */
-	bool refreshing;	     /* the open steps O_VGS, O_LVS run for a refresh */
-	int iclaim;		     /* open: the VG whose free space is being claimed */
+	char repaired[512]; /* what pcsi_pmem_repair() reset, for the log */
+	bool refreshing;    /* the open steps O_VGS, O_LVS run for a refresh */
+	int iclaim;	    /* open: the VG whose free space is being claimed */
+	/* the retired LVs the last lvs report had without a device node, and
+	 * their VGs (lvm_retire() activates them) */
+	struct inactive {
+		char name[PCSI_VOLUME_ID_MAX + 1];
+		int ivg;
+	} * inactive;
+	size_t ninactive;
 	struct pcsi_volume claim;    /* open: the chunk being claimed */
 	struct pcsi_lvmshell *shell; /* runs the lvm2 commands; NULL: processes */
 };
@@ -152,6 +160,7 @@ static void lvm_fini(struct pcsi_backend *be)
 	struct lvm *l = impl(be);
 
 	pcsi_lvmshell_free(l->shell);
+	free(l->inactive);
 	if (l->pmem)
 		pcsi_pmem_close(l->pmem);
 	free(l->vols);
@@ -318,6 +327,9 @@ static int apply_lvs(struct pcsi_backend_req *req, struct lvm *l)
 	free(l->vols);
 	l->vols = pcsi_xcalloc((size_t)(n ? n : 1), sizeof(*l->vols));
 	l->nvols = 0;
+	free(l->inactive);
+	l->inactive = pcsi_xcalloc((size_t)(n ? n : 1), sizeof(*l->inactive));
+	l->ninactive = 0;
 	for (i = 0; i < n; i++) {
 		struct pcsi_volume *v = &l->vols[l->nvols];
 		struct vg *vg = find_vg(l, rows[i].vg);
@@ -327,7 +339,15 @@ static int apply_lvs(struct pcsi_backend_req *req, struct lvm *l)
 		    strlen(rows[i].name) < sizeof(v->id)) {
 			struct pcsi_volume r = { .size = rows[i].size, .medium = vg->medium };
 			snprintf(r.id, sizeof(r.id), "%s", rows[i].name);
-			snprintf(r.path, sizeof(r.path), "%s", rows[i].path);
+			/* Not active (no device node: a reboot where nothing
+			 * activated it): lvm_retire() activates it first. */
+			if (access(rows[i].path, F_OK) == 0) {
+				snprintf(r.path, sizeof(r.path), "%s", rows[i].path);
+			} else {
+				struct inactive *x = &l->inactive[l->ninactive++];
+				snprintf(x->name, sizeof(x->name), "%s", rows[i].name);
+				x->ivg = (int)(vg - l->vgs);
+			}
 			pcsi_backend_retired_found(req->be, &r);
 			continue;
 		}
@@ -1086,19 +1106,46 @@ static void retire_done(struct pcsi_backend_req *req)
 	pcsi_backend_op_done(req, 0);
 }
 
+static void activated(struct pcsi_backend_req *req)
+{
+	int rc = tool_result(req);
+
+	pcsi_proc_done(req->proc);
+	pcsi_backend_op_done(req, rc);
+}
+
 /* lvrename: one metadata commit, so a kill leaves the volume or the retired
- * LV, never both or neither. The LV stays active under its new name. */
+ * LV, never both or neither. The LV stays active under its new name. A
+ * retired LV found without a device node (apply_lvs()) is activated. */
 static void lvm_retire(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
+	struct lvm *l = impl(be);
 	struct cmd c = { .n = 0 };
-	char vg[128];
+	char vg[128], lv[123];
+	int i;
 
-	(void)be;
-	if (!strcmp(req->vol.id, req->retired.id) ||
-	    sscanf(req->vol.path, "/dev/%127[^/]/", vg) != 1) {
-		/* Every LV has its path: nothing to make. */
-		req->retired = req->vol;
-		pcsi_backend_op_done(req, 0);
+	if (!strcmp(req->vol.id, req->retired.id)) {
+		for (i = 0; i < (int)l->ninactive && strcmp(l->inactive[i].name, req->retired.id);
+		     i++)
+			;
+		if (i == (int)l->ninactive) {
+			pcsi_backend_msg(req, "%s is not in the last lvs report", req->retired.id);
+			pcsi_backend_refresh(be);
+			pcsi_backend_op_done(req, -EIO);
+			return;
+		}
+		snprintf(lv, sizeof(lv), "%.58s/%s", l->vgs[l->inactive[i].ivg].name,
+			 req->retired.id);
+		snprintf(req->retired.path, sizeof(req->retired.path), "/dev/%s", lv);
+		cmd_add(&c, "lvchange");
+		cmd_add(&c, "-ay");
+		cmd_add(&c, lv);
+		pcsi_backend_run(req, c.argv, activated);
+		return;
+	}
+	if (sscanf(req->vol.path, "/dev/%127[^/]/", vg) != 1) {
+		pcsi_backend_msg(req, "volume %s has no path", req->id);
+		pcsi_backend_op_done(req, -EIO);
 		return;
 	}
 	cmd_add(&c, "lvrename");
@@ -1220,6 +1267,7 @@ const struct pcsi_backend_ops pcsi_lvm_ops = {
 	.list = lvm_list,
 	.expand = lvm_expand,
 	.retire = lvm_retire,
+	.deviceless_data = true,
 	.run = lvm_run,
 	.fini = lvm_fini,
 };

@@ -627,6 +627,10 @@ int main(int argc, char **argv)
 		      ? "lvs --noheadings -o lv_name | grep -q '[.]pmem-csi-retired[.]'"
 		      : "ndctl list -N | grep -q '\"name\":\"[.]pmem-csi-retired[.]'") == 0,
 	   "stopped at once: its retired volume is still on the medium");
+	if (!strcmp(kind, "lvm")) /* as after a reboot where nothing activated it */
+		ok(sh("lvchange -q -an $(lvs --noheadings -o vg_name,lv_name | awk "
+		      "'/pmem-csi-retired/ { print $1 \"/\" $2 }') 2>/dev/null") == 0,
+		   "its LV deactivated (no device node)");
 	ok(open_backend() == 0, "reopen");
 	c1 = capacity();
 	ok(c1.erasing == a.size, "the open found it (%llu bytes to erase)",
