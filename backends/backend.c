@@ -1522,8 +1522,8 @@ void pcsi_backend_cancel(struct pcsi_backend_req *req)
 		return;
 	}
 	/* An erased volume waiting for its removal is removed (else the erase
-	 * would be done twice); one whose first 4 KiB only were cleared is left
-	 * for the retry. */
+	 * would be done twice); one waiting to be retired is left for the
+	 * retry. */
 	if ((req->op == OP_DELETE || req->op == OP_PURGE) && req->step == DEL_REMOVE &&
 	    req->erase && req->vol.path[0])
 		return;

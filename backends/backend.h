@@ -246,12 +246,14 @@ bool pcsi_backend_can_expand(const struct pcsi_backend *be);
 /* For a caller that no longer waits (its call was cancelled or its deadline
  * passed): a request that has not started (waiting for a lane, or behind
  * another request on its volume) ends with -ECANCELED, and so does a delete
- * that only cleared the first 4 KiB and waits for a lane to remove the
- * volume (the volume stays); a delete's erase is stopped (its child process
+ * without the erase that waits for a lane to retire the volume (the volume
+ * stays), and a create or expand that waits for retired space; a delete's
+ * erase is stopped (its child process
  * group is killed; the volume stays whole and a later delete erases it from
  * the start), also ending with -ECANCELED. What would be left half made if
- * interrupted (a namespace or logical volume being made or removed, zeroing
- * its start) runs to its end, and so does the removal of an erased volume.
+ * interrupted (a namespace or logical volume being made, retired or removed,
+ * zeroing its start) runs to its end, and so does the removal of an erased
+ * volume.
  * The callback runs exactly once either way, never inside this call. No
  * effect on a request that is not pending. */
 void pcsi_backend_cancel(struct pcsi_backend_req *req);

@@ -950,8 +950,9 @@ static void create_run(struct pcsi_backend_req *req)
 			  "volume=%s vg=%s extents=%s", req->id, l->vgs[o->ivg].name, o->good);
 	}
 	snprintf(size, sizeof(size), "%lluB", (unsigned long long)o->want_vg);
-	/* -Zn: we zero the first 4 KiB ourselves; -Wy --yes: wipe old
-	 * signatures without asking (stdin is /dev/null). */
+	/* -Zn: free extents hold zeros, and we zero the first 4 KiB ourselves
+	 * as well; -Wy --yes: wipe old signatures without asking (stdin is
+	 * /dev/null). */
 	cmd_add(&c, "lvcreate");
 	cmd_add(&c, "-Zn");
 	cmd_add(&c, "-Wy");

@@ -127,7 +127,7 @@ static void on_deleted(struct pcsi_backend_req *req, void *data)
 		  "volume=%s pv=%s erased=%s", e->id, e->pv,
 		  !req->existed	       ? "-"
 		  : l->rec.erase_after ? "whole"
-				       : "first 4 KiB");
+				       : "in the background");
 	/* also after a stop: the volume is gone, so goes its record */
 	pcsi_volrec_store(l->n, e->id, NULL, on_rec_removed, l);
 }
