@@ -69,7 +69,8 @@ struct job {
 	int nregions, nactive, nvols; /* open: for the log */
 	char err[256];
 	char repaired[512]; /* what pcsi_pmem_repair() reset, for the log */
-	char warn[256];	    /* remove: the space outside the data area left as it was; retire: no raw device; open:
+	char warn
+		[256]; /* remove: the space outside the data area left as it was; retire: no raw device; open:
 			   the regions not recorded */
 	struct pcsi_pmem_ns ns;			/* create, get: the namespace made or found */
 	struct pcsi_capacity cap[PCSI_N_MEDIA]; /* the regions after the job, when have_cap */
