@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/core/later.h"
@@ -42,14 +44,18 @@ enum op {
 	OP_LIST,
 	OP_EXPAND,
 	OP_COPY,
-	OP_REFRESH
+	OP_REFRESH,
+	OP_PURGE
 };
-static const char *const op_names[] = { "open", "capacity", "create", "get",	"delete",
-					"list", "expand",   "copy",   "refresh" };
+static const char *const op_names[] = { "open", "capacity", "create", "get",	 "delete",
+					"list", "expand",   "copy",   "refresh", "purge" };
 
 /* Delete runs in steps: find the device (scheduled), check it is not busy
- * and erase it (outside the lanes), remove it (scheduled again). */
-enum { DEL_FIND, DEL_REMOVE };
+ * and erase it (outside the lanes), remove it (scheduled again); or,
+ * without the erase, retire it (scheduled). The reaper's purge of a retired
+ * volume (OP_PURGE, the front end's own request) makes its device when it
+ * has none (DEL_RETIRE), erases it (outside the lanes) and removes it. */
+enum { DEL_FIND, DEL_REMOVE, DEL_RETIRE };
 /* Copy: find the source (scheduled), the destination (scheduled), copy
  * (outside the lanes). */
 enum { COPY_SRC, COPY_DST };
@@ -116,6 +122,7 @@ int pcsi_backend_new(uv_loop_t *loop, const struct pcsi_backend_config *cfg,
 	be->lanes = be->ops->lanes ? be->ops->lanes : 1;
 	pcsi_list_init(&be->done);
 	pcsi_list_init(&be->active);
+	pcsi_list_init(&be->retired);
 	be->cfg = *cfg;
 	be->cfg.name = be->ops->name;
 	rc = be->ops->init ? be->ops->init(be) : 0;
@@ -133,10 +140,13 @@ const char *pcsi_backend_name(const struct pcsi_backend *be)
 	return be->ops->name;
 }
 
+static void retired_drop_all(struct pcsi_backend *be);
+
 void pcsi_backend_free(struct pcsi_backend *be)
 {
 	if (!be)
 		return;
+	retired_drop_all(be);
 	if (be->ops->fini)
 		be->ops->fini(be);
 	free(be);
@@ -200,6 +210,10 @@ static void deliver(struct pcsi_backend_req *req, int error)
 }
 
 static void run_next(struct pcsi_backend *be);
+static void retired_unseen(struct pcsi_backend *be);
+static void retired_forget_unseen(struct pcsi_backend *be);
+static void reap_next(struct pcsi_backend *be);
+static void retire(struct pcsi_backend_req *req);
 
 /* The implementation's operation that |req| runs next. */
 static enum pcsi_backend_kind kind_of(const struct pcsi_backend_req *req)
@@ -214,7 +228,10 @@ static enum pcsi_backend_kind kind_of(const struct pcsi_backend_req *req)
 	case OP_CREATE:
 		return PCSI_BK_CREATE;
 	case OP_DELETE:
-		return req->step == DEL_FIND ? PCSI_BK_GET : PCSI_BK_REMOVE;
+	case OP_PURGE:
+		return req->step == DEL_FIND	 ? PCSI_BK_GET
+		       : req->step == DEL_RETIRE ? PCSI_BK_RETIRE
+						 : PCSI_BK_REMOVE;
 	case OP_LIST:
 		return PCSI_BK_LIST;
 	case OP_EXPAND:
@@ -351,8 +368,11 @@ static void start(struct pcsi_backend_req *req)
 		be->ops->get(be, req);
 		break;
 	case OP_DELETE:
+	case OP_PURGE:
 		if (req->step == DEL_FIND)
 			be->ops->get(be, req);
+		else if (req->step == DEL_RETIRE)
+			be->ops->retire(be, req);
 		else
 			be->ops->remove(be, req);
 		break;
@@ -402,8 +422,10 @@ static void launch(struct pcsi_backend *be, struct pcsi_backend_req *req, bool l
 	req->laned = laned;
 	if (laned)
 		be->lanes_busy++;
-	if (is_exclusive(req))
+	if (is_exclusive(req)) {
 		be->exclusive = true;
+		retired_unseen(be); /* the implementation reports them all again */
+	}
 	if (req->op == OP_OPEN)
 		be->opened = false; /* the picture is made anew: nothing reads it meanwhile */
 	be->n_running++;
@@ -503,7 +525,10 @@ void pcsi_backend_refresh(struct pcsi_backend *be)
 static void after_create(struct pcsi_backend_req *req);
 static void after_find(struct pcsi_backend_req *req, int error);
 static void after_remove(struct pcsi_backend_req *req, int error);
+static void after_retire(struct pcsi_backend_req *req, int error);
+static void after_prepare(struct pcsi_backend_req *req, int error);
 static void after_copy_step(struct pcsi_backend_req *req, int error);
+static bool park(struct pcsi_backend_req *req);
 
 void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 {
@@ -522,11 +547,20 @@ void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 	switch (req->op) {
 	case OP_OPEN:
 		be->opened = error == 0;
+		/* fall through */
+	case OP_REFRESH:
+		if (error == 0)
+			retired_forget_unseen(be);
 		deliver(req, error);
+		reap_next(be);
 		break;
 	case OP_CAPACITY:
-		if (error == 0)
+		if (error == 0) {
+			int m;
+			for (m = 0; m < PCSI_N_MEDIA; m++)
+				req->cap_by[m].erasing = be->erasing[m];
 			req->cap = req->cap_by[req->medium];
+		}
 		deliver(req, error);
 		break;
 	case OP_CREATE:
@@ -541,12 +575,19 @@ void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 		 * (a namespace that is not enabled) has nothing to zero. */
 		if (error == 0 && !req->existed && req->vol.path[0])
 			after_create(req);
-		else
+		else if (error != -ENOSPC || !park(req))
+			deliver(req, error);
+		break;
+	case OP_EXPAND:
+		if (error != -ENOSPC || !park(req))
 			deliver(req, error);
 		break;
 	case OP_DELETE:
+	case OP_PURGE:
 		if (req->step == DEL_FIND)
 			after_find(req, error);
+		else if (req->step == DEL_RETIRE)
+			(req->op == OP_DELETE ? after_retire : after_prepare)(req, error);
 		else
 			after_remove(req, error);
 		break;
@@ -909,7 +950,9 @@ static void on_erased(struct pcsi_backend_req *req)
 }
 
 /* Zeroes the whole device (an erase) with a child process that the caller
- * may stop, then calls on_erased(). blkdiscard -z asks the kernel to write
+ * may stop, then calls on_erased(). The tool dies with the daemon
+ * (pdeathsig): a restarted daemon never races an orphaned erase for the
+ * device. blkdiscard -z asks the kernel to write
  * zeros (BLKZEROOUT: zero pages straight to the device, no page cache; on
  * pmem a whole-block write also clears poison), 8 MiB per call so that a
  * kill stops it within one step. shred -z, before, wrote through the page
@@ -918,7 +961,8 @@ static void on_erased(struct pcsi_backend_req *req)
  * probes timed out, the driver was restarted; provision-bench). */
 static void erase_device(struct pcsi_backend_req *req)
 {
-	const char *whole[] = { "blkdiscard", "--zeroout", "--step", "8M", req->vol.path, NULL };
+	const char *whole[] = { "setpriv", "--pdeathsig", "KILL",	 "blkdiscard", "--zeroout",
+				"--step",  "8M",	  req->vol.path, NULL };
 
 	/* Erasing a large device takes as long as it takes: no time limit
 	 * (but the caller may give up: pcsi_backend_cancel()). */
@@ -948,8 +992,10 @@ static void on_busy_checked(uv_fs_t *fs)
 	uv_fs_req_cleanup(&close_req);
 	if (req->erase)
 		erase_device(req);
+	else if (req->be->ops->retire)
+		retire(req);
 	else
-		zero_head(req, removal);
+		zero_head(req, removal); /* a backend that cannot retire (a test double) */
 }
 
 static void after_find(struct pcsi_backend_req *req, int error)
@@ -966,8 +1012,14 @@ static void after_find(struct pcsi_backend_req *req, int error)
 	req->existed = true;
 	if (!req->vol.path[0]) {
 		/* A namespace of ours that is not enabled has no device node:
-		 * nothing can use it and there is nothing to erase through. */
-		removal(req, 0);
+		 * nothing can use it and there is nothing to erase through; its
+		 * space still holds its data: retired, it is erased through a
+		 * device made for that. A volume of the test-only backend has
+		 * no device and no data: erased, it goes at once. */
+		if (req->be->ops->retire && (!req->erase || req->be->ops->deviceless_data))
+			retire(req);
+		else
+			removal(req, 0);
 		return;
 	}
 	/* O_EXCL on a block device fails with EBUSY while it is mounted or held
@@ -979,6 +1031,389 @@ static void after_find(struct pcsi_backend_req *req, int error)
 static void after_remove(struct pcsi_backend_req *req, int error)
 {
 	deliver(req, error);
+}
+
+/* ---- retired volumes: retiring, the background erase ------------------------------ */
+
+/* One retired volume the reaper erases and removes (struct pcsi_backend's
+ * retired list). */
+struct pcsi_retired {
+	struct pcsi_list link;
+	struct pcsi_volume vol;
+	struct pcsi_backend_req req; /* its purge, while reaping */
+	bool seen;		     /* reported by the running open or refresh */
+	bool failed;		     /* its last purge failed: waits for the timer */
+	unsigned tries;
+};
+
+/* The timer that retries failed purges; allocated, freed when closed. */
+struct pcsi_reap_timer {
+	uv_timer_t t;
+	struct pcsi_backend *be;
+};
+
+static void free_timer(uv_handle_t *h)
+{
+	free(pcsi_container_of((uv_timer_t *)h, struct pcsi_reap_timer, t));
+}
+
+#define REAP_RETRY_MS	  10000
+#define REAP_RETRY_MAX_MS 300000
+
+bool pcsi_backend_retired_name_is(const char *name)
+{
+	return name && !strncmp(name, PCSI_RETIRED_PREFIX, strlen(PCSI_RETIRED_PREFIX));
+}
+
+void pcsi_backend_retired_name(char out[PCSI_VOLUME_ID_MAX + 1])
+{
+	static _Atomic uint64_t counter;
+	uint64_t r = 0;
+
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+		struct timespec ts; /* early at boot: the clock, unique enough */
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		r = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	}
+	r ^= counter++; /* two names of one process never collide */
+	snprintf(out, PCSI_VOLUME_ID_MAX + 1, "%s%016llx", PCSI_RETIRED_PREFIX,
+		 (unsigned long long)r);
+}
+
+uint64_t pcsi_backend_chunk_size(unsigned i, uint64_t align)
+{
+	uint64_t size = (256ull << 20) << (i < 24 ? i : 24);
+
+	size -= size % align;
+	return size < align ? align : size;
+}
+
+static void count_erasing(struct pcsi_backend *be, const struct pcsi_volume *v, bool add)
+{
+	int m;
+
+	for (m = 0; m < PCSI_N_MEDIA; m++)
+		if (m == PCSI_MEDIUM_ANY || m == (int)v->medium)
+			be->erasing[m] = add ? be->erasing[m] + v->size : be->erasing[m] - v->size;
+}
+
+static struct pcsi_retired *retired_find(struct pcsi_backend *be, const char *name)
+{
+	struct pcsi_list *p;
+
+	pcsi_list_foreach (p, &be->retired) {
+		struct pcsi_retired *r = pcsi_list_entry(p, struct pcsi_retired, link);
+		if (!strcmp(r->vol.id, name))
+			return r;
+	}
+	return NULL;
+}
+
+static void retired_free(struct pcsi_backend *be, struct pcsi_retired *r)
+{
+	count_erasing(be, &r->vol, false);
+	pcsi_list_remove(&r->link);
+	free(r);
+}
+
+void pcsi_backend_retired_found(struct pcsi_backend *be, const struct pcsi_volume *v)
+{
+	struct pcsi_retired *r = retired_find(be, v->id);
+
+	if (r) {
+		r->seen = true;
+		if (r != be->reaping)
+			r->vol = *v; /* its device may have changed */
+		return;
+	}
+	r = pcsi_xcalloc(1, sizeof(*r));
+	r->vol = *v;
+	r->seen = true;
+	pcsi_list_add_tail(&be->retired, &r->link);
+	count_erasing(be, &r->vol, true);
+	if (!be->batch_n++)
+		be->batch_t0 = pcsi_now_ms();
+	be->batch_bytes += v->size;
+	pcsi_info(3, "retired volume to erase", "name=%s device=%s bytes=%llu", v->id,
+		  v->path[0] ? v->path : "-", (unsigned long long)v->size);
+}
+
+static void retired_unseen(struct pcsi_backend *be)
+{
+	struct pcsi_list *p;
+
+	pcsi_list_foreach (p, &be->retired)
+		pcsi_list_entry(p, struct pcsi_retired, link)->seen = false;
+}
+
+/* After an open or refresh: a retired volume it did not report is gone
+ * (removed by someone else). */
+static void retired_forget_unseen(struct pcsi_backend *be)
+{
+	struct pcsi_list *p, *n;
+
+	for (p = be->retired.next; p != &be->retired; p = n) {
+		struct pcsi_retired *r = pcsi_list_entry(p, struct pcsi_retired, link);
+		n = p->next;
+		if (!r->seen && r != be->reaping) {
+			pcsi_info(2, "a retired volume is gone from the medium", "name=%s",
+				  r->vol.id);
+			retired_free(be, r);
+		}
+	}
+}
+
+/* Whether waiting helps: some retired volume is being or will be erased
+ * (not one whose purge failed and waits for its retry). */
+static bool reap_progressing(struct pcsi_backend *be)
+{
+	struct pcsi_list *p;
+
+	if (be->stopped)
+		return false;
+	pcsi_list_foreach (p, &be->retired)
+		if (!pcsi_list_entry(p, struct pcsi_retired, link)->failed)
+			return true;
+	return false;
+}
+
+/* A create or expand that found no room while retired space waits for its
+ * erase waits for it: it is tried again each time a retired volume has gone
+ * (wake_parked). False when waiting would not help. */
+static bool park(struct pcsi_backend_req *req)
+{
+	struct pcsi_backend *be = req->be;
+	struct pcsi_backend_req **p;
+
+	if (!reap_progressing(be))
+		return false;
+	if (!req->parked)
+		pcsi_info(3, "no room yet: waiting for the erase of retired volumes",
+			  "op=%s volume=%s bytes=%llu erasing=%llu", op_names[req->op], req->id,
+			  (unsigned long long)req->size,
+			  (unsigned long long)be->erasing[PCSI_MEDIUM_ANY]);
+	req->parked = true;
+	req->next = NULL;
+	for (p = &be->parked; *p; p = &(*p)->next)
+		;
+	*p = req;
+	return true;
+}
+
+/* Tries every waiting create and expand again, in submission order. */
+static void wake_parked(struct pcsi_backend *be)
+{
+	struct pcsi_backend_req *req = be->parked, *next;
+
+	be->parked = NULL;
+	for (; req; req = next) {
+		next = req->next;
+		req->next = NULL;
+		req->parked = false;
+		req->msg[0] = '\0';
+		req->existed = false;
+		req->step = 0;
+		memset(&req->vol, 0, sizeof(req->vol));
+		snprintf(req->vol.id, sizeof(req->vol.id), "%s", req->id);
+		enqueue(req);
+	}
+}
+
+static void on_reap_timer(uv_timer_t *t)
+{
+	struct pcsi_backend *be = ((struct pcsi_reap_timer *)t)->be;
+	struct pcsi_list *p;
+
+	pcsi_list_foreach (p, &be->retired)
+		pcsi_list_entry(p, struct pcsi_retired, link)->failed = false;
+	reap_next(be);
+}
+
+static void reap_retry_later(struct pcsi_backend *be, unsigned tries)
+{
+	uint64_t ms = REAP_RETRY_MS;
+
+	while (--tries && ms < REAP_RETRY_MAX_MS)
+		ms *= 2;
+	if (!be->reap_timer) {
+		be->reap_timer = pcsi_xcalloc(1, sizeof(*be->reap_timer));
+		be->reap_timer->be = be;
+		uv_timer_init(be->loop, &be->reap_timer->t);
+	}
+	if (!uv_is_active((uv_handle_t *)&be->reap_timer->t))
+		uv_timer_start(&be->reap_timer->t, on_reap_timer,
+			       ms < REAP_RETRY_MAX_MS ? ms : REAP_RETRY_MAX_MS, 0);
+}
+
+static void on_purged(struct pcsi_backend_req *req, void *data)
+{
+	struct pcsi_backend *be = req->be;
+	struct pcsi_retired *r = data;
+
+	be->reaping = NULL;
+	if (be->stopped && be->stopped_cb) { /* nothing runs any more */
+		pcsi_later(be->loop, be->stopped_cb, be->stopped_data);
+		be->stopped_cb = NULL;
+	}
+	if (req->error == 0) {
+		pcsi_info(2, "retired volume erased and removed", "name=%s bytes=%llu%s", r->vol.id,
+			  (unsigned long long)r->vol.size,
+			  req->media_errors_left ? " media_errors=kept_out_of_use" : "");
+		retired_free(be, r);
+		if (pcsi_list_empty(&be->retired) && be->batch_n) {
+			pcsi_info(2, "background erase done",
+				  "volumes=%u bytes=%llu elapsed_ms=%llu", be->batch_n,
+				  (unsigned long long)be->batch_bytes,
+				  (unsigned long long)(pcsi_now_ms() - be->batch_t0));
+			be->batch_n = 0;
+			be->batch_bytes = 0;
+		}
+		wake_parked(be);
+	} else if (!be->stopped) {
+		r->failed = true;
+		r->tries++;
+		pcsi_warn("cannot erase and remove a retired volume; will try again",
+			  "name=%s device=%s err=\"%s\" tries=%u", r->vol.id,
+			  r->vol.path[0] ? r->vol.path : "-", req->msg, r->tries);
+		reap_retry_later(be, r->tries);
+		if (!reap_progressing(be))
+			wake_parked(be); /* they end with -ENOSPC */
+	}
+	reap_next(be);
+}
+
+/* Starts the purge of the next retired volume, when none runs: erase (its
+ * device made first where it has none), then ->remove. */
+static void reap_next(struct pcsi_backend *be)
+{
+	struct pcsi_backend_req *req;
+	struct pcsi_retired *r = NULL;
+	struct pcsi_list *p;
+
+	if (be->stopped || be->reaping || !be->opened)
+		return;
+	pcsi_list_foreach (p, &be->retired) {
+		struct pcsi_retired *x = pcsi_list_entry(p, struct pcsi_retired, link);
+		if (!x->failed) {
+			r = x;
+			break;
+		}
+	}
+	if (!r)
+		return;
+	be->reaping = r;
+	req = &r->req;
+	memset(req, 0, sizeof(*req));
+	req->be = be;
+	req->op = OP_PURGE;
+	req->id = r->vol.id;
+	req->vol = r->vol;
+	req->erase = true;
+	req->cb = on_purged;
+	req->data = r;
+	req->pending = true;
+	req->seq = ++be->seq;
+	pcsi_list_init(&req->link);
+	if (req->vol.path[0]) {
+		erase_device(req);
+		return;
+	}
+	if (be->ops->deviceless_data) {
+		req->retired = r->vol;
+		req->step = DEL_RETIRE; /* make its device first */
+	} else {
+		req->step = DEL_REMOVE; /* no device, no data (test-only backend) */
+	}
+	enqueue(req);
+}
+
+/* A delete without the erase: the volume is retired under a new name. */
+static void retire(struct pcsi_backend_req *req)
+{
+	memset(&req->retired, 0, sizeof(req->retired));
+	pcsi_backend_retired_name(req->retired.id);
+	req->step = DEL_RETIRE;
+	enqueue(req);
+}
+
+static void after_retire(struct pcsi_backend_req *req, int error)
+{
+	struct pcsi_backend *be = req->be;
+
+	if (error) {
+		deliver(req, error);
+		return;
+	}
+	pcsi_info(3, "volume retired; it is erased in the background", "volume=%s name=%s", req->id,
+		  req->retired.id);
+	pcsi_backend_retired_found(be, &req->retired);
+	deliver(req, 0);
+	reap_next(be);
+}
+
+/* The purge's device was made (or not): erase through it. */
+static void after_prepare(struct pcsi_backend_req *req, int error)
+{
+	struct pcsi_retired *r = req->data;
+
+	if (!error && !req->retired.path[0]) {
+		pcsi_backend_msg(req, "no device to erase %s through", req->id);
+		error = -EIO;
+	}
+	if (error) {
+		deliver(req, error);
+		return;
+	}
+	r->vol = req->retired;
+	req->vol = req->retired;
+	erase_device(req);
+}
+
+/* pcsi_backend_free(): what the reaper holds (nothing runs any more). */
+static void retired_drop_all(struct pcsi_backend *be)
+{
+	while (!pcsi_list_empty(&be->retired))
+		retired_free(be, pcsi_list_entry(be->retired.next, struct pcsi_retired, link));
+	if (be->reap_timer)
+		uv_close((uv_handle_t *)&be->reap_timer->t, free_timer);
+	be->reap_timer = NULL;
+}
+
+void pcsi_backend_stop(struct pcsi_backend *be, void (*cb)(void *data), void *data)
+{
+	struct pcsi_backend_req *req;
+
+	if (be->stopped) {
+		if (cb)
+			pcsi_later(be->loop, cb, data);
+		return;
+	}
+	be->stopped = true;
+	if (be->reap_timer) {
+		uv_close((uv_handle_t *)&be->reap_timer->t, free_timer);
+		be->reap_timer = NULL;
+	}
+	if (be->reaping) {
+		pcsi_info(2, "background erase stopped; it goes on at the next start", "name=%s",
+			  be->reaping->vol.id);
+		pcsi_backend_cancel(&be->reaping->req);
+	}
+	while ((req = be->parked)) {
+		be->parked = req->next;
+		req->next = NULL;
+		req->parked = false;
+		pcsi_backend_msg(req, "the %s device manager stopped", be->ops->name);
+		deliver(req, -ECANCELED);
+	}
+	if (!cb)
+		return;
+	if (!be->reaping) {
+		pcsi_later(be->loop, cb, data);
+		return;
+	}
+	be->stopped_cb = cb; /* on_purged() calls it */
+	be->stopped_data = data;
 }
 
 /* ---- copy ------------------------------------------------------------------------ */
@@ -1061,6 +1496,23 @@ void pcsi_backend_cancel(struct pcsi_backend_req *req)
 
 	if (!req->pending)
 		return;
+	if (req->parked) {
+		struct pcsi_backend_req **p;
+
+		for (p = &be->parked; *p && *p != req; p = &(*p)->next)
+			;
+		if (*p)
+			*p = req->next;
+		req->next = NULL;
+		req->parked = false;
+		pcsi_info(2, "request cancelled while waiting for retired space", "op=%s volume=%s",
+			  op_names[req->op], req->vol.id);
+		pcsi_backend_msg(req,
+				 "cancelled while waiting for the erase of deleted volumes' space");
+		deliver(req, -ECANCELED);
+		run_next(be);
+		return;
+	}
 	if (req->erasing) {
 		pcsi_info(2, "erase cancelled: the caller gave up", "volume=%s", req->vol.id);
 		if (req->erase_in_pool) /* on_erased_around() delivers -ECANCELED */
@@ -1070,9 +1522,10 @@ void pcsi_backend_cancel(struct pcsi_backend_req *req)
 		return;
 	}
 	/* An erased volume waiting for its removal is removed (else the erase
-	 * would be done twice); one whose first 4 KiB only were cleared is left
-	 * for the retry. */
-	if (req->op == OP_DELETE && req->step == DEL_REMOVE && req->erase && req->vol.path[0])
+	 * would be done twice); one waiting to be retired is left for the
+	 * retry. */
+	if ((req->op == OP_DELETE || req->op == OP_PURGE) && req->step == DEL_REMOVE &&
+	    req->erase && req->vol.path[0])
 		return;
 	for (r = be->head; r && r != req; r = r->next)
 		;
@@ -1105,6 +1558,8 @@ static void submit(struct pcsi_backend *be, struct pcsi_backend_req *req, int op
 	req->pending = true;
 	req->erasing = false;
 	req->laned = false;
+	req->parked = false;
+	memset(&req->retired, 0, sizeof(req->retired));
 	req->priv = NULL;
 	req->seq = ++be->seq;
 	pcsi_list_init(&req->link);

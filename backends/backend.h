@@ -34,6 +34,30 @@
  * order of submission. Erasing a deleted volume and copying run outside the
  * lanes, so a long erase does not hold up other volumes.
  *
+ * Free space is always erased (zeros), so that no volume, and no part of a
+ * grown one, ever shows an earlier volume's data:
+ *   - a delete with req->erase overwrites the whole device, then removes it,
+ *     before it is answered;
+ *   - a delete without it *retires* the volume: one rename on the medium
+ *     (lvm: the LV, direct: the namespace's name) to a name that no volume
+ *     id can have (PCSI_RETIRED_PREFIX), and is answered; the backend then
+ *     erases retired volumes one at a time in the background (direct:
+ *     through the namespace in raw mode, the fsdax info block included)
+ *     and removes them. A retired volume is never listed, found, nor
+ *     counted as available; a restart finds it on the medium and finishes
+ *     it (no other record);
+ *   - space of unknown history (the first open of a volume group or region
+ *     that carries no mark of this build: an older build, Intel's driver,
+ *     a namespace made over used media) is claimed whole at open as
+ *     retired chunks (doubling from 256 MiB, so that the first space comes
+ *     back soon), marked, and erased in the background like retired
+ *     volumes (lvm: the VG tag PCSI_LVM_ERASED_TAG; direct: the file
+ *     PCSI_ERASED_REGIONS_FILE in cfg->state_dir);
+ *   - a create or expand that finds no room while retired space waits for
+ *     its erase waits for it (cancel it to stop waiting), instead of
+ *     ending with -ENOSPC at once; cap.erasing counts that space.
+ * pcsi_backend_stop() stops the background erase (before the loop ends).
+ *
  * Errors, per operation:
  *   open:     -ENODEV (no usable PMEM region), -EIO (setup command failed),
  *             -ENOTSUP (this backend was left out of the build)
@@ -70,6 +94,17 @@
  * backend never treats it as a volume. */
 #define PCSI_LVM_NS_NAME "pmem-csi"
 
+/* The names of retired volumes (deleted or scrub chunks, erased in the
+ * background) start with this; no volume id can ('.'). */
+#define PCSI_RETIRED_PREFIX ".pmem-csi-retired."
+/* lvm: a volume group whose free space this build erased carries this tag;
+ * one without it is erased at open (its free space is of unknown history).
+ * Whoever adds a physical volume to such a group removes the tag first. */
+#define PCSI_LVM_ERASED_TAG "pmem-csi.free-space-erased"
+/* direct: the file, in pcsi_backend_config.state_dir, that names the regions
+ * whose free space this build erased (one key a line, pmem.h). */
+#define PCSI_ERASED_REGIONS_FILE "erased-regions"
+
 struct pcsi_backend;
 struct pcsi_backend_req;
 
@@ -93,6 +128,9 @@ struct pcsi_capacity {
 	uint64_t available;	  /* free for new volumes */
 	uint64_t max_volume_size; /* the largest volume that can be created now */
 	uint64_t min_volume_size; /* a limit of at least this fits the smallest volume */
+	/* in retired volumes waiting for or under their background erase: not
+	 * available until it is done */
+	uint64_t erasing;
 };
 
 struct pcsi_volume {
@@ -110,6 +148,9 @@ struct pcsi_backend_config {
 	unsigned lvm_shells;
 	/* For tests: time limits of child processes (0 = defaults). */
 	uint64_t tool_timeout_ms;
+	/* direct: the directory of PCSI_ERASED_REGIONS_FILE (-statePath); NULL:
+	 * no mark is kept, every open erases the regions' free space. */
+	const char *state_dir;
 };
 
 struct pcsi_backend_req {
@@ -118,7 +159,7 @@ struct pcsi_backend_req {
 			   borrowed until the callback */
 	const char *src; /* copy: the source volume; borrowed until the callback */
 	uint64_t size; /* create: requested bytes (0 = the smallest volume); expand: new minimum */
-	bool erase;    /* delete: overwrite the whole device (else the first 4 KiB) */
+	bool erase;    /* delete: overwrite the whole device first (else it is retired) */
 	/* create, capacity: only regions on this medium count (ANY: all). A
 	 * create that finds the volume on another medium ends with -EEXIST. */
 	enum pcsi_medium medium;
@@ -146,7 +187,11 @@ struct pcsi_backend_req {
 	 * platform could not clear); ->remove keeps that space out of use
 	 * where it can (backend_internal.h) */
 	bool media_errors_left;
-	bool laned;		       /* running in one of the backend's lanes */
+	bool laned;  /* running in one of the backend's lanes */
+	bool parked; /* create, expand: waiting for retired space */
+	/* delete (retire): the retired volume (id: its new name, chosen by the
+	 * front end; the rest filled by ops->retire) */
+	struct pcsi_volume retired;
 	uint64_t seq;		       /* submission order */
 	struct pcsi_backend_req *next; /* waiting to start, or for the job lane */
 	struct pcsi_proc *proc;	       /* the running tool (backend_internal.h) */
@@ -201,20 +246,33 @@ bool pcsi_backend_can_expand(const struct pcsi_backend *be);
 /* For a caller that no longer waits (its call was cancelled or its deadline
  * passed): a request that has not started (waiting for a lane, or behind
  * another request on its volume) ends with -ECANCELED, and so does a delete
- * that only cleared the first 4 KiB and waits for a lane to remove the
- * volume (the volume stays); a delete's erase is stopped (its child process
+ * without the erase that waits for a lane to retire the volume (the volume
+ * stays), and a create or expand that waits for retired space; a delete's
+ * erase is stopped (its child process
  * group is killed; the volume stays whole and a later delete erases it from
  * the start), also ending with -ECANCELED. What would be left half made if
- * interrupted (a namespace or logical volume being made or removed, zeroing
- * its start) runs to its end, and so does the removal of an erased volume.
+ * interrupted (a namespace or logical volume being made, retired or removed,
+ * zeroing its start) runs to its end, and so does the removal of an erased
+ * volume.
  * The callback runs exactly once either way, never inside this call. No
  * effect on a request that is not pending. */
 void pcsi_backend_cancel(struct pcsi_backend_req *req);
 
+/* Stops the background erase of retired volumes for good (a running erase
+ * is stopped, its volume stays retired: the next start erases it), and ends
+ * the creates and expands waiting for retired space with -ECANCELED. What
+ * runs ends on its own; then |cb| (may be NULL) runs, on a later loop turn.
+ * Call it before the loop is to end. */
+void pcsi_backend_stop(struct pcsi_backend *be, void (*cb)(void *data), void *data);
+
+/* True when |name| is a retired volume's (PCSI_RETIRED_PREFIX). */
+bool pcsi_backend_retired_name_is(const char *name);
+
 /* Frees what a completed request holds (the list). */
 void pcsi_backend_req_done(struct pcsi_backend_req *req);
 
-/* Frees the backend. No request may be pending. */
+/* Frees the backend. No request may be pending (pcsi_backend_stop() and the
+ * loop run to its end before, where the background erase ran). */
 void pcsi_backend_free(struct pcsi_backend *be);
 
 #endif

@@ -18,11 +18,13 @@
  *             request is returned with req->existed = true, another size is
  *             -EEXIST; -ENOSPC when nothing fits
  *   get:      fill req->vol, or -ENOENT
- *   remove:   delete the device of req->vol (found by get); erasing is done
+ *   remove:   delete the device of req->vol (found by get, or a retired
+ *             volume); erasing is done
+ *   retire:   rename req->vol out of the volumes' name space (see below)
  *   list:     fill req->vols / req->n_vols (malloc'd array)
  *   expand:   grow req->id to at least req->size bytes, keeping its data;
  *             fill req->vol; NULL in a backend that cannot (-EOPNOTSUPP)
- * create, remove and expand update the picture before they end, so that a
+ * create, remove, retire and expand update the picture before they end, so that a
  * capacity answered after them (or while they run: space a create or an
  * expand is about to use counts as used from its start) is exact.
  *
@@ -60,6 +62,7 @@ enum pcsi_backend_kind {
 	PCSI_BK_REMOVE,
 	PCSI_BK_LIST,
 	PCSI_BK_EXPAND,
+	PCSI_BK_RETIRE,
 };
 
 struct pcsi_backend_ops {
@@ -86,6 +89,19 @@ struct pcsi_backend_ops {
 	void (*remove)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*list)(struct pcsi_backend *be, struct pcsi_backend_req *req);
 	void (*expand)(struct pcsi_backend *be, struct pcsi_backend_req *req);
+	/* Retiring (backend.h): renames volume req->vol (found by get; its
+	 * device, if it has one, not in use) to req->retired.id, atomically on
+	 * the medium, and fills the rest of req->retired: the device to erase
+	 * it through (covering all of its space; "" when it has none yet),
+	 * size, medium. Its space stays used; the volume is no longer listed
+	 * nor found. With req->vol.id == req->retired.id (a retired volume
+	 * found without a device) it only makes that device. The front end
+	 * erases the retired volume and removes it with ->remove. */
+	void (*retire)(struct pcsi_backend *be, struct pcsi_backend_req *req);
+	/* A volume without a device (path "") may still hold data (direct: a
+	 * namespace that is not enabled): a delete retires it. Else it is
+	 * removed as it is. */
+	bool deviceless_data;
 	/* Runs a tool of the implementation's (pcsi_backend_run()) as
 	 * pcsi_proc_run() does, which it is when NULL. */
 	void (*run)(struct pcsi_backend *be, struct pcsi_proc *p, const char *const *argv,
@@ -118,7 +134,39 @@ struct pcsi_backend {
 	struct pcsi_list done;
 	struct pcsi_later kick;
 	bool kicked;
+	/* Retired volumes (backend.c's reaper): in the order found, erased and
+	 * removed one at a time; the bytes they hold, by medium. */
+	struct pcsi_list retired;
+	uint64_t erasing[PCSI_N_MEDIA];
+	struct pcsi_retired *reaping;	 /* the one being erased or removed */
+	struct pcsi_backend_req *parked; /* creates, expands waiting for its space */
+	struct pcsi_later reap_kick;	 /* reap_next() on a later turn */
+	bool stopped;
+	void (*stopped_cb)(void *data); /* pcsi_backend_stop()'s, once reaping ends */
+	void *stopped_data;
+	struct pcsi_reap_timer *reap_timer; /* retries of failed erases */
+	uint64_t batch_t0, batch_bytes;	    /* since the queue was last empty, for the log */
+	unsigned batch_n;
 };
+
+/* Reports a retired volume the implementation found on the medium (open,
+ * refresh) or made (a chunk of space of unknown history), on the loop
+ * thread: the front end erases and removes it (->remove, req->vol = |v|)
+ * once the open or refresh has ended. Reported again (a refresh), it is
+ * the same one. An open's or refresh's reports are the whole set: a
+ * retired volume known before and not reported again is forgotten. */
+void pcsi_backend_retired_found(struct pcsi_backend *be, const struct pcsi_volume *v);
+
+/* Writes a new retired name (PCSI_RETIRED_PREFIX and 16 random hex
+ * digits) into |out|. Any thread. */
+void pcsi_backend_retired_name(char out[PCSI_VOLUME_ID_MAX + 1]);
+
+/* The size of the |i|-th chunk (from 0) that claims space of unknown
+ * history: 256 MiB, then each twice the one before (so that the first space
+ * comes back soon and a large region needs few chunks), rounded down to
+ * |align| (> 0) and at least |align|. The implementation takes
+ * min(this, what is left, rounded down to |align|). */
+uint64_t pcsi_backend_chunk_size(unsigned i, uint64_t align);
 
 /* Ends the implementation's part of |req|. */
 void pcsi_backend_op_done(struct pcsi_backend_req *req, int error);

@@ -9,7 +9,11 @@
  * backend's tools take time (crash tests kill the controller while nodes
  * work); PCSI_FAKE_LANES (default 4, as lvm) of them run at once. Like a
  * real backend, a create or an expand counts its space as used from its
- * start; the volume itself appears when the delay is over. */
+ * start; the volume itself appears when the delay is over. A delete without
+ * the erase retires the volume as the real backends do (renamed, its space
+ * used, not listed) and the front end removes it in the background (there is
+ * nothing to erase). With PCSI_FAKE_SCRUB=1, each open claims the free space
+ * as retired chunks, as a real backend does with space of unknown history. */
 #include "backends/backend_internal.h"
 
 #include <errno.h>
@@ -24,6 +28,7 @@ struct fake {
 	struct pcsi_volume *vols;
 	size_t n;
 	char delay[24]; /* seconds for sleep(1), "" for none */
+	bool scrub;	/* PCSI_FAKE_SCRUB */
 };
 
 /* A create or expand that waits for its delay: the space it took (req->priv). */
@@ -43,12 +48,14 @@ static int fake_init(struct pcsi_backend *be)
 
 	const char *delay = getenv("PCSI_FAKE_DELAY_MS");
 	const char *lanes = getenv("PCSI_FAKE_LANES");
+	const char *scrub = getenv("PCSI_FAKE_SCRUB");
 
 	f->total = cap ? strtoull(cap, NULL, 10) : 8ull << 30;
 	if (lanes && strtoul(lanes, NULL, 10) > 0)
 		be->lanes = (unsigned)strtoul(lanes, NULL, 10);
 	if (delay && strtoul(delay, NULL, 10) > 0)
 		snprintf(f->delay, sizeof(f->delay), "%.3f", strtoul(delay, NULL, 10) / 1000.0);
+	f->scrub = scrub && !strcmp(scrub, "1");
 	be->impl = f;
 	return 0;
 }
@@ -59,8 +66,38 @@ static void fake_fini(struct pcsi_backend *be)
 	free(impl(be));
 }
 
+static struct pcsi_volume *add(struct fake *f, const char *id, uint64_t size)
+{
+	struct pcsi_volume *v;
+
+	f->vols = pcsi_xrealloc(f->vols, (f->n + 1) * sizeof(*f->vols));
+	v = &f->vols[f->n++];
+	memset(v, 0, sizeof(*v));
+	snprintf(v->id, sizeof(v->id), "%s", id);
+	v->size = size;
+	v->medium = PCSI_MEDIUM_NVDIMM;
+	return v;
+}
+
+/* Reports the retired volumes; with f->scrub, first claims the free space. */
 static void fake_open(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
+	struct fake *f = impl(be);
+	char name[PCSI_VOLUME_ID_MAX + 1];
+	unsigned c;
+	size_t i;
+
+	for (c = 0; f->scrub && f->total - f->used >= PCSI_LVM_ALIGN; c++) {
+		uint64_t left = f->total - f->used,
+			 size = pcsi_backend_chunk_size(c, PCSI_LVM_ALIGN);
+
+		pcsi_backend_retired_name(name);
+		add(f, name, PCSI_MIN(size, left - left % PCSI_LVM_ALIGN));
+		f->used += f->vols[f->n - 1].size;
+	}
+	for (i = 0; i < f->n; i++)
+		if (pcsi_backend_retired_name_is(f->vols[i].id))
+			pcsi_backend_retired_found(be, &f->vols[i]);
 	pcsi_backend_op_done(req, 0);
 }
 
@@ -109,17 +146,9 @@ static void end(struct pcsi_backend_req *req, int error)
 
 static void create_now(struct pcsi_backend_req *req)
 {
-	struct fake *f = impl(req->be);
 	struct pending *p = req->priv;
-	struct pcsi_volume *v;
 
-	f->vols = pcsi_xrealloc(f->vols, (f->n + 1) * sizeof(*f->vols));
-	v = &f->vols[f->n++];
-	memset(v, 0, sizeof(*v));
-	memcpy(v->id, req->vol.id, sizeof(v->id));
-	v->size = p->size;
-	v->medium = PCSI_MEDIUM_NVDIMM;
-	req->vol = *v;
+	req->vol = *add(impl(req->be), req->vol.id, p->size);
 	end(req, 0);
 }
 
@@ -186,12 +215,29 @@ static void fake_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
 static void fake_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
 	struct fake *f = impl(be);
+	size_t i;
 
 	req->vols = pcsi_xcalloc(f->n ? f->n : 1, sizeof(*req->vols));
-	if (f->n)
-		memcpy(req->vols, f->vols, f->n * sizeof(*f->vols));
-	req->n_vols = f->n;
+	for (i = 0; i < f->n; i++)
+		if (!pcsi_backend_retired_name_is(f->vols[i].id))
+			req->vols[req->n_vols++] = f->vols[i];
 	pcsi_backend_op_done(req, 0);
+}
+
+static void retire_now(struct pcsi_backend_req *req)
+{
+	struct pcsi_volume *v = find(impl(req->be), req->id);
+
+	if (v) {
+		snprintf(v->id, sizeof(v->id), "%s", req->retired.id);
+		req->retired = *v; /* no device: nothing to erase */
+	}
+	pcsi_backend_op_done(req, v ? 0 : -ENOENT);
+}
+
+static void fake_retire(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	delayed(req, retire_now);
 }
 
 static void expand_now(struct pcsi_backend_req *req)
@@ -244,6 +290,7 @@ static bool fake_uses_lane(struct pcsi_backend *be, const struct pcsi_backend_re
 	case PCSI_BK_CREATE:
 	case PCSI_BK_REMOVE:
 	case PCSI_BK_EXPAND:
+	case PCSI_BK_RETIRE:
 		return impl(be)->delay[0] != '\0';
 	default:
 		return false;
@@ -262,5 +309,6 @@ const struct pcsi_backend_ops pcsi_fake_ops = {
 	.remove = fake_remove,
 	.list = fake_list,
 	.expand = fake_expand,
+	.retire = fake_retire,
 	.fini = fake_fini,
 };

@@ -18,7 +18,17 @@
  * from the VG's free count when it starts (given back if its tool fails), so
  * two of them never count on the same extents. A failed tool may mean the
  * picture is off (someone else's LV took space): it is read afresh (vgs,
- * lvs) once the commands running then have ended. */
+ * lvs) once the commands running then have ended.
+ *
+ * Free extents hold zeros (backend.h). A delete without the erase renames
+ * the LV (lvrename: one metadata commit) to a retired name; the front end
+ * erases it through its new path and removes it. Retired LVs are found
+ * again by their names at open. A VG without the tag PCSI_LVM_ERASED_TAG
+ * (made by an older build, by Intel's driver, or new on a namespace over
+ * used media) gets its whole free space claimed at open as retired LVs
+ * (chunks, pcsi_backend_chunk_size()), and then the tag: a kill before the
+ * tag leaves the chunks, found again, and the next open claims the rest.
+ * Adding a PV to a tagged VG removes the tag first. */
 #include "backends/backend_internal.h"
 #include "backends/badblocks.h"
 
@@ -26,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/core/log.h"
 #include "daemon/core/util.h"
@@ -53,6 +64,8 @@ struct vg {
 	uint64_t extent;	 /* physical extent size: LV sizes are multiples of it */
 	enum pcsi_medium medium; /* its region's */
 	bool exists;
+	bool erased;	 /* tagged PCSI_LVM_ERASED_TAG: its free extents hold zeros */
+	unsigned chunks; /* open: retired chunks claimed in it so far */
 	/* its PV (one per VG: the region's namespace) and where its extents
 	 * are, for placing volumes away from media errors; pv "" if unknown */
 	char pv[64];
@@ -77,8 +90,17 @@ struct lvm {
 	int nsetup, isetup;
 	int work_rc;
 	char work_err[256];
-	char repaired[512];	     /* what pcsi_pmem_repair() reset, for the log */
-	bool refreshing;	     /* the open steps O_VGS, O_LVS run for a refresh */
+	char repaired[512]; /* what pcsi_pmem_repair() reset, for the log */
+	bool refreshing;    /* the open steps O_VGS, O_LVS run for a refresh */
+	int iclaim;	    /* open: the VG whose free space is being claimed */
+	/* the retired LVs the last lvs report had without a device node, and
+	 * their VGs (lvm_retire() activates them) */
+	struct inactive {
+		char name[PCSI_VOLUME_ID_MAX + 1];
+		int ivg;
+	} * inactive;
+	size_t ninactive;
+	struct pcsi_volume claim;    /* open: the chunk being claimed */
 	struct pcsi_lvmshell *shell; /* runs the lvm2 commands; NULL: processes */
 };
 
@@ -98,7 +120,22 @@ struct op {
 	bool avoiding; /* some VG had extents to avoid */
 };
 
-enum open_step { O_WIPE, O_PVS, O_VGS_ALL, O_ADD_PVS, O_VGS, O_LAYOUT, O_LVS, O_DONE };
+enum open_step {
+	O_WIPE,
+	O_PVS,
+	O_VGS_ALL,
+	O_UNTAG,
+	O_ADD_PVS,
+	O_VGS,
+	O_LAYOUT,
+	O_LVS,
+	O_CLAIM,
+	O_TAG,
+	O_DONE
+};
+
+/* The fields of every vgs report. */
+#define VGS_FIELDS "vg_name,vg_size,vg_free,vg_extent_size,vg_tags"
 
 static struct lvm *impl(struct pcsi_backend *be)
 {
@@ -123,6 +160,7 @@ static void lvm_fini(struct pcsi_backend *be)
 	struct lvm *l = impl(be);
 
 	pcsi_lvmshell_free(l->shell);
+	free(l->inactive);
 	if (l->pmem)
 		pcsi_pmem_close(l->pmem);
 	free(l->vols);
@@ -232,6 +270,7 @@ static int apply_vgs(struct pcsi_backend_req *req, struct lvm *l, bool all)
 			vg->size = rows[i].size;
 			vg->free = rows[i].free;
 			vg->extent = rows[i].extent_size;
+			vg->erased = rows[i].erased;
 		}
 	}
 	return 0;
@@ -288,11 +327,31 @@ static int apply_lvs(struct pcsi_backend_req *req, struct lvm *l)
 	free(l->vols);
 	l->vols = pcsi_xcalloc((size_t)(n ? n : 1), sizeof(*l->vols));
 	l->nvols = 0;
+	free(l->inactive);
+	l->inactive = pcsi_xcalloc((size_t)(n ? n : 1), sizeof(*l->inactive));
+	l->ninactive = 0;
 	for (i = 0; i < n; i++) {
 		struct pcsi_volume *v = &l->vols[l->nvols];
 		struct vg *vg = find_vg(l, rows[i].vg);
-		if (!vg || !pcsi_volume_id_valid(rows[i].name) ||
-		    strlen(rows[i].path) >= sizeof(v->path))
+		if (!vg || strlen(rows[i].path) >= sizeof(v->path))
+			continue;
+		if (pcsi_backend_retired_name_is(rows[i].name) &&
+		    strlen(rows[i].name) < sizeof(v->id)) {
+			struct pcsi_volume r = { .size = rows[i].size, .medium = vg->medium };
+			snprintf(r.id, sizeof(r.id), "%s", rows[i].name);
+			/* Not active (no device node: a reboot where nothing
+			 * activated it): lvm_retire() activates it first. */
+			if (access(rows[i].path, F_OK) == 0) {
+				snprintf(r.path, sizeof(r.path), "%s", rows[i].path);
+			} else {
+				struct inactive *x = &l->inactive[l->ninactive++];
+				snprintf(x->name, sizeof(x->name), "%s", rows[i].name);
+				x->ivg = (int)(vg - l->vgs);
+			}
+			pcsi_backend_retired_found(req->be, &r);
+			continue;
+		}
+		if (!pcsi_volume_id_valid(rows[i].name))
 			continue;
 		snprintf(v->id, sizeof(v->id), "%s", rows[i].name);
 		snprintf(v->path, sizeof(v->path), "%s", rows[i].path);
@@ -397,6 +456,68 @@ static void open_regions_job(struct pcsi_backend_req *req)
 
 static void open_next(struct pcsi_backend_req *req);
 
+/* Open: the next command that claims free space of unknown history (an
+ * lvcreate of the next chunk of VG l->iclaim, or the vgchange that tags it
+ * once its free space is all claimed), in |c|; false when every VG is
+ * tagged. */
+static bool claim_next(struct pcsi_backend_req *req, struct cmd *c)
+{
+	struct lvm *l = impl(req->be);
+	char size[32];
+
+	for (; l->iclaim < l->nvgs; l->iclaim++) {
+		struct vg *vg = &l->vgs[l->iclaim];
+		uint64_t extent = vg->extent ? vg->extent : PCSI_LVM_ALIGN, want;
+
+		if (!vg->exists || vg->erased)
+			continue;
+		if (vg->free < extent) {
+			cmd_add(c, "vgchange");
+			cmd_add(c, "--addtag");
+			cmd_add(c, PCSI_LVM_ERASED_TAG);
+			cmd_add(c, vg->name);
+			req->step = O_TAG;
+			return true;
+		}
+		want = pcsi_backend_chunk_size(vg->chunks, extent);
+		if (want > vg->free - vg->free % extent)
+			want = vg->free - vg->free % extent;
+		memset(&l->claim, 0, sizeof(l->claim));
+		pcsi_backend_retired_name(l->claim.id);
+		snprintf(l->claim.path, sizeof(l->claim.path), "/dev/%s/%s", vg->name, l->claim.id);
+		l->claim.size = want;
+		l->claim.medium = vg->medium;
+		snprintf(size, sizeof(size), "%lluB", (unsigned long long)want);
+		/* Nothing written: -Zn, -Wn (the erase writes it all). */
+		cmd_add(c, "lvcreate");
+		cmd_add(c, "-Zn");
+		cmd_add(c, "-Wn");
+		cmd_add(c, "--yes");
+		cmd_add(c, "-L");
+		cmd_add(c, size);
+		cmd_add(c, "-n");
+		cmd_add(c, l->claim.id);
+		cmd_add(c, vg->name);
+		req->step = O_CLAIM;
+		return true;
+	}
+	return false;
+}
+
+/* A chunk was claimed: its space is taken, the front end erases it. */
+static void claimed(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct vg *vg = &l->vgs[l->iclaim];
+
+	vg->free -= l->claim.size;
+	vg->chunks++;
+	pcsi_info(3, "free space of unknown history claimed for its erase",
+		  "vg=%s name=%s bytes=%llu", vg->name, l->claim.id,
+		  (unsigned long long)l->claim.size);
+	pcsi_backend_retired_found(req->be, &l->claim);
+}
+
 static void open_tool_done(struct pcsi_backend_req *req)
 {
 	struct lvm *l = impl(req->be);
@@ -407,6 +528,27 @@ static void open_tool_done(struct pcsi_backend_req *req)
 	case O_ADD_PVS:
 		rc = tool_result(req);
 		l->isetup++;
+		break;
+	case O_UNTAG:
+		rc = tool_result(req);
+		if (rc == 0)
+			find_vg(l, l->setup[l->isetup].vg)->erased = false;
+		req->step = O_ADD_PVS;
+		break;
+	case O_CLAIM:
+		rc = tool_result(req);
+		if (rc == 0)
+			claimed(req);
+		break;
+	case O_TAG:
+		rc = tool_result(req);
+		if (rc == 0) {
+			l->vgs[l->iclaim].erased = true;
+			pcsi_info(2, "volume group's free space claimed for its erase; tagged",
+				  "vg=%s chunks=%u tag=%s", l->vgs[l->iclaim].name,
+				  l->vgs[l->iclaim].chunks, PCSI_LVM_ERASED_TAG);
+		}
+		req->step = O_CLAIM;
 		break;
 	case O_PVS:
 		rc = tool_result(req);
@@ -459,7 +601,9 @@ static void open_tool_done(struct pcsi_backend_req *req)
 		rc = tool_result(req);
 		if (rc == 0)
 			rc = apply_lvs(req, l);
-		req->step = O_DONE;
+		/* A refresh claims nothing: the open tagged every VG. */
+		req->step = l->refreshing ? O_DONE : O_CLAIM;
+		l->iclaim = 0;
 		break;
 	}
 	pcsi_proc_done(req->proc);
@@ -498,15 +642,27 @@ static void open_next(struct pcsi_backend_req *req)
 		pcsi_backend_run(req, c.argv, open_tool_done);
 		return;
 	case O_VGS_ALL:
-		cmd_report(&c, "vgs", "vg_name,vg_size,vg_free,vg_extent_size");
+		cmd_report(&c, "vgs", VGS_FIELDS);
 		pcsi_backend_run(req, c.argv, open_tool_done);
 		return;
+	case O_UNTAG:
 	case O_ADD_PVS:
 		while (l->isetup < l->nsetup && !l->setup[l->isetup].dev[0])
 			l->isetup++;
 		if (l->isetup < l->nsetup) {
 			struct pv_setup *s = &l->setup[l->isetup];
 			struct vg *vg = find_vg(l, s->vg);
+			if (vg->exists && vg->erased) {
+				/* The new PV's extents hold what they held: the
+				 * tag goes first, and the claims below cover them. */
+				cmd_add(&c, "vgchange");
+				cmd_add(&c, "--deltag");
+				cmd_add(&c, PCSI_LVM_ERASED_TAG);
+				cmd_add(&c, s->vg);
+				req->step = O_UNTAG;
+				pcsi_backend_run(req, c.argv, open_tool_done);
+				return;
+			}
 			cmd_add(&c, vg->exists ? "vgextend" : "vgcreate");
 			cmd_add(&c, "--force");
 			/* The PV's data area and so every extent (4 MiB) start 2 MiB
@@ -534,7 +690,7 @@ static void open_next(struct pcsi_backend_req *req)
 			pcsi_backend_op_done(req, -ENODEV);
 			return;
 		}
-		cmd_report(&c, "vgs", "vg_name,vg_size,vg_free,vg_extent_size");
+		cmd_report(&c, "vgs", VGS_FIELDS);
 		cmd_our_vgs(&c, l);
 		pcsi_backend_run(req, c.argv, open_tool_done);
 		return;
@@ -547,6 +703,14 @@ static void open_next(struct pcsi_backend_req *req)
 		cmd_our_vgs(&c, l);
 		pcsi_backend_run(req, c.argv, open_tool_done);
 		return;
+	case O_CLAIM:
+	case O_TAG:
+		if (claim_next(req, &c)) {
+			pcsi_backend_run(req, c.argv, open_tool_done);
+			return;
+		}
+		req->step = O_DONE;
+		/* fall through */
 	case O_DONE:
 		if (!l->refreshing)
 			pcsi_info(2, "lvm device manager ready", "vgs=%d volumes=%zu", l->nvgs,
@@ -786,8 +950,9 @@ static void create_run(struct pcsi_backend_req *req)
 			  "volume=%s vg=%s extents=%s", req->id, l->vgs[o->ivg].name, o->good);
 	}
 	snprintf(size, sizeof(size), "%lluB", (unsigned long long)o->want_vg);
-	/* -Zn: we zero the first 4 KiB ourselves; -Wy --yes: wipe old
-	 * signatures without asking (stdin is /dev/null). */
+	/* -Zn: free extents hold zeros, and we zero the first 4 KiB ourselves
+	 * as well; -Wy --yes: wipe old signatures without asking (stdin is
+	 * /dev/null). */
 	cmd_add(&c, "lvcreate");
 	cmd_add(&c, "-Zn");
 	cmd_add(&c, "-Wy");
@@ -877,6 +1042,9 @@ static void remove_done(struct pcsi_backend_req *req)
 		if (vg && !req->media_errors_left) /* credit the space back */
 			vg->free += v->size;
 		*v = l->vols[--l->nvols];
+	} else if (rc == 0 && !req->media_errors_left && pcsi_backend_retired_name_is(req->id) &&
+		   (vg = vg_of(l, &req->vol))) {
+		vg->free += req->vol.size; /* a retired LV, erased */
 	}
 	if (rc)
 		pcsi_backend_refresh(req->be);
@@ -914,6 +1082,78 @@ static void lvm_remove(struct pcsi_backend *be, struct pcsi_backend_req *req)
 		cmd_add(&c, req->vol.path);
 	}
 	pcsi_backend_run(req, c.argv, remove_done);
+}
+
+static void retire_done(struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(req->be);
+	struct vg *vg;
+	int rc;
+	struct pcsi_volume *v = tool_done_on(req, &rc, &vg);
+
+	if (rc) {
+		pcsi_backend_refresh(req->be);
+		pcsi_backend_op_done(req, rc);
+		return;
+	}
+	/* Its space stays taken, now by the retired LV, at /dev/<vg>/<new name>. */
+	req->retired.size = req->vol.size;
+	req->retired.medium = req->vol.medium;
+	snprintf(req->retired.path, sizeof(req->retired.path), "%.*s%s",
+		 (int)(strrchr(req->vol.path, '/') + 1 - req->vol.path), req->vol.path,
+		 req->retired.id);
+	if (v)
+		*v = l->vols[--l->nvols];
+	pcsi_backend_op_done(req, 0);
+}
+
+static void activated(struct pcsi_backend_req *req)
+{
+	int rc = tool_result(req);
+
+	pcsi_proc_done(req->proc);
+	pcsi_backend_op_done(req, rc);
+}
+
+/* lvrename: one metadata commit, so a kill leaves the volume or the retired
+ * LV, never both or neither. The LV stays active under its new name. A
+ * retired LV found without a device node (apply_lvs()) is activated. */
+static void lvm_retire(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	struct lvm *l = impl(be);
+	struct cmd c = { .n = 0 };
+	char vg[128], lv[123];
+	int i;
+
+	if (!strcmp(req->vol.id, req->retired.id)) {
+		for (i = 0; i < (int)l->ninactive && strcmp(l->inactive[i].name, req->retired.id);
+		     i++)
+			;
+		if (i == (int)l->ninactive) {
+			pcsi_backend_msg(req, "%s is not in the last lvs report", req->retired.id);
+			pcsi_backend_refresh(be);
+			pcsi_backend_op_done(req, -EIO);
+			return;
+		}
+		snprintf(lv, sizeof(lv), "%.58s/%s", l->vgs[l->inactive[i].ivg].name,
+			 req->retired.id);
+		snprintf(req->retired.path, sizeof(req->retired.path), "/dev/%s", lv);
+		cmd_add(&c, "lvchange");
+		cmd_add(&c, "-ay");
+		cmd_add(&c, lv);
+		pcsi_backend_run(req, c.argv, activated);
+		return;
+	}
+	if (sscanf(req->vol.path, "/dev/%127[^/]/", vg) != 1) {
+		pcsi_backend_msg(req, "volume %s has no path", req->id);
+		pcsi_backend_op_done(req, -EIO);
+		return;
+	}
+	cmd_add(&c, "lvrename");
+	cmd_add(&c, vg);
+	cmd_add(&c, req->id);
+	cmd_add(&c, req->retired.id);
+	pcsi_backend_run(req, c.argv, retire_done);
 }
 
 /* ---- expand ---------------------------------------------------------------------- */
@@ -1027,6 +1267,8 @@ const struct pcsi_backend_ops pcsi_lvm_ops = {
 	.remove = lvm_remove,
 	.list = lvm_list,
 	.expand = lvm_expand,
+	.retire = lvm_retire,
+	.deviceless_data = true,
 	.run = lvm_run,
 	.fini = lvm_fini,
 };

@@ -1,5 +1,6 @@
 /* lvm_report.c: lvm2 JSON report parsing with json-c. See lvm_report.h. */
 #include "backends/lvm_report.h"
+#include "backends/backend.h"
 
 #include <errno.h>
 #include <json-c/json.h>
@@ -91,10 +92,33 @@ static int parse(const char *json, const char *kind, row_fn fn, void *out, size_
 	return rc;
 }
 
+/* Whether the comma-separated list |tags| holds |tag|. */
+static bool has_tag(const char *tags, const char *tag)
+{
+	size_t n = strlen(tag);
+	const char *p = tags;
+
+	while (*p) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		if (len == n && !strncmp(p, tag, n))
+			return true;
+		p += len + (end != NULL);
+	}
+	return false;
+}
+
 static bool vg_row(json_object *row, void *out, size_t i)
 {
 	struct pcsi_lvm_vg tmp, *vg = out ? (struct pcsi_lvm_vg *)out + i : &tmp;
+	char tags[1024] = "";
+	json_object *v;
 
+	if (json_object_object_get_ex(row, "vg_tags", &v) &&
+	    !get_str(row, "vg_tags", tags, sizeof(tags)))
+		return false;
+	vg->erased = has_tag(tags, PCSI_LVM_ERASED_TAG);
 	return get_opt_size(row, "vg_extent_size", &vg->extent_size) &&
 	       get_str(row, "vg_name", vg->name, sizeof(vg->name)) &&
 	       get_size(row, "vg_size", &vg->size) && get_size(row, "vg_free", &vg->free);

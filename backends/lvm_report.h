@@ -9,6 +9,7 @@
 #ifndef PCSI_LVM_REPORT_H
 #define PCSI_LVM_REPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,9 @@ struct pcsi_lvm_vg {
 	char name[128];
 	uint64_t size, free;
 	uint64_t extent_size; /* 0 when the report has no vg_extent_size */
+	/* vg_tags holds PCSI_LVM_ERASED_TAG (backend.h); false when the report
+	 * has no vg_tags */
+	bool erased;
 };
 
 struct pcsi_lvm_lv {
@@ -33,7 +37,7 @@ struct pcsi_lvm_pv {
 	uint64_t pe_start, pe_count;
 };
 
-/* vgs -o vg_name,vg_size,vg_free[,vg_extent_size] */
+/* vgs -o vg_name,vg_size,vg_free[,vg_extent_size][,vg_tags] */
 int pcsi_lvm_parse_vgs(const char *json, struct pcsi_lvm_vg *out, size_t n);
 /* lvs -o lv_name,vg_name,lv_path,lv_size */
 int pcsi_lvm_parse_lvs(const char *json, struct pcsi_lvm_lv *out, size_t n);

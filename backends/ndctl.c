@@ -25,7 +25,20 @@
  * largest free extent) that the open job reads and every create, remove and
  * list job reads again before it ends, so that it never waits for a job and
  * is exact after each change this process makes (and after a list, for the
- * changes of others). */
+ * changes of others).
+ *
+ * Free space holds zeros (backend.h). A delete without the erase retires
+ * the namespace (pcsi_pmem_retire(): disabled, renamed, enabled in raw mode,
+ * so that the erase reaches all of its space, the fsdax info block too);
+ * the front end erases it and removes it. Retired namespaces are found
+ * again by their names at open (in raw mode after a restart; a reboot
+ * brings them back in fsdax mode: they get no device until the purge makes
+ * the raw one). The free space of an active region that the file
+ * PCSI_ERASED_REGIONS_FILE in cfg->state_dir does not name (by its key,
+ * pmem.h) is of unknown history: the open claims all of it as retired raw
+ * namespaces (pcsi_backend_chunk_size()), then writes the region into the
+ * file (written whole, atomically: pcsi_write_file_atomic()). A kill before
+ * that leaves the chunks, found again; the next open claims the rest. */
 #include "backends/backend_internal.h"
 
 #include <errno.h>
@@ -55,11 +68,19 @@ struct job {
 	int rc;
 	int nregions, nactive, nvols; /* open: for the log */
 	char err[256];
-	char repaired[512];			/* what pcsi_pmem_repair() reset, for the log */
-	char warn[256];				/* a destroy's info block left as it was */
+	char repaired[512]; /* what pcsi_pmem_repair() reset, for the log */
+	char warn
+		[256]; /* remove: the space outside the data area left as it was; retire: no raw device; open:
+			   the regions not recorded */
 	struct pcsi_pmem_ns ns;			/* create, get: the namespace made or found */
 	struct pcsi_capacity cap[PCSI_N_MEDIA]; /* the regions after the job, when have_cap */
 	bool have_cap;
+	/* open: retired namespaces found, and chunks claimed (claimed of
+	 * them, |claimed_bytes|); the regions marked erased */
+	struct pcsi_volume *found;
+	size_t nfound, claimed;
+	uint64_t claimed_bytes;
+	char marked[256];
 	uint64_t t_work;    /* create: pcsi_now_ns() after the create (its repair included) */
 	uint64_t repair_ns; /* create: the time a repair took, if one ran */
 	unsigned retries;   /* create, remove: pmem.c's retries on a fresh context */
@@ -120,13 +141,20 @@ static void direct_after(struct pcsi_backend_req *req)
 		pcsi_warn("reset a namespace that an interrupted create left half made", "what=%s",
 			  j->repaired);
 	if (j->warn[0])
-		pcsi_warn("a deleted namespace keeps its info block", "what=\"%s\"", j->warn);
+		pcsi_warn(!strcmp(j->op, "remove")
+				  ? "a deleted namespace keeps what lies outside its "
+				    "data area"
+			  : !strcmp(j->op, "retire") ? "a retired namespace has no device yet; "
+						       "its background erase makes one"
+						     : "libndctl job",
+			  "op=%s what=\"%s\"", j->op, j->warn);
 	if (j->rc < 0 && j->err[0])
 		pcsi_backend_msg(req, "%s", j->err);
 	if (j->have_cap) {
 		memcpy(d->cap, j->cap, sizeof(d->cap));
 		d->have_cap = true;
 	}
+	free(j->found);
 	free(j);
 	req->priv = NULL;
 	pcsi_backend_op_done(req, rc);
@@ -328,12 +356,131 @@ static void direct_capacity(struct pcsi_backend *be, struct pcsi_backend_req *re
 
 /* ---- open ----------------------------------------------------------------------- */
 
+/* ---- space of unknown history: the regions marked erased ------------------------- */
+
+/* Whether |text| (lines) has the line |line|. */
+static bool has_line(const char *text, const char *line)
+{
+	size_t n = strlen(line);
+	const char *p;
+
+	for (p = text; (p = strstr(p, line)); p++)
+		if ((p == text || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* Whether the file at |path| (one key a line) names |key|. */
+static bool marked(const char *path, const char *key)
+{
+	char line[128];
+	bool found = false;
+	FILE *f = path ? fopen(path, "re") : NULL;
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		found = !strcmp(line, key);
+	}
+	fclose(f);
+	return found;
+}
+
+/* Adds |keys| (lines) to the file at |path|, written whole and atomically
+ * (a power cut leaves the old file or the new). 0 or -errno. */
+static int mark(const char *path, const char *keys)
+{
+	char line[128], *text = pcsi_xstrdup(keys), *t;
+	FILE *f = fopen(path, "re");
+	int rc;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (line[0] && !has_line(keys, line)) {
+			t = pcsi_xasprintf("%s%s\n", text, line);
+			free(text);
+			text = t;
+		}
+	}
+	if (f)
+		fclose(f);
+	rc = pcsi_write_file_atomic(path, text, strlen(text));
+	free(text);
+	return rc;
+}
+
+static void add_found(struct job *j, const struct pcsi_pmem_ns *ns)
+{
+	struct pcsi_volume *v;
+
+	j->found = pcsi_xrealloc(j->found, (j->nfound + 1) * sizeof(*j->found));
+	v = &j->found[j->nfound++];
+	to_volume(ns, v);
+	if (!ns->raw)
+		v->path[0] = '\0'; /* not the device to erase through (pmem.h) */
+}
+
+/* In the open job: claims the free space of each active, writable region the
+ * file |path| does not name as retired raw namespaces, then names them
+ * there (with |path| NULL: claims, and names nothing). 0 or -errno (j->err). */
+static int claim_unknown(struct direct *d, struct job *j, const struct pcsi_pmem_region *r, int n,
+			 const char *path)
+{
+	struct pcsi_pmem_region now[MAX_REGIONS];
+	char keys[1024] = "", name[PCSI_VOLUME_ID_MAX + 1];
+	struct pcsi_pmem_ns ns;
+	int i, k, nn, rc;
+	unsigned c;
+
+	for (i = 0; i < n; i++) {
+		if (!r[i].active || r[i].ro || marked(path, r[i].key))
+			continue;
+		for (c = 0;; c++) {
+			uint64_t room = 0, align = r[i].raw_align ? r[i].raw_align : r[i].align,
+				 size;
+
+			nn = pcsi_pmem_regions_now(d->pmem, now, MAX_REGIONS);
+			for (k = 0; k < PCSI_MIN(nn, MAX_REGIONS); k++)
+				if (!strcmp(now[k].key, r[i].key))
+					room = now[k].max_extent - now[k].max_extent % align;
+			if (room < align)
+				break;
+			size = PCSI_MIN(pcsi_backend_chunk_size(c, align), room);
+			pcsi_backend_retired_name(name);
+			rc = pcsi_pmem_create_raw(d->pmem, r[i].name, name, size, &ns, j->err,
+						  sizeof(j->err));
+			if (rc < 0)
+				return rc;
+			add_found(j, &ns);
+			j->claimed++;
+			j->claimed_bytes += ns.size;
+		}
+		if (strlen(keys) + strlen(r[i].key) + 2 < sizeof(keys)) {
+			strcat(keys, r[i].key);
+			strcat(keys, "\n");
+		}
+	}
+	if (path && keys[0]) {
+		rc = mark(path, keys);
+		if (rc < 0)
+			snprintf(j->warn, sizeof(j->warn),
+				 "cannot record the regions whose free space is claimed for its "
+				 "erase in %s: %s (the next start claims it again)",
+				 path, strerror(-rc));
+		else
+			snprintf(j->marked, sizeof(j->marked), "%s", keys);
+	}
+	return 0;
+}
+
 static void open_fn(struct pcsi_backend_req *req)
 {
 	struct direct *d = impl(req->be);
 	struct job *j = job_of(req);
 	struct pcsi_pmem_region *r = NULL;
 	struct pcsi_pmem_ns *ns = NULL;
+	char *path = NULL;
 	int rc, i, n;
 
 	job_begin(j);
@@ -359,17 +506,28 @@ static void open_fn(struct pcsi_backend_req *req)
 	j->nregions = n;
 	for (i = 0; i < n; i++)
 		j->nactive += r[i].active;
-	free(r);
 	if (j->nactive == 0) {
+		free(r);
 		snprintf(j->err, sizeof(j->err), "no active pmem region (%d inactive)", n);
 		job_end(j, -ENODEV);
 		return;
 	}
-	n = get_namespaces(d, NULL, &ns);
-	if (n >= 0) {
-		for (i = 0; i < n; i++)
+	rc = get_namespaces(d, NULL, &ns);
+	for (i = 0; i < rc; i++) {
+		if (pcsi_backend_retired_name_is(ns[i].name))
+			add_found(j, &ns[i]);
+		else
 			j->nvols += strcmp(ns[i].name, PCSI_LVM_NS_NAME) != 0;
-		free(ns);
+	}
+	free(ns);
+	if (req->be->cfg.state_dir)
+		path = pcsi_xasprintf("%s/%s", req->be->cfg.state_dir, PCSI_ERASED_REGIONS_FILE);
+	rc = claim_unknown(d, j, r, PCSI_MIN(n, MAX_REGIONS), path);
+	free(path);
+	free(r);
+	if (rc < 0) {
+		job_end(j, -EIO);
+		return;
 	}
 	rc = read_capacity(d, j, true);
 	if (rc < 0) {
@@ -384,6 +542,15 @@ static void open_after(struct pcsi_backend_req *req)
 {
 	struct job *j = job_of(req);
 
+	size_t i;
+
+	for (i = 0; i < j->nfound; i++)
+		pcsi_backend_retired_found(req->be, &j->found[i]);
+	if (j->claimed)
+		pcsi_info(2, "free space of unknown history claimed for its erase",
+			  "chunks=%zu bytes=%llu regions_marked=\"%.*s\"", j->claimed,
+			  (unsigned long long)j->claimed_bytes, (int)strcspn(j->marked, "\n"),
+			  j->marked);
 	if (j->rc == 0)
 		pcsi_info(2, "direct device manager ready", "regions=%d active=%d volumes=%d",
 			  j->nregions, j->nactive, j->nvols);
@@ -522,6 +689,35 @@ static void remove_fn(struct pcsi_backend_req *req)
 	job_end(j, rc);
 }
 
+/* ---- retire ---------------------------------------------------------------------- */
+
+static void retire_fn(struct pcsi_backend_req *req)
+{
+	struct direct *d = impl(req->be);
+	struct job *j = job_of(req);
+	struct pcsi_pmem_ns ns;
+	int rc;
+
+	job_begin(j);
+	rc = pcsi_pmem_retire(d->pmem, req->vol.id, req->retired.id, &ns, j->err, sizeof(j->err));
+	if (rc == 0) {
+		to_volume(&ns, &req->retired);
+		if (!ns.raw) /* renamed, but no device yet: the purge makes it */
+			snprintf(j->warn, sizeof(j->warn), "%s", j->err);
+		j->err[0] = '\0';
+	} else if (rc != -EBUSY) {
+		rc = -EIO;
+	}
+	read_capacity(d, j, false);
+	job_end(j, rc);
+}
+
+static void retire_after(struct pcsi_backend_req *req)
+{
+	forget(impl(req->be), req->vol.id);
+	direct_after(req);
+}
+
 /* ---- list ------------------------------------------------------------------------ */
 
 static void list_fn(struct pcsi_backend_req *req)
@@ -591,6 +787,11 @@ static void direct_list(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	run(req, "list", list_fn, NULL);
 }
 
+static void direct_retire(struct pcsi_backend *be, struct pcsi_backend_req *req)
+{
+	run(req, "retire", retire_fn, retire_after);
+}
+
 /* libndctl jobs take the one lane: create, remove, list, open, and a get of
  * a namespace this process has not found or made yet. Capacity and the
  * other gets answer at once. */
@@ -618,5 +819,7 @@ const struct pcsi_backend_ops pcsi_direct_ops = {
 	.get = direct_get,
 	.remove = direct_remove,
 	.list = direct_list,
+	.retire = direct_retire,
+	.deviceless_data = true,
 	.fini = direct_fini,
 };

@@ -32,6 +32,8 @@
 #include <string.h>
 #include <syslog.h>
 #include <unistd.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 
 #include <ndctl/libndctl.h>
 #include <uuid/uuid.h>
@@ -182,6 +184,15 @@ static uint64_t region_alignment(struct ndctl_region *r)
 			       ralign == ULONG_MAX ? 0 : ralign);
 }
 
+/* The kernel's alignment of the region's namespaces (raw ones need no
+ * more); the fsdax one when the kernel does not say. */
+static uint64_t region_raw_align(struct ndctl_region *r)
+{
+	unsigned long a = ndctl_region_get_align(r);
+
+	return a == ULONG_MAX || a <= 1 ? region_alignment(r) : a;
+}
+
 static uint64_t region_available(struct ndctl_region *r)
 {
 	unsigned long long v = ndctl_region_get_available_size(r);
@@ -222,14 +233,19 @@ static bool is_pmem_region(struct ndctl_region *r)
 	return t && !strcmp(t, "pmem"); /* not "blk" */
 }
 
-/* The block device of |ndns| ("" when it has none, e.g. disabled). */
-static const char *ns_blockdev(struct ndctl_namespace *ndns)
+/* The block device of |ndns| ("" when it has none, e.g. disabled); |*raw|
+ * when it is the namespace's own in raw mode (all of its space). */
+static const char *ns_blockdev(struct ndctl_namespace *ndns, bool *raw)
 {
 	struct ndctl_pfn *pfn = ndctl_namespace_get_pfn(ndns);
 	struct ndctl_btt *btt = ndctl_namespace_get_btt(ndns);
 	const char *b = NULL;
 
-	if (pfn && ndctl_pfn_is_enabled(pfn))
+	*raw = false;
+	if (ndctl_namespace_get_raw_mode(ndns) > 0 && ndctl_namespace_is_enabled(ndns) > 0) {
+		*raw = true;
+		b = ndctl_namespace_get_block_device(ndns);
+	} else if (pfn && ndctl_pfn_is_enabled(pfn))
 		b = ndctl_pfn_get_block_device(pfn);
 	else if (btt && ndctl_btt_is_enabled(btt))
 		b = ndctl_btt_get_block_device(btt);
@@ -254,10 +270,13 @@ static void fill_ns(struct ndctl_namespace *ndns, const char *blockdev, struct p
 {
 	struct ndctl_region *r = ndctl_namespace_get_region(ndns);
 
+	bool raw = false;
+
 	memset(o, 0, sizeof(*o));
 	copy(o->name, sizeof(o->name), ndctl_namespace_get_alt_name(ndns));
 	copy(o->dev, sizeof(o->dev), ndctl_namespace_get_devname(ndns));
-	copy(o->blockdev, sizeof(o->blockdev), blockdev ? blockdev : ns_blockdev(ndns));
+	copy(o->blockdev, sizeof(o->blockdev), blockdev ? blockdev : ns_blockdev(ndns, &raw));
+	o->raw = raw && o->blockdev[0];
 	copy(o->region, sizeof(o->region), ndctl_region_get_devname(r));
 	copy(o->bus, sizeof(o->bus), ndctl_bus_get_devname(ndctl_region_get_bus(r)));
 	o->medium = region_medium(r);
@@ -448,6 +467,7 @@ static int fill_regions(struct pcsi_pmem *p, struct ndctl_region **regs, int nr,
 	for (i = 0; i < nr && (size_t)i < n; i++) {
 		struct ndctl_region *r = regs[i];
 		struct pcsi_pmem_region *o = &out[i];
+		struct ndctl_interleave_set *iset;
 
 		memset(o, 0, sizeof(*o));
 		copy(o->bus, sizeof(o->bus), ndctl_bus_get_devname(ndctl_region_get_bus(r)));
@@ -458,6 +478,12 @@ static int fill_regions(struct pcsi_pmem *p, struct ndctl_region **regs, int nr,
 		o->available = region_available(r);
 		o->max_extent = region_max_extent(r);
 		o->align = region_alignment(r);
+		o->raw_align = region_raw_align(r);
+		o->ro = ndctl_region_get_ro(r) > 0;
+		iset = ndctl_region_get_interleave_set(r);
+		snprintf(o->key, sizeof(o->key), "%s.%s.%llx.%llu", o->bus, o->name,
+			 iset ? ndctl_interleave_set_get_cookie(iset) : 0ull,
+			 (unsigned long long)o->size);
 	}
 	free(regs);
 	return nr;
@@ -607,8 +633,26 @@ int pcsi_pmem_repair(struct pcsi_pmem *p, char *what, size_t len)
 	return n;
 }
 
+/* Enables |ndns| (disabled, no personality attached) as a raw block device:
+ * all of its space, whatever info block it holds. 0 or -errno. */
+static int enable_raw(struct ndctl_namespace *ndns)
+{
+	const char *blk;
+	int rc;
+
+	ndctl_namespace_set_raw_mode(ndns, 1);
+	rc = ndctl_namespace_enable(ndns);
+	if (rc < 0)
+		return rc;
+	blk = ndctl_namespace_get_block_device(ndns);
+	return blk && blk[0] ? 0 : -ENXIO;
+}
+
+/* With |raw|: a namespace in raw mode (no pfn device, no info block): the
+ * seed gets a name, a uuid and a size and is enabled as a raw block device,
+ * all of its space. */
 static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *name, uint64_t size,
-		     struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+		     bool raw, struct pcsi_pmem_ns *ret, char *err, size_t errlen)
 {
 	const char *rname = ndctl_region_get_devname(r);
 	struct ndctl_namespace *ndns = ndctl_region_get_namespace_seed(r);
@@ -623,7 +667,7 @@ static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *na
 		fail(p, err, errlen, "%s: no idle namespace seed", rname);
 		return -EIO;
 	}
-	if (!pfn) {
+	if (!pfn && !raw) {
 		fail(p, err, errlen, "%s: no pfn seed, fsdax mode is not available", rname);
 		return -EIO;
 	}
@@ -642,7 +686,7 @@ static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *na
 	step = "setting the name of";
 	rc = ndctl_namespace_set_alt_name(ndns, name);
 	/* Opportunistic, as in ndctl: old kernels lack holder_class. */
-	if (rc == 0)
+	if (rc == 0 && !raw)
 		ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_FSDAX);
 	if (rc == 0 && uuid_is_null(uu)) {
 		uuid_generate(uu);
@@ -652,6 +696,17 @@ static int create_in(struct pcsi_pmem *p, struct ndctl_region *r, const char *na
 	if (rc == 0) {
 		step = "setting the size of";
 		rc = ndctl_namespace_set_size(ndns, size);
+	}
+	if (rc == 0 && raw) {
+		step = "enabling (raw)";
+		rc = enable_raw(ndns);
+		if (rc == 0) {
+			fill_ns(ndns, NULL, ret);
+			return 0;
+		}
+		if (ndctl_namespace_is_enabled(ndns) > 0)
+			ndctl_namespace_disable_invalidate(ndns);
+		ndctl_namespace_set_raw_mode(ndns, 0);
 	}
 	if (rc < 0)
 		goto undo;
@@ -708,8 +763,8 @@ undo:
  * (the direct backend relies on it to need one scan per create). A size
  * below the kernel's 16 MiB fsdax minimum is raised to it (then aligned). */
 static int create_once(struct pcsi_pmem *p, const char *region, enum pcsi_medium medium,
-		       const char *name, uint64_t size, struct pcsi_pmem_ns *ret, char *err,
-		       size_t errlen)
+		       const char *name, uint64_t size, bool raw, struct pcsi_pmem_ns *ret,
+		       char *err, size_t errlen)
 {
 	struct ndctl_region **regs;
 	struct ndctl_namespace *ndns;
@@ -748,14 +803,14 @@ static int create_once(struct pcsi_pmem *p, const char *region, enum pcsi_medium
 		matched = true;
 		if (ndctl_region_is_enabled(r) <= 0 || ndctl_region_get_ro(r) > 0)
 			continue;
-		align = region_alignment(r);
+		align = raw ? region_raw_align(r) : region_alignment(r);
 		want = pcsi_pmem_aligned_size(size, align);
 		room = region_max_extent(r);
 		if (room > best)
 			best = room;
 		if (!want || want > room)
 			continue;
-		rc = create_in(p, r, name, want, ret, err, errlen);
+		rc = create_in(p, r, name, want, raw, ret, err, errlen);
 		if (rc == 0) {
 			free(regs);
 			return 0;
@@ -822,6 +877,7 @@ struct create_args {
 	enum pcsi_medium medium;
 	const char *name;
 	uint64_t size;
+	bool raw;
 	struct pcsi_pmem_ns *ret;
 	char *err;
 	size_t errlen;
@@ -831,14 +887,23 @@ static int create_with(struct pcsi_pmem *p, void *arg)
 {
 	struct create_args *a = arg;
 
-	return create_once(p, a->region, a->medium, a->name, a->size, a->ret, a->err, a->errlen);
+	return create_once(p, a->region, a->medium, a->name, a->size, a->raw, a->ret, a->err,
+			   a->errlen);
 }
 
 int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, enum pcsi_medium medium,
 		     const char *name, uint64_t size, struct pcsi_pmem_ns *ret, char *err,
 		     size_t errlen)
 {
-	struct create_args a = { region, medium, name, size, ret, err, errlen };
+	struct create_args a = { region, medium, name, size, false, ret, err, errlen };
+
+	return with_context(p, create_with, &a, err, errlen);
+}
+
+int pcsi_pmem_create_raw(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
+			 struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+{
+	struct create_args a = { region, PCSI_MEDIUM_ANY, name, size, true, ret, err, errlen };
 
 	return with_context(p, create_with, &a, err, errlen);
 }
@@ -853,45 +918,76 @@ struct destroy_args {
 	size_t warnlen;
 };
 
-/* The first 8 KiB of a disabled namespace's raw space hold the kernel's
- * fsdax info block (at 4 KiB): zeroed through the namespace enabled in raw
- * mode for the write, then disabled again. 0 or -errno. */
+/* The parts of an fsdax namespace's raw space outside its data area (what
+ * its block device and so a volume's erase reach): the kernel's info block
+ * (at 4 KiB), the page map (map=dev: 64 bytes of struct page for each 4 KiB,
+ * 4 MiB for 256 MiB, kernel data about the volume's pages) and the padding
+ * at either end. Found before the namespace is disabled (the pfn device
+ * says where its data area is: |*off| bytes in, |*len| long); 0/0 when it
+ * has none (then the first 8 KiB, where an info block may be). */
 #define INFO_AREA 8192
 
-static int wipe_info_block(struct ndctl_namespace *ndns)
+static void data_area(struct ndctl_namespace *ndns, uint64_t *off, uint64_t *len)
+{
+	struct ndctl_pfn *pfn = ndctl_namespace_get_pfn(ndns);
+	unsigned long long ns = ndctl_namespace_get_resource(ndns), start, size;
+
+	*off = *len = 0;
+	if (!pfn || !ndctl_pfn_is_enabled(pfn) || ns == ULLONG_MAX)
+		return;
+	start = ndctl_pfn_get_resource(pfn);
+	size = ndctl_pfn_get_size(pfn);
+	if (start == ULLONG_MAX || size == ULLONG_MAX || start < ns)
+		return;
+	*off = start - ns;
+	*len = size;
+}
+
+static int zero_range(int fd, uint64_t off, uint64_t len)
+{
+	uint64_t range[2] = { off, len };
+
+	return len && ioctl(fd, BLKZEROOUT, range) < 0 ? -errno : 0;
+}
+
+/* Zeroes what lies outside the data area [|off|, |off| + |len|) of a
+ * disabled namespace (data_area()), through the namespace enabled in raw
+ * mode for the writes (BLKZEROOUT), then disabled again. 0 or -errno. */
+static int wipe_outside_data(struct ndctl_namespace *ndns, uint64_t off, uint64_t len)
 {
 	char path[64];
 	const char *blk;
-	void *zeros = NULL;
+	uint64_t size = 0, head = off > INFO_AREA ? off : INFO_AREA;
 	int fd = -1, rc;
 
-	ndctl_namespace_set_raw_mode(ndns, 1);
-	rc = ndctl_namespace_enable(ndns);
-	blk = rc < 0 ? NULL : ndctl_namespace_get_block_device(ndns);
-	if (rc >= 0 && (!blk || !*blk))
-		rc = -ENXIO;
-	if (rc >= 0 && posix_memalign(&zeros, 4096, INFO_AREA) != 0)
-		rc = -ENOMEM;
+	rc = enable_raw(ndns);
+	blk = ndctl_namespace_get_block_device(ndns);
 	if (rc >= 0) {
-		memset(zeros, 0, INFO_AREA);
 		snprintf(path, sizeof(path), "/dev/%s", blk);
-		fd = open(path, O_RDWR | O_DIRECT | O_EXCL | O_CLOEXEC);
-		if (fd < 0 || pwrite(fd, zeros, INFO_AREA, 0) != INFO_AREA || fsync(fd) < 0)
-			rc = errno ? -errno : -EIO;
+		fd = open(path, O_RDWR | O_EXCL | O_CLOEXEC);
+		if (fd < 0 || ioctl(fd, BLKGETSIZE64, &size) < 0)
+			rc = -errno;
 	}
+	if (rc >= 0 && len && off + len < size)
+		rc = zero_range(fd, off + len, size - off - len);
+	if (rc >= 0)
+		rc = zero_range(fd, 0, head < size ? head : size);
+	if (rc >= 0 && fsync(fd) < 0)
+		rc = -errno;
 	if (fd >= 0)
 		close(fd);
-	free(zeros);
 	ndctl_namespace_disable_invalidate(ndns);
 	ndctl_namespace_set_raw_mode(ndns, 0);
 	return rc < 0 ? rc : 0;
 }
 
-static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
-			size_t warnlen)
+/* Finds namespace |name| (its device name in |dev|; where its data area
+ * is in |*off|, |*len|: data_area()) and disables it: -ENOENT (none),
+ * -EBUSY (in use: mounted or held), -EIO (with |err|). */
+static int find_and_disable(struct pcsi_pmem *p, const char *name, struct ndctl_namespace **ret,
+			    char dev[32], char *err, size_t errlen, uint64_t *off, uint64_t *len)
 {
 	struct ndctl_namespace *ndns;
-	char dev[32], buf[64];
 	int rc;
 
 	if (err && errlen)
@@ -903,8 +999,10 @@ static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t
 	}
 	if (!ndns)
 		return -ENOENT;
-	copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
+	*ret = ndns;
+	copy(dev, 32, ndctl_namespace_get_devname(ndns));
 	p->last[0] = '\0';
+	data_area(ndns, off, len);
 
 	if (ndctl_region_get_ro(ndctl_namespace_get_region(ndns)) > 0) {
 		fail(p, err, errlen, "%s (%s): the region is read-only", dev, name);
@@ -924,10 +1022,23 @@ static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t
 		fail(p, err, errlen, "%s (%s): the kernel refused to disable it", dev, name);
 		return -EBUSY;
 	}
-	rc = wipe_info_block(ndns);
+	return 0;
+}
+
+static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
+			size_t warnlen)
+{
+	struct ndctl_namespace *ndns = NULL;
+	char dev[32], buf[64];
+	uint64_t off = 0, len = 0;
+	int rc = find_and_disable(p, name, &ndns, dev, err, errlen, &off, &len);
+
+	if (rc < 0)
+		return rc;
+	rc = wipe_outside_data(ndns, off, len);
 	if (rc < 0 && warn && warnlen)
-		snprintf(warn, warnlen, "%s (%s): cannot zero its info block: %s", dev, name,
-			 strerror(-rc));
+		snprintf(warn, warnlen, "%s (%s): cannot zero its space outside the data area: %s",
+			 dev, name, strerror(-rc));
 	ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_RAW);
 	rc = ndctl_namespace_delete(ndns);
 	if (rc < 0) {
@@ -962,4 +1073,68 @@ int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t e
 	if (!name || !name[0])
 		return -ENOENT;
 	return with_context(p, destroy_with, &a, err, errlen);
+}
+
+/* ---- retire ---------------------------------------------------------------------- */
+
+struct retire_args {
+	const char *name, *to;
+	struct pcsi_pmem_ns *ret;
+	char *err;
+	size_t errlen;
+};
+
+static int retire_once(struct pcsi_pmem *p, void *arg)
+{
+	struct retire_args *a = arg;
+	struct ndctl_namespace *ndns = NULL;
+	char dev[32];
+	int rc;
+
+	if (strcmp(a->name, a->to)) {
+		uint64_t off, len; /* the erase reaches all: raw mode */
+
+		rc = find_and_disable(p, a->name, &ndns, dev, a->err, a->errlen, &off, &len);
+		if (rc < 0)
+			return rc;
+		/* The label is rewritten with the new name in one update. */
+		rc = ndctl_namespace_set_alt_name(ndns, a->to);
+		if (rc < 0) {
+			fail(p, a->err, a->errlen, "renaming %s (%s) to %s: %s", dev, a->name,
+			     a->to, strerror(-rc));
+			return -EIO;
+		}
+	} else {
+		rc = find_ns(p, a->name, NULL, &ndns);
+		if (rc < 0 || !ndns)
+			return rc < 0 ? rc : -ENOENT;
+		copy(dev, sizeof(dev), ndctl_namespace_get_devname(ndns));
+		fill_ns(ndns, NULL, a->ret);
+		if (a->ret->raw)
+			return 0;
+		/* Back in its fsdax mode after a reboot, or disabled: nothing
+		 * uses it (it is no volume). */
+		ndctl_namespace_disable_invalidate(ndns);
+	}
+	rc = enable_raw(ndns);
+	fill_ns(ndns, NULL, a->ret);
+	if (rc < 0 || !a->ret->raw) {
+		fail(p, a->err, a->errlen, "%s (%s): cannot enable it in raw mode: %s", dev, a->to,
+		     strerror(rc < 0 ? -rc : ENXIO));
+		a->ret->blockdev[0] = '\0';
+	}
+	return 0;
+}
+
+int pcsi_pmem_retire(struct pcsi_pmem *p, const char *name, const char *to,
+		     struct pcsi_pmem_ns *ret, char *err, size_t errlen)
+{
+	struct retire_args a = { name, to, ret, err, errlen };
+
+	if (err && errlen)
+		err[0] = '\0';
+	memset(ret, 0, sizeof(*ret));
+	if (!name || !name[0] || !to || !to[0] || strlen(to) >= NS_NAME_MAX)
+		return -EINVAL;
+	return with_context(p, retire_once, &a, err, errlen);
 }

@@ -29,12 +29,21 @@ struct pcsi_pmem_region {
 	uint64_t available;  /* ndctl_region_get_available_size */
 	uint64_t max_extent; /* largest contiguous free extent (available if unknown) */
 	uint64_t align;	     /* namespace size alignment, see pcsi_pmem_align() */
+	uint64_t raw_align;  /* the kernel's own (the region's align): a raw namespace's */
+	bool ro;	     /* read-only: no namespace can be made */
+	/* what the region is, for a record that outlives this process (the
+	 * direct backend's erased regions): bus, name, interleave set cookie
+	 * (0 when the platform gives none) and size, e.g.
+	 * "ndbus0.region0.2468ace013579bdf.2147483648" */
+	char key[96];
 };
 
 struct pcsi_pmem_ns {
 	char name[64];	   /* alt_name */
 	char dev[32];	   /* "namespace0.1" */
 	char blockdev[32]; /* "pmem0.1" ("" when not enabled as a block device) */
+	bool raw;	   /* blockdev is the namespace itself, all of its space
+			      (enabled in raw mode: pcsi_pmem_retire(), create_raw) */
 	char region[32];
 	char bus[32];
 	enum pcsi_medium medium; /* its region's */
@@ -72,6 +81,22 @@ int pcsi_pmem_create(struct pcsi_pmem *p, const char *region, enum pcsi_medium m
 		     const char *name, uint64_t size, struct pcsi_pmem_ns *ret, char *err,
 		     size_t errlen);
 
+/* The same, a namespace in raw mode (its size rounded up to the region's
+ * raw_align): no info block, the block device is all of its space. The direct backend claims free space of unknown
+ * history this way, named as retired volumes, for its erase. */
+int pcsi_pmem_create_raw(struct pcsi_pmem *p, const char *region, const char *name, uint64_t size,
+			 struct pcsi_pmem_ns *ret, char *err, size_t errlen);
+
+/* Renames namespace |name| to |to| (disabled first: -EBUSY when the kernel
+ * refuses, in use; the kernel writes the new label atomically) and enables
+ * it as a raw block device, all of its space, the fsdax info block included
+ * (|ret|, ret->raw). With |name| == |to|, only the latter (a namespace that
+ * comes up in its fsdax mode after a reboot is disabled first). -ENOENT
+ * when there is no such namespace; when renamed but not enabled, 0 with
+ * ret->blockdev "" and the reason in |err|. */
+int pcsi_pmem_retire(struct pcsi_pmem *p, const char *name, const char *to,
+		     struct pcsi_pmem_ns *ret, char *err, size_t errlen);
+
 /* Resets what a create killed part-way left in the regions' seeds (a
  * namespace seed with a size, never enabled: the region can make no
  * namespace until then). Describes each reset in |what|; returns how many
@@ -86,9 +111,11 @@ bool pcsi_pmem_ns_current(const struct pcsi_pmem_ns *ns);
 
 /* Disables and deletes the namespace called |name|: -ENOENT when there is
  * none, -EBUSY when the kernel refuses to disable it (in use). Before the
- * delete, the first 8 KiB of its raw space (the kernel's fsdax info block,
- * outside the data area a volume's erase reaches) are zeroed; when that
- * fails, the delete goes on and |warn| says why ("" otherwise). */
+ * delete, what of its raw space lies outside the data area a volume's erase
+ * reaches is zeroed (BLKZEROOUT, in raw mode): the kernel's fsdax info
+ * block, its page map (struct pages: 4 MiB for 256 MiB) and the padding at
+ * either end; the first 8 KiB of a namespace that has no data area (raw);
+ * when that fails, the delete goes on and |warn| says why ("" otherwise). */
 int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
 		      size_t warnlen);
 

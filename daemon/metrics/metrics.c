@@ -500,7 +500,8 @@ static struct {
 	struct pcsi_metrics *reg;
 	char *driver_name;
 	struct pcsi_metric *build_info, *ops, *node_ops;
-	struct pcsi_metric *cap_total, *cap_managed, *cap_available, *cap_max, *cap_age;
+	struct pcsi_metric *cap_total, *cap_managed, *cap_available, *cap_max, *cap_age,
+		*cap_erasing;
 	struct pcsi_metric *med_total, *med_managed, *med_available, *med_max;
 	struct pcsi_metric *bad_region, *bad_volume;
 	struct pcsi_metric *nodes, *node_age;
@@ -561,6 +562,12 @@ void pcsi_metrics_setup(const char *driver_name, const char *version)
 	g.cap_max =
 		gauge("pmem_amount_max_volume_size",
 		      "Size of the largest volume that can be created on the node now, in bytes.",
+		      cap_labels);
+	g.cap_erasing =
+		gauge("pmem_amount_erasing",
+		      "Amount of PMEM on the node in deleted volumes (and space of unknown "
+		      "history) waiting for or under their erase in the background, in bytes: "
+		      "available once erased.",
 		      cap_labels);
 	g.cap_age =
 		gauge("pmem_amount_age_seconds",
@@ -661,6 +668,7 @@ void pcsi_metrics_set_capacity(const char *node, const struct pcsi_capacity cap[
 		(struct pcsi_metric *[]){ g.cap_total, g.cap_managed, g.cap_available, g.cap_max },
 		v, &cap[PCSI_MEDIUM_ANY]);
 	pcsi_metric_set(g.cap_age, v, age_s);
+	pcsi_metric_set(g.cap_erasing, v, (double)cap[PCSI_MEDIUM_ANY].erasing);
 	for (m = PCSI_MEDIUM_ANY + 1; m < PCSI_N_MEDIA; m++)
 		if (cap[m].total)
 			set_capacity((struct pcsi_metric *[]){ g.med_total, g.med_managed,

@@ -28,6 +28,8 @@
  *      pmem_amount_total, pmem_amount_managed, pmem_amount_available,
  *      pmem_amount_max_volume_size{node,driver_name}        node, bytes
  *      pmem_amount_age_seconds{node,driver_name}            node: age of those
+ *      pmem_amount_erasing{node,driver_name}                node: bytes retired, being
+ *                                                           erased in the background
  *      pmem_medium_amount, pmem_medium_amount_managed,
  *      pmem_medium_amount_available,
  *      pmem_medium_amount_max_volume_size{node,driver_name,medium}

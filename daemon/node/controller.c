@@ -620,7 +620,7 @@ static void on_deleted(struct pcsi_backend_req *req, void *data)
 	if (req->existed)
 		pcsi_info(2, op->snapshot ? "snapshot deleted" : "volume deleted",
 			  "volume=%s erased=%s", op->id,
-			  op->rec.erase_after ? "whole" : "first 4 KiB");
+			  op->rec.erase_after ? "whole" : "in the background");
 	pcsi_volrec_store(op->nc->node, op->id, NULL, on_rec_removed, op);
 }
 

@@ -198,8 +198,12 @@ static void on_tool(struct pcsi_proc *p, void *data)
 		free(c->vgs);
 		c->vgs = pcsi_xcalloc((size_t)n + 1, sizeof(*c->vgs));
 		c->nvgs = 0;
-		for (int j = 0; j < PCSI_MIN(n, MAX_NS); j++)
+		for (int j = 0; j < PCSI_MIN(n, MAX_NS); j++) {
 			snprintf(c->vgs[c->nvgs++], sizeof(c->vgs[0]), "%s", vgs[j].name);
+			for (size_t i = 0; i < c->npvs; i++)
+				c->pvs[i].untag |=
+					vgs[j].erased && !strcmp(c->pvs[i].vg, vgs[j].name);
+		}
 		free(vgs);
 		c->step = S_ADD;
 		c->next = 0;
@@ -207,6 +211,18 @@ static void on_tool(struct pcsi_proc *p, void *data)
 		break;
 	}
 	case S_ADD:
+		if (c->pvs[c->next].untag) { /* the vgchange --deltag */
+			if (!ok) {
+				fail(c, "removing the tag %s of %s: %s", PCSI_LVM_ERASED_TAG,
+				     c->pvs[c->next].vg, why);
+				break;
+			}
+			for (size_t i = 0; i < c->npvs; i++)
+				if (!strcmp(c->pvs[i].vg, c->pvs[c->next].vg))
+					c->pvs[i].untag = false;
+			later(c, 0);
+			break;
+		}
 		if (!ok) {
 			fail(c, "adding %s to %s: %s", c->pvs[c->next].dev, c->pvs[c->next].vg,
 			     why);
@@ -334,8 +350,10 @@ static void run_step(struct pcsi_convert *c)
 		return;
 	}
 	case S_VGS: {
-		const char *argv[] = { "vgs", "--reportformat", "json", "--units",
-				       "b",   "--nosuffix",	"-o",	"vg_name,vg_size,vg_free",
+		const char *argv[] = { "vgs",  "--reportformat",
+				       "json", "--units",
+				       "b",    "--nosuffix",
+				       "-o",   "vg_name,vg_size,vg_free,vg_tags",
 				       NULL };
 		run_tool(c, argv);
 		return;
@@ -343,6 +361,12 @@ static void run_step(struct pcsi_convert *c)
 	case S_ADD:
 		while (c->next < c->npvs && c->pvs[c->next].skip)
 			c->next++;
+		if (c->next < c->npvs && c->pvs[c->next].untag) {
+			const char *argv[] = { "vgchange", "--deltag", PCSI_LVM_ERASED_TAG,
+					       c->pvs[c->next].vg, NULL };
+			run_tool(c, argv);
+			return;
+		}
 		if (c->next < c->npvs) {
 			struct pv *pv = &c->pvs[c->next];
 			const char *argv[] = { vg_exists(c, pv->vg) ? "vgextend" : "vgcreate",

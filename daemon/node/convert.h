@@ -11,7 +11,9 @@
  *   2. every fsdax namespace not named "pmem-csi" that is in no volume
  *      group joins its region's group <bus><region>fsdax (vgcreate or
  *      vgextend; with a 2 MiB data alignment, so that DAX can map huge
- *      pages, where Intel's used LVM's default);
+ *      pages, where Intel's used LVM's default); a group tagged
+ *      PCSI_LVM_ERASED_TAG loses the tag first (the namespace's space is of
+ *      unknown history: the lvm backend's next start erases it);
  *   3. the node must then have PMEM the driver can use (a "pmem-csi"
  *      namespace or one of those groups), else it is an error;
  *   4. the node's labels change in one merge patch: the force label goes,
@@ -46,6 +48,7 @@ struct pcsi_convert {
 	struct pv {
 		char dev[40], vg[96];
 		bool skip;
+		bool untag; /* its group has the erased tag: removed before the vgextend */
 	} * pvs;
 	size_t npvs;
 	char (*vgs)[96]; /* our groups that exist */

@@ -145,7 +145,7 @@ static void on_deleted(struct pcsi_backend_req *req, void *data)
 		  "volume=%s pv=%s erased=%s", e->id, e->pv,
 		  !req->existed	       ? "-"
 		  : l->rec.erase_after ? "whole"
-				       : "first 4 KiB");
+				       : "in the background");
 	/* also after a stop: the volume is gone, which its record now says */
 	memset(&l->rec, 0, sizeof(l->rec));
 	snprintf(l->rec.lost, sizeof(l->rec.lost), "%s", e->key);

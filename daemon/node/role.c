@@ -16,7 +16,8 @@ int pcsi_node_role_init(struct pcsi_node_role *r, const struct pcsi_role_env *en
 {
 	struct pcsi_backend_config bcfg = { .name = env->cfg->device_manager,
 					    .pmem_percentage = env->cfg->pmem_percentage,
-					    .lvm_shells = env->cfg->lvm_shells };
+					    .lvm_shells = env->cfg->lvm_shells,
+					    .state_dir = env->cfg->state_path };
 
 	memset(r, 0, sizeof(*r));
 	r->env = env;
@@ -215,6 +216,8 @@ void pcsi_node_role_close(struct pcsi_node_role *r)
 	if (r->open_timer.loop)
 		uv_close((uv_handle_t *)&r->open_timer, NULL);
 	pcsi_media_stop(&r->media);
+	/* an erase in the background goes on at the next start */
+	pcsi_backend_stop(r->backend, NULL, NULL);
 	pcsi_volume_events_free(r->events); /* the media scan reports no more */
 	r->events = NULL;
 	pcsi_node_lost_stop(r->lost);

@@ -334,6 +334,83 @@ def retry_until_ok(call_fn, what, budget=120, max_delay=5.0):
         delay = min(delay * 2, max_delay)
 
 
+# The names of retired volumes (backends/backend.h): deleted volumes and
+# space of unknown history waiting for or under their erase in the background.
+RETIRED_PREFIX = ".pmem-csi-retired."
+
+
+def retired_on_pmem():
+    """Retired LVs and namespaces on this machine's PMEM (QEMU guests: lvs,
+    ndctl), enabled or not."""
+    names = []
+    r = subprocess.run(["lvs", "--noheadings", "-o", "lv_name"], capture_output=True, text=True)
+    names += [n for n in r.stdout.split() if n.startswith(RETIRED_PREFIX)]
+    r = subprocess.run(["ndctl", "list", "-N", "-i"], capture_output=True, text=True)
+    try:
+        ns = json.loads(r.stdout or "[]")
+    except ValueError:
+        ns = []
+    ns = [ns] if isinstance(ns, dict) else ns
+    # (a deleted namespace can stay as the region's seed, size 0, with its name)
+    return names + [n["name"] for n in ns if str(n.get("name", "")).startswith(RETIRED_PREFIX) and
+                    n.get("size", 0) > 0]
+
+
+def wait_erased(capacity=None, timeout=900):
+    """Waits until the driver's background erase is done: no retired volume
+    left on the PMEM, twice 0.5 s apart, and, with |capacity| (a function
+    returning the available bytes), the same answer both times. Returns the
+    seconds waited; fails the test after |timeout| s."""
+    import time
+    t0 = time.monotonic()
+    while True:
+        left = retired_on_pmem()
+        if not left:
+            c = capacity() if capacity else None
+            time.sleep(0.5)  # the driver takes in the last removal
+            if (capacity() if capacity else None) == c and not retired_on_pmem():
+                return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise TestFailure("the background erase did not end in %d s: %r" % (timeout, left))
+        time.sleep(0.5)
+
+
+def zero_check(dev, sample=None):
+    """Reads block device |dev| with O_DIRECT, all of it, or with |sample|
+    (bytes) only that much of every MiB: (bytes read, a description of the
+    first byte that is not zero, or None)."""
+    size = int(subprocess.run(["blockdev", "--getsize64", dev], capture_output=True, text=True,
+                              check=True).stdout)
+    if sample is None:
+        r = subprocess.run("dd if=%s bs=4M iflag=direct status=none | cmp -n %d - /dev/zero" % (dev, size),
+                           shell=True, capture_output=True, text=True)
+        return size, (None if r.returncode == 0 else (r.stdout + r.stderr).strip()[:200])
+    read = 0
+    fd = os.open(dev, os.O_RDONLY)
+    try:
+        for off in range(0, size, 1 << 20):
+            b = os.pread(fd, min(sample, size - off), off)
+            read += len(b)
+            if b.count(0) != len(b):
+                i = next(i for i, c in enumerate(b) if c)
+                return read, "byte %d: %s" % (off + i, b[i & ~15:(i & ~15) + 32].hex())
+    finally:
+        os.close(fd)
+    return read, None
+
+
+def device_of(vid):
+    """The block device of volume |vid| on this machine (an LV's path, or an
+    enabled namespace's /dev/pmemX.Y)."""
+    r = subprocess.run(["lvs", "--noheadings", "-o", "lv_path", "--select", "lv_name=" + vid],
+                       capture_output=True, text=True)
+    if r.stdout.strip():
+        return r.stdout.strip()
+    ns = json.loads(subprocess.run(["ndctl", "list", "-N"], capture_output=True, text=True).stdout or "[]")
+    ns = [ns] if isinstance(ns, dict) else ns
+    return "/dev/" + next(n["blockdev"] for n in ns if n.get("name") == vid)
+
+
 def kill_inside(pool, call_fn, delay, kill):
     """Crash campaigns: starts call_fn() on |pool|, calls kill() |delay|
     seconds later and waits for the call to end. Returns True when the kill

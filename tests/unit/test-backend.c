@@ -1,7 +1,9 @@
 /* test-backend.c: unit tests for the backend front end (backends/backend.h:
- * queue, validation, delivery) on the test-only in-memory backend
- * "fake-for-testing-only" (built with -Dfake-backend=true). Its volumes have
- * no device node, so the front end zeroes, busy-checks and erases nothing. */
+ * queue, validation, delivery, retired volumes and the space they wait for)
+ * on the test-only in-memory backend "fake-for-testing-only" (built with
+ * -Dfake-backend=true). Its volumes have no device node, so the front end
+ * zeroes, busy-checks and erases nothing; a retired one is removed in the
+ * background as a real backend's is after its erase. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <uv.h>
 
 #include "backends/backend.h"
+#include "backends/backend_internal.h" /* pcsi_backend_chunk_size(), retired names */
 
 #define FAKE "fake-for-testing-only"
 #define MiB  (1ull << 20)
@@ -92,6 +95,8 @@ static void setup(void)
 
 static void teardown(void)
 {
+	pcsi_backend_stop(be, NULL, NULL);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
 	pcsi_backend_free(be);
 	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
 	ck_assert_int_eq(uv_loop_close(&loop), 0);
@@ -533,6 +538,214 @@ START_TEST(running_creates_count_as_used)
 }
 END_TEST
 
+/* Runs the loop until |op| completed (what else runs goes on). */
+static void run_until(struct op *op)
+{
+	while (!op->calls)
+		uv_run(&loop, UV_RUN_ONCE);
+	ck_assert(!ran_inside);
+	ck_assert_int_eq(op->calls, 1);
+}
+
+/* The capacity now, answered from the picture while other work runs. */
+static struct pcsi_capacity capacity_now(void)
+{
+	struct op op;
+
+	start(pcsi_backend_capacity, &op, NULL, 0);
+	run_until(&op);
+	ck_assert_int_eq(op.req.error, 0);
+	return op.req.cap;
+}
+
+/* A new backend whose creates, removes and retires take |delay_ms| each (a
+ * `sleep` child), with |bytes| of capacity; |scrub|: its open claims the free
+ * space (PCSI_FAKE_SCRUB). */
+static void slow_backend(unsigned delay_ms, uint64_t bytes, bool scrub)
+{
+	char v[32];
+
+	pcsi_backend_free(be);
+	snprintf(v, sizeof(v), "%u", delay_ms);
+	ck_assert_int_eq(setenv("PCSI_FAKE_DELAY_MS", v, 1), 0);
+	snprintf(v, sizeof(v), "%llu", (unsigned long long)bytes);
+	ck_assert_int_eq(setenv("PCSI_FAKE_CAPACITY", v, 1), 0);
+	if (scrub)
+		ck_assert_int_eq(setenv("PCSI_FAKE_SCRUB", "1", 1), 0);
+	new_backend();
+	unsetenv("PCSI_FAKE_DELAY_MS");
+	unsetenv("PCSI_FAKE_SCRUB");
+}
+
+/* A delete without the erase is answered once the volume is retired: not
+ * listed, not found, its space neither available nor lost (cap.erasing)
+ * until the background work removed it; the same name makes a new volume
+ * at once. A delete with the erase removes the volume before it answers. */
+START_TEST(delete_retires)
+{
+	struct op del, cr, op;
+	struct pcsi_capacity c;
+
+	slow_backend(300, CAPACITY, false);
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", 16 * MiB), 0);
+	start(pcsi_backend_delete, &del, "vol-a", 0);
+	run_until(&del);
+	ck_assert_int_eq(del.req.error, 0);
+	ck_assert(del.req.existed);
+	c = capacity_now();
+	ck_assert_uint_eq(c.available, CAPACITY - 16 * MiB);
+	ck_assert_uint_eq(c.erasing, 16 * MiB);
+	start(pcsi_backend_list, &op, NULL, 0);
+	run_until(&op);
+	ck_assert_uint_eq(op.req.n_vols, 0);
+	pcsi_backend_req_done(&op.req);
+	start(pcsi_backend_get, &op, "vol-a", 0);
+	run_until(&op);
+	ck_assert_int_eq(op.req.error, -ENOENT);
+	/* The same name again: a new volume, never the retired one. */
+	start(pcsi_backend_create, &cr, "vol-a", 8 * MiB);
+	run_until(&cr);
+	ck_assert_int_eq(cr.req.error, 0);
+	ck_assert(!cr.req.existed);
+	ck_assert_uint_eq(cr.req.vol.size, 8 * MiB);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	c = capacity_now();
+	ck_assert_uint_eq(c.available, CAPACITY - 8 * MiB);
+	ck_assert_uint_eq(c.erasing, 0);
+	/* With the erase: gone when answered. */
+	memset(&del, 0, sizeof(del));
+	del.req.id = "vol-a";
+	del.req.erase = true;
+	pcsi_backend_delete(be, &del.req, on_done, &del);
+	run_until(&del);
+	ck_assert_int_eq(del.req.error, 0);
+	c = capacity_now();
+	ck_assert_uint_eq(c.available, CAPACITY);
+	ck_assert_uint_eq(c.erasing, 0);
+}
+END_TEST
+
+/* A create (and an expand) that does not fit while retired space waits for
+ * its erase waits for it instead of failing; one larger than everything
+ * fails once nothing is left to wait for. */
+START_TEST(create_waits_for_retired_space)
+{
+	struct op del, big, huge, grow, op;
+
+	slow_backend(300, CAPACITY, false);
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", CAPACITY), 0);
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-x", 0), -ENOSPC); /* nothing waits */
+	start(pcsi_backend_delete, &del, "vol-a", 0);
+	run_until(&del);
+	ck_assert_int_eq(del.req.error, 0);
+	start(pcsi_backend_create, &big, "vol-b", CAPACITY - 8 * MiB);
+	start(pcsi_backend_create, &huge, "vol-h", 2 * CAPACITY);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(big.req.error, 0);
+	ck_assert(!big.req.existed);
+	ck_assert_int_eq(huge.req.error, -ENOSPC);
+	/* An expand waits the same way. */
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-c", 4 * MiB), 0);
+	start(pcsi_backend_delete, &del, "vol-c", 0);
+	run_until(&del);
+	start(pcsi_backend_expand, &grow, "vol-b", CAPACITY - 4 * MiB);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_int_eq(grow.req.error, 0);
+	ck_assert_uint_eq(grow.req.vol.size, CAPACITY - 4 * MiB);
+	ck_assert_uint_eq(available(), 4 * MiB);
+}
+END_TEST
+
+/* A create waiting for retired space can be cancelled (its caller gave up)
+ * and so can every waiting one with pcsi_backend_stop(); the background
+ * work goes on after a cancel. */
+START_TEST(waiting_create_cancelled)
+{
+	struct op del, a, b, op;
+
+	slow_backend(300, CAPACITY, false);
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", CAPACITY), 0);
+	start(pcsi_backend_delete, &del, "vol-a", 0);
+	run_until(&del);
+	start(pcsi_backend_create, &a, "vol-b", CAPACITY);
+	uv_run(&loop, UV_RUN_NOWAIT);
+	ck_assert_int_eq(a.calls, 0);
+	ck_assert(a.req.parked);
+	pcsi_backend_cancel(&a.req);
+	ck_assert_int_eq(a.calls, 0); /* never inside the call */
+	run_until(&a);
+	ck_assert_int_eq(a.req.error, -ECANCELED);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_uint_eq(available(), CAPACITY);
+	/* Stopped: what waits ends, nothing new is erased. */
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", CAPACITY), 0);
+	start(pcsi_backend_delete, &del, "vol-a", 0);
+	run_until(&del);
+	start(pcsi_backend_create, &b, "vol-b", CAPACITY);
+	uv_run(&loop, UV_RUN_NOWAIT);
+	ck_assert(b.req.parked);
+	pcsi_backend_stop(be, NULL, NULL);
+	run_until(&b);
+	ck_assert_int_eq(b.req.error, -ECANCELED);
+}
+END_TEST
+
+/* Space of unknown history is claimed at open as chunks (256 MiB, then
+ * twice as large), not available until each is erased; a create waits for
+ * the first that has room for it. */
+START_TEST(unknown_space_claimed_at_open)
+{
+	const uint64_t cap = 1024 * MiB;
+	struct pcsi_capacity c;
+	struct op open, cr;
+
+	slow_backend(200, cap, true);
+	start(pcsi_backend_open, &open, NULL, 0);
+	run_until(&open);
+	ck_assert_int_eq(open.req.error, 0);
+	c = capacity_now();
+	ck_assert_uint_eq(c.available, 0);
+	ck_assert_uint_eq(c.erasing, cap);
+	start(pcsi_backend_list, &cr, NULL, 0);
+	run_until(&cr);
+	ck_assert_uint_eq(cr.req.n_vols, 0);
+	pcsi_backend_req_done(&cr.req);
+	start(pcsi_backend_create, &cr, "vol-a", 300 * MiB);
+	run_until(&cr);
+	ck_assert_int_eq(cr.req.error, 0);
+	c = capacity_now();
+	/* The first two chunks (256 + 512 MiB) had to go for 300 MiB. */
+	ck_assert_uint_le(c.erasing, cap - 768 * MiB);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	c = capacity_now();
+	ck_assert_uint_eq(c.erasing, 0);
+	ck_assert_uint_eq(c.available, cap - 300 * MiB);
+}
+END_TEST
+
+START_TEST(chunks_and_names)
+{
+	char a[PCSI_VOLUME_ID_MAX + 1], b[PCSI_VOLUME_ID_MAX + 1];
+
+	ck_assert_uint_eq(pcsi_backend_chunk_size(0, 4 * MiB), 256 * MiB);
+	ck_assert_uint_eq(pcsi_backend_chunk_size(1, 4 * MiB), 512 * MiB);
+	ck_assert_uint_eq(pcsi_backend_chunk_size(3, 4 * MiB), 2048 * MiB);
+	ck_assert_uint_eq(pcsi_backend_chunk_size(0, 96 * MiB), 192 * MiB);
+	ck_assert_uint_eq(pcsi_backend_chunk_size(0, 1024 * MiB), 1024 * MiB);
+	ck_assert_uint_eq(pcsi_backend_chunk_size(200, 4 * MiB), (256 * MiB) << 24);
+	pcsi_backend_retired_name(a);
+	pcsi_backend_retired_name(b);
+	ck_assert_str_ne(a, b);
+	ck_assert(pcsi_backend_retired_name_is(a));
+	ck_assert(!pcsi_volume_id_valid(a)); /* never a volume's */
+	ck_assert_uint_le(strlen(a), 63);    /* a namespace name */
+	ck_assert(!pcsi_backend_retired_name_is("pvc-12-abc"));
+}
+END_TEST
+
 static Suite *backend_suite(void)
 {
 	Suite *s = suite_create("backend");
@@ -556,6 +769,11 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, resubmit_from_callback);
 	tcase_add_test(tc, copy_checks);
 	tcase_add_test(tc, running_creates_count_as_used);
+	tcase_add_test(tc, delete_retires);
+	tcase_add_test(tc, create_waits_for_retired_space);
+	tcase_add_test(tc, waiting_create_cancelled);
+	tcase_add_test(tc, unknown_space_claimed_at_open);
+	tcase_add_test(tc, chunks_and_names);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -147,6 +147,7 @@ static void setup(void)
 	be->lanes = double_ops.lanes;
 	pcsi_list_init(&be->done);
 	pcsi_list_init(&be->active);
+	pcsi_list_init(&be->retired);
 	n_started = n_done = 0;
 	submitting = ran_inside = false;
 	memset(laned, 0, sizeof(laned));

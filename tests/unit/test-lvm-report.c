@@ -61,6 +61,33 @@ START_TEST(vgs_extent_size)
 }
 END_TEST
 
+/* vg_tags is a comma-separated list: the erased mark counts as a whole tag. */
+START_TEST(vgs_erased_tag)
+{
+	const char *json =
+		"{\"report\":[{\"vg\":["
+		"{\"vg_name\":\"a\",\"vg_size\":\"8\",\"vg_free\":\"0\",\"vg_tags\":\"\"},"
+		"{\"vg_name\":\"b\",\"vg_size\":\"8\",\"vg_free\":\"0\","
+		"\"vg_tags\":\"x,pmem-csi.free-space-erased\"},"
+		"{\"vg_name\":\"c\",\"vg_size\":\"8\",\"vg_free\":\"0\","
+		"\"vg_tags\":\"pmem-csi.free-space-erased-not,pmem-csi.free-space\"},"
+		"{\"vg_name\":\"d\",\"vg_size\":\"8\",\"vg_free\":\"0\","
+		"\"vg_tags\":\"pmem-csi.free-space-erased\"}]}]}";
+	const char *bad = "{\"report\":[{\"vg\":[{\"vg_name\":\"a\",\"vg_size\":\"8\","
+			  "\"vg_free\":\"0\",\"vg_tags\":7}]}]}";
+	struct pcsi_lvm_vg vg[4];
+
+	ck_assert_int_eq(pcsi_lvm_parse_vgs(json, vg, 4), 4);
+	ck_assert(!vg[0].erased);
+	ck_assert(vg[1].erased);
+	ck_assert(!vg[2].erased);
+	ck_assert(vg[3].erased);
+	ck_assert_int_eq(pcsi_lvm_parse_vgs(vgs_json, vg, 4), 2); /* no vg_tags */
+	ck_assert(!vg[0].erased && !vg[1].erased);
+	ck_assert_int_eq(pcsi_lvm_parse_vgs(bad, vg, 4), -EINVAL);
+}
+END_TEST
+
 START_TEST(more_rows_than_room)
 {
 	struct pcsi_lvm_vg vg[1];
@@ -156,6 +183,7 @@ static Suite *lvm_report_suite(void)
 
 	tcase_add_test(tc, vgs_report);
 	tcase_add_test(tc, vgs_extent_size);
+	tcase_add_test(tc, vgs_erased_tag);
 	tcase_add_test(tc, more_rows_than_room);
 	tcase_add_test(tc, lvs_report);
 	tcase_add_test(tc, pvs_report);

@@ -6,16 +6,21 @@ csi-provisioner and kubelet retry it (same request, backoff, ABORTED and
 UNAVAILABLE tolerated). Each round is a whole volume life: CreateVolume,
 NodeStageVolume (mkfs), NodePublishVolume, a write, (lvm:) ControllerExpandVolume
 and NodeExpandVolume, NodeUnpublishVolume, NodeUnstageVolume, DeleteVolume
-(with erase), with a kill inside each; while it is published, a group
-snapshot of it is taken and deleted, each killed too. Then rounds of parallel calls: PAR
+(with erase; every other round with eraseafter "false": the volume is
+retired and erased in the background), with a kill inside each; while it
+is published, a group snapshot of it is taken and deleted, each killed
+too. Then a kill while retired volumes are erased in the background. Then
+rounds of parallel calls: PAR
 CreateVolume calls in flight at once (the backend runs several at a time),
 the driver killed at a random instant among them, restarted, each call
 retried; every volume must be there once; then their DeleteVolume calls at
 once, killed the same way.
 At the end the ground truth (`ndctl list`, `lvs`, /proc/self/mountinfo) must
 show nothing leaked, nothing lost, no mount left and the capacity back where
-it started. Before the campaign (direct only): a namespace seed left half
-made by a killed create, anonymous and named, is reset by the driver.
+it started, once the background erase is done; and the free space must be
+erased: a volume over all of it reads zeros, every byte. Before the campaign
+(direct only): a namespace seed left half made by a killed create,
+anonymous and named, is reset by the driver.
 
 usage: test_crash.py PATH-TO-pmem-csi-driver direct|lvm
 Environment: PCSI_CRASH_SEED (default: random, printed), PCSI_CRASH_ROUNDS
@@ -106,12 +111,14 @@ def retry(service, method, req, budget=120):
 
 
 def namespaces():
-    """Named namespaces on the device (ground truth), the lvm one aside."""
+    """Named namespaces on the device (ground truth), the lvm one and the
+    retired ones (pt.retired_on_pmem()) aside."""
     r = subprocess.run(["ndctl", "list", "-N"], capture_output=True, text=True)
     out = json.loads(r.stdout or "[]")
     if isinstance(out, dict):
         out = [out]
-    return sorted(n.get("name", "") for n in out if n.get("name") and n.get("name") != LVM_NS)
+    return sorted(n.get("name", "") for n in out if n.get("name") and n.get("name") != LVM_NS and
+                  not n["name"].startswith(pt.RETIRED_PREFIX))
 
 
 def anonymous_namespaces():
@@ -125,7 +132,7 @@ def anonymous_namespaces():
 def logical_volumes():
     r = subprocess.run(["lvs", "--noheadings", "-o", "lv_name,vg_name"], capture_output=True, text=True)
     return sorted(f[0] for f in (l.split() for l in r.stdout.splitlines()) if len(f) == 2 and
-                  f[1].endswith("fsdax"))
+                  f[1].endswith("fsdax") and not f[0].startswith(pt.RETIRED_PREFIX))
 
 
 def on_device():
@@ -169,6 +176,8 @@ def half_make(name, size=64 * MiB):
 
 
 drv.start()
+# The first start erases the free space (of unknown history) in the background.
+t.diag("%s: the first start's background erase took %.1f s" % (BACKEND, pt.wait_erased(capacity)))
 cap0 = capacity()
 dev0 = on_device()
 
@@ -220,9 +229,9 @@ if BACKEND == "direct":
         pt.check(namespaces() == dev0 and capacity() == cap0, "left: %r" % namespaces())
 
 
-def lifecycle(name, st, tg):
+def lifecycle(name, st, tg, keep=False):
     """The calls of one volume's life, in order, as (label, service, method,
-    request, check after OK)."""
+    request, check after OK); |keep|: made with eraseafter "false"."""
     vid = volume_id(name)
     data = os.path.join(tg, "data")
 
@@ -249,7 +258,8 @@ def lifecycle(name, st, tg):
         return (label, service, method, req, after)
 
     create = call("create", "Controller", "CreateVolume", csi.CreateVolumeRequest(
-        name=name, capacity_range=csi.CapacityRange(required_bytes=VOL_SIZE), volume_capabilities=[mount_cap()]))
+        name=name, capacity_range=csi.CapacityRange(required_bytes=VOL_SIZE), volume_capabilities=[mount_cap()],
+        parameters={"eraseafter": "false"} if keep else {}))
     stage = lambda label: call(label, "Node", "NodeStageVolume", csi.NodeStageVolumeRequest(  # noqa: E731
         volume_id=vid, staging_target_path=st, volume_capability=mount_cap()))
     publish = lambda label, after: call(label, "Node", "NodePublishVolume", csi.NodePublishVolumeRequest(  # noqa: E731
@@ -312,7 +322,7 @@ def run_round(r, kill_at):
     os.makedirs(os.path.dirname(tg), exist_ok=True)
     if drv.d.proc.poll() is not None:
         drv.start()  # an earlier round failed between a kill and its restart
-    for label, svc, method, req, after in lifecycle(name, st, tg):
+    for label, svc, method, req, after in lifecycle(name, st, tg, keep=r % 2 == 1):
         if label == "delete" and not (vid in listed() and vid in on_device()):
             stats["lost"] += 1
             raise pt.TestFailure("round %d: volume %s lost before its delete" % (r, vid))
@@ -421,8 +431,41 @@ for r in range(1, PAR_ROUNDS + 1):
                        rng.uniform(0, durations["parallel delete"][0]))
 
 
+@t.test("killed while retired volumes are erased in the background: the restart finds them on the medium and "
+        "finishes; a volume made meanwhile waits for their space")
+def _():
+    vids = []
+    for i in range(3):
+        v = retry("Controller", "CreateVolume", csi.CreateVolumeRequest(
+            name="pvc-bg-%d" % i, capacity_range=csi.CapacityRange(required_bytes=256 * MiB),
+            volume_capabilities=[mount_cap()], parameters={"eraseafter": "false"})).volume
+        with open(pt.device_of(v.volume_id), "r+b", buffering=0) as f:
+            for off in range(0, 256 * MiB, MiB):
+                f.seek(off)
+                f.write(b"\xab" * 4096)
+            os.fsync(f.fileno())
+        vids.append(v.volume_id)
+    for vid in vids:
+        retry("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=vid))
+    pt.check(len(pt.retired_on_pmem()) >= 2, "retired: %r" % pt.retired_on_pmem())
+    time.sleep(rng.uniform(0, 1.5))
+    drv.kill()
+    left = pt.retired_on_pmem()
+    pt.check(left, "nothing retired left at the kill")
+    drv.start()
+    v = retry("Controller", "CreateVolume", csi.CreateVolumeRequest(
+        name="pvc-bg-new", capacity_range=csi.CapacityRange(required_bytes=capacity() + 128 * MiB),
+        volume_capabilities=[mount_cap()]), budget=300).volume
+    t.diag("%s: %d retired volumes left at the kill; after the restart a volume %d MiB larger than the free space "
+           "was made once their space was erased" % (BACKEND, len(left), 128))
+    retry("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    pt.wait_erased(capacity)
+    pt.check(not [x for x in left if x in pt.retired_on_pmem()], "still retired: %r" % pt.retired_on_pmem())
+
+
 @t.test("a DeleteVolume whose deadline passes during the erase stops blkdiscard; the volume stays; the retry deletes")
 def _():
+    pt.wait_erased()  # no background erase runs a blkdiscard of its own
     v = retry("Controller", "CreateVolume", csi.CreateVolumeRequest(
         name="pvc-erase-cancel", capacity_range=csi.CapacityRange(required_bytes=1024 * MiB),
         volume_capabilities=[mount_cap()])).volume
@@ -440,8 +483,10 @@ def _():
     pt.check(v.volume_id not in listed() and v.volume_id not in on_device(), "not deleted")
 
 
-@t.test("after the campaign: nothing leaked, nothing lost, no mount left, capacity back")
+@t.test("after the campaign: nothing leaked, nothing lost, no mount left, capacity back; the free space is erased: a "
+        "volume over all of it reads zeros")
 def _():
+    pt.wait_erased(capacity)
     known, device, mnt = listed(), on_device(), our_mounts()
     leaked = sorted(set(device) - set(dev0))
     stray = sorted(set(known) - set(device))
@@ -456,6 +501,15 @@ def _():
     pt.check(not stray, "listed but not on the device: %r" % stray)
     pt.check(not mnt, "mounts left: %r" % mnt)
     pt.check(cap == cap0, "capacity %d, was %d" % (cap, cap0))
+    mx = retry("Controller", "GetCapacity", csi.GetCapacityRequest()).maximum_volume_size.value
+    v = retry("Controller", "CreateVolume", csi.CreateVolumeRequest(
+        name="pvc-scan", capacity_range=csi.CapacityRange(required_bytes=mx),
+        volume_capabilities=[mount_cap()])).volume
+    read, dirty = pt.zero_check(pt.device_of(v.volume_id))
+    retry("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
+    t.diag("crash campaign %s: a volume over all the free space (%d MiB): %d bytes read, %s"
+           % (BACKEND, mx // MiB, read, dirty or "all zero"))
+    pt.check(dirty is None, "the free space after the campaign is not erased: %s" % dirty)
 
 
 def teardown():

@@ -84,10 +84,16 @@ def regions_of(memdev):
 
 
 def start(args=(), wait=True):
+    """The driver; with |wait|, ready and done with the background erase of
+    space of unknown history (a region new to it), so that the capacity is
+    what the checks expect."""
     os.makedirs(STATE, exist_ok=True)
-    return pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=cxl-node",
-                              "-deviceManager=" + BACKEND, "-statePath=" + STATE, "-cxlRegions=auto",
-                              "-v=5"] + list(args), name="node-cxl").start(wait=wait, timeout=180)
+    d = pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid=cxl-node",
+                           "-deviceManager=" + BACKEND, "-statePath=" + STATE, "-cxlRegions=auto",
+                           "-v=5"] + list(args), name="node-cxl").start(wait=wait, timeout=180)
+    if wait:
+        pt.wait_erased()
+    return d
 
 
 def call(ch, method, req, service="Controller"):

@@ -43,6 +43,9 @@ daemon = pt.Daemon(DRIVER, ["-mode=node", "-endpoint=unix://" + SOCK, "-nodeid="
                             "-resizerEndpoint=unix://" + RESIZER_SOCK],
                    name="node-" + BACKEND).start(timeout=120)
 ch = pt.unix_channel(SOCK)
+# The first start erases the free space (of unknown history) in the background:
+# the capacity checks below start once that is done.
+pt.wait_erased()
 
 
 def rpc(service, method, req, timeout=300, channel=None):

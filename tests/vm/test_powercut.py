@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Power cuts on real PMEM (issue 35): the node driver runs a workload in a
-QEMU guest (creates, deletes, snapshots, and files written through DAX and
-fsync'd in staged and published volumes), QEMU is killed at a random
+QEMU guest (creates, half of them with eraseafter "false", whose deletes
+retire the volume for an erase in the background; grows; deletes,
+snapshots, and files written through DAX and fsync'd in staged and
+published volumes), QEMU is killed at a random
 instant (SIGKILL: the guest's page cache and everything not yet written out
 is gone, the NVDIMM's backing file and the state disk keep what reached
 them), the guest boots again on the same backing files, the driver starts on
@@ -13,8 +15,11 @@ with what the client was told before the cut:
   - every volume and snapshot answered as made is listed and on the device
     with its size; every one answered as deleted is gone;
   - every file whose fsync was answered reads back with its checksum;
-  - nothing is on the device that nobody was told of (no leak), nothing is
-    listed that is not on the device, and the capacity adds up.
+  - nothing is on the device that nobody was told of (no leak; retired
+    volumes wait for their erase), nothing is listed that is not on the
+    device, and the capacity adds up;
+  - after the last cut, everything deleted and the background erase done,
+    the free space reads zeros (erase before reuse).
 Each cycle continues from the state the last one left. The client's log is
 written to the host (a 9p share) before each call and after each answer, so
 it outlives the cut.
@@ -103,14 +108,17 @@ class Guest:
         return self.ok("Controller", "GetCapacity", self.csi.GetCapacityRequest()).available_capacity
 
     def on_device(self):
+        """Volumes and snapshots on the device; retired ones (waiting for
+        their erase in the background) aside."""
         if self.backend.startswith("lvm"):
             r = subprocess.run(["lvs", "--noheadings", "-o", "lv_name,vg_name"], capture_output=True, text=True)
             return sorted(f[0] for f in (l.split() for l in r.stdout.splitlines())
-                          if len(f) == 2 and f[1].endswith("fsdax"))
-        r = subprocess.run(["ndctl", "list", "-N"], capture_output=True, text=True)
+                          if len(f) == 2 and f[1].endswith("fsdax") and not f[0].startswith(self.pt.RETIRED_PREFIX))
+        r = subprocess.run(["ndctl", "list", "-N", "-i"], capture_output=True, text=True)
         out = json.loads(r.stdout or "[]")
         out = [out] if isinstance(out, dict) else out
-        return sorted(n["name"] for n in out if n.get("name") and n["name"] != LVM_NS)
+        return sorted(n["name"] for n in out if n.get("name") and n["name"] != LVM_NS and n.get("size", 0) and
+                      not n["name"].startswith(self.pt.RETIRED_PREFIX))
 
     def listed(self):
         vols = {e.volume.volume_id: e.volume.capacity_bytes for e in
@@ -139,6 +147,7 @@ class Guest:
         with PFN_INFO, before a namespace's data area, which the erase of
         its block device cannot reach) count too, and are also counted
         apart: the direct backend zeroes them before a delete (pmem.h)."""
+        self.retired_wait = self.pt.wait_erased(self.capacity)
         cap = self.ok("Controller", "GetCapacity", self.csi.GetCapacityRequest())
         size = (cap.maximum_volume_size.value if cap.HasField("maximum_volume_size")
                 else cap.available_capacity) // (4 * MiB) * (4 * MiB)
@@ -169,9 +178,14 @@ class Guest:
         return read, dirty
 
     # -- requests, the same on the retry
-    def create_req(self, name, size):
+    def create_req(self, name, size, keep=False):
         return self.csi.CreateVolumeRequest(name=name, capacity_range=self.csi.CapacityRange(required_bytes=size),
-                                            volume_capabilities=[self.cap()])
+                                            volume_capabilities=[self.cap()],
+                                            parameters={"eraseafter": "false"} if keep else {})
+
+    def grow_req(self, vid, size):
+        return self.csi.ControllerExpandVolumeRequest(volume_id=vid, volume_capability=self.cap(),
+                                                      capacity_range=self.csi.CapacityRange(required_bytes=size))
 
     def paths(self, vid):
         st = os.path.join("/run/pc-st", vid)
@@ -232,6 +246,8 @@ def expected(log):
         op = e["op"]
         if op == "create":
             vols[e["name"]] = {"id": e["id"], "size": e["size"], "sha": None}
+        elif op == "grow" and e["name"] in vols:
+            vols[e["name"]]["size"] = e["size"]
         elif op == "delete":
             vols.pop(e["name"], None)
         elif op == "snap":
@@ -296,12 +312,14 @@ def guest_check(g):
             g.ok("Controller", "DeleteSnapshot", g.csi.DeleteSnapshotRequest(snapshot_id=s["id"]))
         for v in vols.values():
             g.ok("Controller", "DeleteVolume", g.csi.DeleteVolumeRequest(volume_id=v["id"]))
+        g.pt.wait_erased(g.capacity)  # what was deleted without the erase: erased in the background
         res["capacity"], res["capacity_want"] = g.capacity(), cap0
         res["capacity_ok"] = res["capacity"] == cap0
         res["leaked"] += g.on_device()
         if not res["leaked"]:
             res["erase_scanned"], res["not_erased"] = g.scan_free()
             res["not_erased_at"], res["info_blocks"] = g.dirty_at, g.info_blocks
+            res["retired_wait_s"] = round(g.retired_wait, 1)
     g.result(res)
 
 
@@ -459,8 +477,12 @@ def retry(self, e, vols, snaps):
     csi = self.csi
     op, name = e["op"], e["name"]
     if op == "create":
-        r = self.ok("Controller", "CreateVolume", self.create_req(name, e["size"])).volume
+        r = self.ok("Controller", "CreateVolume", self.create_req(name, e["size"], e.get("keep", False))).volume
         vols[name] = {"id": r.volume_id, "size": r.capacity_bytes, "sha": None}
+    elif op == "grow":
+        r = self.ok("Controller", "ControllerExpandVolume", self.grow_req(e["id"], e["size"]))
+        if name in vols:
+            vols[name]["size"] = r.capacity_bytes
     elif op == "delete":
         self.ok("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=e["id"]))
         vols.pop(name, None)
@@ -503,10 +525,14 @@ def guest_workload(g, rng, cycle):
         if op in ("create", "snap"):
             made = (vols if op == "create" else snaps)[name]
             put(ev="ok", op=op, name=name, id=made["id"], size=made["size"])
+        elif op == "grow":
+            put(ev="ok", op=op, name=name, id=pending["id"], size=vols[name]["size"] if name in vols else 0)
         elif op == "write":  # the file is unknown from here on
             put(ev="ok", op="forget", name=name)
         else:
             put(ev="ok", op=op, name=name)
+    if first:  # the first start erases the free space (of unknown history) in the background
+        g.pt.wait_erased(g.capacity)
     put(ev="ready", **({"cap0": g.capacity()} if first else {}))
     # What the workload keeps at most: less on a small CXL device.
     cap = min(WORKLOAD_CAP, (g.capacity() + sum(v["size"] for v in vols.values())
@@ -515,19 +541,27 @@ def guest_workload(g, rng, cycle):
     while True:
         n += 1
         used = sum(v["size"] for v in vols.values()) + sum(s["size"] for s in snaps.values())
-        choices = ["create"] * 3 + ["write"] * 3 + ["snap"] * 2 + ["delete"] * 2 + ["unsnap"]
+        choices = ["create"] * 3 + ["write"] * 3 + ["snap"] * 2 + ["delete"] * 2 + ["unsnap", "grow"]
         if used > cap:
             choices = ["delete", "unsnap"]
         op = rng.choice(choices)
-        if op in ("write", "snap", "delete") and not vols or op == "unsnap" and not snaps:
+        if op in ("write", "snap", "delete", "grow") and not vols or op == "unsnap" and not snaps:
             op = "create"
         if op == "create":
             name = "pc-%d-%d" % (cycle, n)
             size = rng.choice([16, 32, 48]) * MiB
-            put(ev="begin", op=op, name=name, size=size)
-            r = g.ok("Controller", "CreateVolume", g.create_req(name, size)).volume
+            keep = rng.random() < 0.5  # eraseafter "false": retired at its delete
+            put(ev="begin", op=op, name=name, size=size, keep=keep)
+            r = g.ok("Controller", "CreateVolume", g.create_req(name, size, keep)).volume
             vols[name] = {"id": r.volume_id, "size": r.capacity_bytes, "sha": None}
             put(ev="ok", op=op, name=name, id=r.volume_id, size=r.capacity_bytes)
+        elif op == "grow":  # lvm: lvextend; direct: offline, by copying (the volume is not staged here)
+            name = rng.choice(sorted(vols))
+            size = vols[name]["size"] + rng.choice([16, 32]) * MiB
+            put(ev="begin", op=op, name=name, id=vols[name]["id"], size=size)
+            r = g.ok("Controller", "ControllerExpandVolume", g.grow_req(vols[name]["id"], size))
+            vols[name]["size"] = r.capacity_bytes
+            put(ev="ok", op=op, name=name, id=vols[name]["id"], size=r.capacity_bytes)
         elif op == "delete":
             name = rng.choice(sorted(vols))
             put(ev="begin", op=op, name=name, id=vols[name]["id"])
@@ -670,6 +704,9 @@ def host_main(driver):
                                                              res.get("info_blocks"), res.get("not_erased_at")))
                     t.diag("%s: the free space after the last cut: %d MiB sampled, all zero (everything "
                            "deleted or removed was erased)" % (backend, res["erase_scanned"] >> 20))
+                ops_kinds = sorted({e["op"] + ("(eraseafter false)" if e.get("keep") else "")
+                                    for e in pt_read(log) if e["ev"] == "begin"})
+                t.diag("%s: calls so far: %s" % (backend, ", ".join(ops_kinds)))
 
         if backend.endswith("-cxl"):
             return  # the state directory's faults do not depend on the medium
