@@ -461,14 +461,15 @@ def children(pid, comm):
 
 def wait_until(cond, timeout, what):
     """Polls cond() until it is true (returns its value) or fails after
-    |timeout| seconds. Generous timeouts cost nothing when all is well."""
+    |timeout| seconds, saying |what| (a string, or a function that makes one
+    then). Generous timeouts cost nothing when all is well."""
     deadline = time.monotonic() + timeout
     while True:
         v = cond()
         if v:
             return v
         if time.monotonic() > deadline:
-            raise TestFailure("%s: not within %.0f s" % (what, timeout))
+            raise TestFailure("%s: not within %.0f s" % (what() if callable(what) else what, timeout))
         time.sleep(0.05)
 
 
