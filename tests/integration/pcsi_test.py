@@ -267,11 +267,16 @@ def rpc(module, service, method):
 
 def _channel_options(extra=()):
     # Own subchannel pool: no sharing of connections (or of reconnect backoff)
-    # between channels of one process.
+    # between channels of one process. Reconnects are quick (100 ms, at most
+    # 500); grpc.min_reconnect_backoff_ms is not set: python3-grpcio takes it
+    # as the time a connection attempt may take (TCP, TLS handshake, the
+    # server's SETTINGS), and at 100 ms every call on a new connection failed
+    # UNAVAILABLE ("connection attempt timed out before receiving SETTINGS
+    # frame") whenever load or ASan made the daemon take longer; its default
+    # is 20 s.
     return [("grpc.use_local_subchannel_pool", 1),
             ("grpc.enable_retries", 0),
             ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 500)] + list(extra)
 
 
@@ -295,6 +300,18 @@ def tls_channel(port, ca=None, cert=None, key=None, server_name=REGISTRY_NAME, h
     opts = _channel_options([("grpc.ssl_target_name_override", server_name),
                              ("grpc.default_authority", server_name)])
     return grpc.secure_channel("%s:%d" % (host, port), creds, options=opts)
+
+
+def connected(channel, timeout=120):
+    """Returns |channel| once it is connected (the TLS handshake done): a
+    call's deadline then times the call alone. A handshake under ASan on a
+    loaded machine has taken longer than a call's 5 s; this is a wait, not
+    a measure."""
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise TestFailure("the channel did not connect within %d s" % timeout)
+    return channel
 
 
 def call(channel, path, request, response_class, timeout=RPC_TIMEOUT, raw=False, metadata=None):
