@@ -476,7 +476,7 @@ def children(pid, comm):
     return out
 
 
-def wait_until(cond, timeout, what):
+def wait_until(cond, timeout, what, interval=0.05):
     """Polls cond() until it is true (returns its value) or fails after
     |timeout| seconds, saying |what| (a string, or a function that makes one
     then). Generous timeouts cost nothing when all is well."""
@@ -487,7 +487,7 @@ def wait_until(cond, timeout, what):
             return v
         if time.monotonic() > deadline:
             raise TestFailure("%s: not within %.0f s" % (what() if callable(what) else what, timeout))
-        time.sleep(0.05)
+        time.sleep(interval)
 
 
 # --------------------------------------------------------------------------
