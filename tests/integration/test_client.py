@@ -61,7 +61,11 @@ class Registry:
         reg = pt.protos().registry
         self.seen.append((req.node_id, req.endpoint, context.time_remaining(), self._peer_cn(context)))
         if req.node_id == "slow":
-            context.add_callback(self.cancelled.set)
+            # False when the call has ended already: a handler that started
+            # only after the client's deadline or cancel (a loaded machine)
+            # has seen the end too.
+            if not context.add_callback(self.cancelled.set):
+                self.cancelled.set()
             time.sleep(2)
         elif req.node_id == "fail":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, UNICODE_MSG)
