@@ -35,6 +35,7 @@
 #include "backends/backend.h"
 #include "daemon/config.h"
 #include "daemon/controller/cluster.h"
+#include "daemon/controller/nodeauth.h"
 #include "daemon/controller/registry.h"
 #include "daemon/controller/service.h"
 #include "daemon/core/later.h"
@@ -158,6 +159,21 @@ const char *pcsi_call_path(const struct pcsi_call *call)
 	return call->path;
 }
 
+/* The registry's node identity (nodeauth.c) asks these; with
+ * -nodeIdentity=shared, as here, it never needs them. */
+const char *pcsi_call_authorization(const struct pcsi_call *call)
+{
+	(void)call;
+	return NULL;
+}
+
+int pcsi_call_peer(const struct pcsi_call *call, struct pcsi_call_peer *out)
+{
+	(void)call;
+	memset(out, 0, sizeof(*out));
+	return 0;
+}
+
 uint64_t pcsi_call_remaining_ms(const struct pcsi_call *call)
 {
 	uint64_t now = uv_now(&loop);
@@ -268,6 +284,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct pcsi_cluster cluster;
 	struct pcsi_controller ctrl;
 	struct pcsi_registry reg;
+	struct pcsi_nodeauth *auth;
 	struct pcsi_kubelet_reg kreg;
 	ProtobufCService *services[S_COUNT];
 	struct pcsi_call call = { 0 };
@@ -304,7 +321,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pcsi_group_controller_init(&gctl, &node);
 	pcsi_cluster_init(&cluster, &loop, NULL);
 	pcsi_controller_init(&ctrl, &cluster, cfg.driver_name, flags & F_NO_GRACE ? 0 : 90000);
-	pcsi_registry_init(&reg, &cluster);
+	/* -nodeIdentity=shared: the registry's own logic, no proof asked (the
+	 * fuzzer's calls have no peer to prove anything with). */
+	auth = pcsi_nodeauth_new(&loop,
+				 &(struct pcsi_nodeauth_opts){ .shared = true,
+							       .audience = cfg.driver_name,
+							       .sa_username =
+								       "system:serviceaccount:"
+								       "pmem-csi:pmem-csi-node",
+							       .max_proofs = 16 },
+				 NULL);
+	pcsi_registry_init(&reg, &cluster, auth, 16);
 	pcsi_kubelet_reg_init(&kreg, cfg.driver_name, "/var/lib/kubelet/plugins/pmem-csi/csi.sock");
 	services[S_IDENTITY] = pcsi_identity_service(&identity);
 	services[S_NODE] = pcsi_node_service(&nsvc);
@@ -335,6 +362,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(ctrl.busy.n == 0, "a name or volume is still locked after the call ended");
 
 	pcsi_controller_done(&ctrl);
+	pcsi_nodeauth_free(auth);
 	pcsi_cluster_done(&cluster);
 	pcsi_node_done(&node);
 	fuzz_drain_loop(&loop);
