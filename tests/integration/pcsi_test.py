@@ -408,12 +408,13 @@ class StallMeter:
     def __init__(self, tick=0.01):
         self.tick = tick
         self._gaps = []  # (start, end) of each late sleep
+        self._current = None  # when the sleep under way began
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
-            t0 = time.monotonic()
+            t0 = self._current = time.monotonic()
             time.sleep(self.tick)
             t1 = time.monotonic()
             if t1 - t0 > 2 * self.tick:
@@ -430,8 +431,13 @@ class StallMeter:
     def during(self, t0, t1):
         """Seconds of [t0, t1] this process spent held back (the late part of
         every sleep that overlaps it)."""
+        gaps, cur, now = list(self._gaps), self._current, time.monotonic()
+        # A stall that has just ended may have woken the caller before this
+        # thread: the sleep under way counts up to now.
+        if cur is not None and now - cur > 2 * self.tick and not (gaps and gaps[-1][0] == cur):
+            gaps.append((cur, now))
         held = 0.0
-        for a, b in list(self._gaps):
+        for a, b in gaps:
             lo, hi = max(a + self.tick, t0), min(b, t1)
             if hi > lo:
                 held += hi - lo

@@ -251,7 +251,8 @@ def _():
         res = pt.h2_request(SOCK, headers, pt.grpc_frame(req), timeout=120)
         t1 = time.monotonic()
     took, held = t1 - t0, sm.during(t0, t1)
-    status, details = pt.grpc_status_of(res), urllib.parse.unquote(res["trailers"].get("grpc-message", ""))
+    status = pt.grpc_status_of(res)
+    details = urllib.parse.unquote(res["trailers"].get("grpc-message", res["headers"].get("grpc-message", "")))
     pt.check(status == str(SC.FAILED_PRECONDITION.value[0]) and "in use" in details, "%s %s" % (status, details))
     lim = 3 + pt.allowance(ref, factor=10, floor=0.9) + held
     pt.check(2 <= took < lim, "answered after %.2f s (limit %.2f s: a Probe %.3f s, held back %.2f s): the wait is "
