@@ -207,7 +207,7 @@ def _():
 # --- startup configuration ---------------------------------------------------------------
 
 def expect_config_error(args, what):
-    rc, out, err = pt.run_driver(DRIVER, args, timeout=3)
+    rc, out, err = pt.run_driver(DRIVER, args)
     lines = [l for l in err.split("\n") if l.strip()]
     pt.check(rc == 2, "%s: exit %d, want 2; stderr:\n%s" % (what, rc, err))
     pt.check(len(lines) == 1, "%s: want one line on stderr, got %d:\n%s" % (what, len(lines), err))
