@@ -237,27 +237,42 @@ def _():
 def _():
     # The daemon is told a 4 s deadline (grpc-timeout) while this client
     # waits as long as it takes: a late answer on a loaded machine shows as
-    # late, not as the client's own DEADLINE_EXCEEDED. It waits, polling
-    # every 250 ms, until the deadline less a second, then says why: no
-    # earlier than 2 s (it did wait), and no later than 3 s plus a multiple
-    # of a Probe measured just now plus what the machine held this process
-    # back meanwhile (pt.StallMeter). Past 1 s of allowance an answer at the
-    # deadline itself could no longer be told apart.
-    ref = pt.slowest(lambda: pt.probe(ch, timeout=60))
+    # late, not as the client's own DEADLINE_EXCEEDED. The daemon's reason
+    # (FAILED_PRECONDITION, not the DEADLINE_EXCEEDED its own deadline timer
+    # would send) shows it answered before the deadline by its own clock,
+    # whatever the load; no earlier than 2 s: it waited. The margin (it
+    # polls every 250 ms until the deadline less a second) is a time: 3 s
+    # plus a multiple of a Probe measured just before plus what the machine
+    # held this process back meanwhile (pt.StallMeter), judged on an attempt
+    # the machine did not stall for half a second or more (a guest held
+    # back 4 s took 8.4 s once); up to five attempts. Past 1 s of allowance
+    # an answer at the deadline itself could no longer be told apart.
     req = csi.DeleteVolumeRequest(volume_id=state["v1"].volume_id).SerializeToString()
     headers = pt.grpc_request_headers("/csi.v1.Controller/DeleteVolume", extra=[("grpc-timeout", "4S")])
-    with pt.StallMeter() as sm:
-        t0 = time.monotonic()
-        res = pt.h2_request(SOCK, headers, pt.grpc_frame(req), timeout=120)
-        t1 = time.monotonic()
-    took, held = t1 - t0, sm.during(t0, t1)
-    status = pt.grpc_status_of(res)
-    details = urllib.parse.unquote(res["trailers"].get("grpc-message", res["headers"].get("grpc-message", "")))
-    pt.check(status == str(SC.FAILED_PRECONDITION.value[0]) and "in use" in details, "%s %s" % (status, details))
-    lim = 3 + pt.allowance(ref, factor=10, floor=0.9) + held
-    pt.check(2 <= took < lim, "answered after %.2f s (limit %.2f s: a Probe %.3f s, held back %.2f s): the wait is "
-             "the deadline less a second" % (took, lim, ref, held))
+    tries = []
+    for _ in range(5):
+        ref = pt.slowest(lambda: pt.probe(ch, timeout=60))
+        with pt.StallMeter() as sm:
+            t0 = time.monotonic()
+            res = pt.h2_request(SOCK, headers, pt.grpc_frame(req), timeout=120)
+            t1 = time.monotonic()
+        took, held = t1 - t0, sm.during(t0, t1)
+        status = pt.grpc_status_of(res)
+        details = urllib.parse.unquote(res["trailers"].get("grpc-message", res["headers"].get("grpc-message", "")))
+        pt.check(status == str(SC.FAILED_PRECONDITION.value[0]) and "in use" in details, "%s %s" % (status, details))
+        pt.check(took >= 2, "answered after %.2f s: it did not wait" % took)
+        tries.append("%.2f s (held back %.2f s, a Probe %.3f s)" % (took, held, ref))
+        if held < 0.5:
+            lim = 3 + pt.allowance(ref, factor=10, floor=0.9) + held
+            pt.check(took < lim, "answered after %s, limit %.2f s: the wait is the deadline less a second"
+                     % (tries[-1], lim))
+            break
     pt.check(state["v1"].volume_id in listed_ids(), "volume gone")
+    if len(tries) > 1:
+        t.diag("attempts: %s" % "; ".join(tries))
+    if held >= 0.5:
+        raise pt.Skip("the margin before the deadline was not judged: the machine held this test back in each of "
+                      "5 attempts (%s); the order, the wait and the volume were checked" % "; ".join(tries))
 
 
 @t.test("a node restart between publish and unpublish keeps everything working")
