@@ -384,14 +384,16 @@ def probe(channel, timeout=RPC_TIMEOUT):
 # the time the whole machine held this process back meanwhile (StallMeter).
 # A protocol timeout the daemon must honour keeps its exact lower bound.
 
-def slowest(fn, n=3):
+def slowest(fn, n=3, meter=None):
     """Runs fn() |n| times; returns the slowest run's seconds: a reference for
-    what the same kind of work takes here and now."""
+    what the same kind of work takes here and now. With |meter| (a running
+    StallMeter) each run's time leaves out what the machine held it back."""
     worst = 0.0
     for _ in range(n):
         t0 = time.monotonic()
         fn()
-        worst = max(worst, time.monotonic() - t0)
+        t1 = time.monotonic()
+        worst = max(worst, t1 - t0 - (meter.during(t0, t1) if meter else 0.0))
     return worst
 
 
