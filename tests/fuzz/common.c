@@ -109,6 +109,19 @@ static void check_handle(uv_handle_t *h, void *arg)
 	}
 }
 
+uint64_t fuzz_idle_limit_ns(void)
+{
+	static uint64_t ns;
+
+	if (!ns) {
+		const char *e = getenv("PCSI_FUZZ_IDLE_LIMIT_MS");
+		unsigned long long ms = e ? strtoull(e, NULL, 10) : 0;
+
+		ns = (ms ? ms : FUZZ_IDLE_LIMIT_MS) * 1000000ull;
+	}
+	return ns;
+}
+
 bool fuzz_loop_idle(uv_loop_t *loop)
 {
 	bool busy = loop->active_reqs.count > 0;
@@ -144,7 +157,7 @@ void fuzz_run_until_idle(uv_loop_t *loop, bool (*done)(void *data), void (*betwe
 			continue;
 		}
 		idle_turns = 0;
-		if (uv_hrtime() - start > (uint64_t)FUZZ_IDLE_LIMIT_MS * 1000000u)
+		if (uv_hrtime() - start > fuzz_idle_limit_ns())
 			fuzz_fail(__FILE__, __LINE__, "the loop did not become idle");
 		if (loop->active_reqs.count > 0)
 			wait_for_loop(loop);
@@ -162,7 +175,7 @@ void fuzz_drain_loop(uv_loop_t *loop)
 	unsigned left = 0;
 
 	while (uv_run(loop, UV_RUN_NOWAIT) != 0) {
-		if (uv_hrtime() - start > (uint64_t)FUZZ_IDLE_LIMIT_MS * 1000000u)
+		if (uv_hrtime() - start > fuzz_idle_limit_ns())
 			fuzz_fail(__FILE__, __LINE__, "the loop did not end");
 		if (loop->active_reqs.count > 0)
 			wait_for_loop(loop);
@@ -205,7 +218,7 @@ void fuzz_client_connect(struct fuzz_client *cl, const struct sockaddr *sa, unsi
 				err = errno;
 			break;
 		}
-		if (uv_hrtime() - start > (uint64_t)FUZZ_IDLE_LIMIT_MS * 1000000u)
+		if (uv_hrtime() - start > fuzz_idle_limit_ns())
 			fuzz_fail(__FILE__, __LINE__, "the connection was never accepted");
 	}
 	if (err != 0) {
@@ -230,7 +243,7 @@ void fuzz_client_send(struct fuzz_client *cl, const uint8_t *p, size_t n)
 			break; /* the server closed the connection: the rest is moot */
 		uv_run(cl->loop, UV_RUN_NOWAIT);
 		fuzz_client_read(cl);
-		if (uv_hrtime() - start > (uint64_t)FUZZ_IDLE_LIMIT_MS * 1000000u)
+		if (uv_hrtime() - start > fuzz_idle_limit_ns())
 			fuzz_fail(__FILE__, __LINE__, "the server stopped reading");
 	}
 }

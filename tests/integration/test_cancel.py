@@ -77,14 +77,20 @@ def behind_a_slow_create(ch, method, req, blocker):
     cannot meet while queued; waits for all. Returns the second call's status
     and the blockers' volumes."""
     first = [pool.submit(call, node_ch, "CreateVolume", create("%s-%d" % (blocker, i))) for i in range(LANES)]
-    time.sleep(0.3)  # the blockers are running
+    # The blockers are running: the node has started their delays (a `sleep`
+    # child each), whatever the load made them take to get there.
+    pt.wait_until(lambda: len(pt.children(node.proc.pid, "sleep")) >= LANES, 30,
+                  "the blocking creates did not start")
     code, details, _ = call(ch, method, req, timeout=0.4)
     vols = []
     for f in first:
         fc, fd, fr = f.result()
         pt.check(fc == SC.OK, "a blocking create: %s %s" % (fc, fd))
         vols.append(fr.volume.volume_id)
-    time.sleep(DELAY + 0.5)  # what was not cancelled would have run by now
+    # What was not cancelled would have run by now. (Only a check that
+    # something did not happen depends on this sleep: load can make it miss
+    # a fault, never fail a correct driver.)
+    time.sleep(DELAY + 0.5)
     return code, details, vols
 
 
@@ -115,7 +121,7 @@ def _():
 
 @t.test("controller: a CreateVolume whose deadline passes cancels the node's call and its queued work")
 def _():
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 40
     while call(ctl_ch, "GetCapacity", csi.GetCapacityRequest())[2].available_capacity == 0:
         pt.check(time.monotonic() < deadline, "n1 did not register")
         time.sleep(0.2)

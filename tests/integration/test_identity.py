@@ -169,7 +169,7 @@ def bad_flag_test(flag, word):
         name = flag.lstrip("-").split("=")[0]
         # The bad flag replaces a good one of the same name, or is added.
         args = [a for a in args if a.lstrip("-").split("=")[0] != name] + [flag]
-        rc, out, err = pt.run_driver(DRIVER, args, timeout=3)
+        rc, out, err = pt.run_driver(DRIVER, args)
         lines = [l for l in err.split("\n") if l.strip()]
         pt.check(rc == 2, "exit %d, want 2; stderr:\n%s" % (rc, err))
         pt.check(len(lines) == 1, "want exactly one line on stderr, got %d:\n%s" % (len(lines), err))

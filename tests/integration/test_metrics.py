@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -115,16 +116,50 @@ def promtool(text, allow=()):
     return findings
 
 
+def probe_buckets(ports):
+    """[(upper bound, cumulative count)] of the Probe calls' histogram summed
+    over the drivers on |ports|, ascending, +Inf last."""
+    total = {}
+    for port in ports:
+        for n, ls, v in parse(scrape(port)[1])["samples"]:
+            if n == OPS + "_bucket" and ls.get("method_name") == "/csi.v1.Identity/Probe":
+                total[float(ls["le"])] = total.get(float(ls["le"]), 0.0) + v
+    return sorted(total.items())
+
+
+def quantile(q, buckets):
+    """Prometheus' histogram_quantile over cumulative |buckets|: linear
+    interpolation inside the bucket the rank falls in (from 0 in the first);
+    the highest finite bound when it falls in +Inf."""
+    count = buckets[-1][1]
+    rank = q * count
+    lo, below = 0.0, 0.0
+    for i, (le, c) in enumerate(buckets):
+        if c >= rank:
+            if le == float("inf"):
+                return buckets[-2][0]
+            if i == 0 and le <= 0:
+                return le
+            return lo + (le - lo) * (rank - below) / (c - below)
+        lo, below = le, c
+    return float("nan")
+
+
 # --------------------------------------------------------------------------
 # A fake node controller (for a registration the controller accepts)
 
 SLOW_CREATE_S = 3.0
+# The fake node's CreateVolume: |entered| once it has the request, then it
+# answers when the test sets |release| (and SLOW_CREATE_S after it came at the
+# earliest), so that the test knows the call is still in flight.
+CREATE = {"entered": threading.Event(), "release": threading.Event()}
 
 
 def start_fake_node(port):
     """An insecure gRPC server answering the node controller calls the
     controller makes when a node registers (empty volume list, capacity), and
-    a CreateVolume that takes SLOW_CREATE_S seconds."""
+    a CreateVolume that takes SLOW_CREATE_S seconds at least and lasts until
+    the test releases it (CREATE)."""
     p = pt.protos()
     csi = p.csi
     lv_path, lv_req, lv_resp = pt.rpc(csi, "Controller", "ListVolumes")
@@ -134,7 +169,10 @@ def start_fake_node(port):
     from google.protobuf import wrappers_pb2
 
     def slow_create(req, ctx):
-        time.sleep(SLOW_CREATE_S)
+        t0 = time.monotonic()
+        CREATE["entered"].set()
+        CREATE["release"].wait(120)
+        time.sleep(max(0.0, SLOW_CREATE_S - (time.monotonic() - t0)))
         return cv_resp(volume=csi.Volume(
             volume_id=req.name, capacity_bytes=max(req.capacity_range.required_bytes, 4 << 20),
             accessible_topology=[csi.Topology(segments={DRIVER_NAME + "/node": "fake-node"})]))
@@ -172,14 +210,15 @@ RPORT = pt.free_port()
 
 
 def _start_controller():
+    state["spawned"] = time.time()
     args = ["-mode=controller", "-endpoint=unix://" + SOCK,
             "-registryEndpoint=tcp://127.0.0.1:%d" % RPORT, "-insecure", "-registrationGrace=0",
             "-metricsListen=127.0.0.1:%d" % MPORT, "-logFormat=json", "-v=5"]
     return pt.Daemon(DRIVER, args, name="controller", workdir=WORK).start()
 
 
-ctrl = pt.Lazy(_start_controller)
 state = {}
+ctrl = pt.Lazy(_start_controller)
 
 
 def scrape(port=MPORT):
@@ -209,8 +248,11 @@ def _():
                       ("process_open_fds", "gauge"), ("process_max_fds", "gauge"),
                       ("process_start_time_seconds", "gauge"), (OPS, "histogram"), ("pmem_nodes", "gauge")):
         pt.check(p["families"].get(name) == typ, "%s: type %r, want %s" % (name, p["families"].get(name), typ))
+    # Between the moment this script started it and now: /proc's boot time is
+    # whole seconds (the value may be up to 1 s early), its clock ticks 1/100 s.
     start = value(p, "process_start_time_seconds")
-    pt.check(abs(start - time.time()) < 120, "process_start_time_seconds %s is not about now" % start)
+    pt.check(state["spawned"] - 1.5 <= start <= time.time() + 0.5,
+             "process_start_time_seconds %s, started at %.2f, now %.2f" % (start, state["spawned"], time.time()))
     rss = value(p, "process_resident_memory_bytes")
     pt.check(1 << 20 < rss < 1 << 30, "process_resident_memory_bytes %s" % rss)
     pt.check(3 <= value(p, "process_open_fds") <= value(p, "process_max_fds"), "open/max fds")
@@ -223,30 +265,46 @@ def _():
 @t.test("operation histogram counts 3 Probe, 2 GetPluginInfo, 1 unknown method exactly")
 def _():
     ctrl.get()
-    before = parse(scrape()[1])
     ch = pt.unix_channel(SOCK)
+    took = {}  # (method, code) -> each call's round trip as this client saw it
+
+    def timed(m, code, fn):
+        t0 = time.monotonic()
+        got = fn()
+        took.setdefault((m, code), []).append(time.monotonic() - t0)
+        pt.check(got == code, "%s: %s, want %s" % (m, got, code))
     try:
+        pt.probe(ch)  # the connection is made: the calls below time only themselves
+        before = parse(scrape()[1])
         for _ in range(3):
-            pt.check(identity_call(ch, "Probe")[0] == grpc.StatusCode.OK, "Probe failed")
+            timed("/csi.v1.Identity/Probe", "OK", lambda: identity_call(ch, "Probe")[0].name)
         for _ in range(2):
-            pt.check(identity_call(ch, "GetPluginInfo")[0] == grpc.StatusCode.OK, "GetPluginInfo failed")
+            timed("/csi.v1.Identity/GetPluginInfo", "OK", lambda: identity_call(ch, "GetPluginInfo")[0].name)
         path, req, resp = pt.rpc(pt.protos().csi, "Identity", "Probe")
-        code, _, _ = pt.call_code(ch, "/csi.v1.Identity/NoSuchMethod", req(), resp)
-        pt.check(code == grpc.StatusCode.UNIMPLEMENTED, "unknown method: %s" % code)
+        timed("/csi.v1.Identity/NoSuchMethod", "UNIMPLEMENTED",
+              lambda: pt.call_code(ch, "/csi.v1.Identity/NoSuchMethod", req(), resp)[0].name)
     finally:
         ch.close()
     after = parse(scrape()[1])
     want = {("/csi.v1.Identity/Probe", "OK"): 3, ("/csi.v1.Identity/GetPluginInfo", "OK"): 2,
             ("/csi.v1.Identity/NoSuchMethod", "UNIMPLEMENTED"): 1}
+
+    def delta(name, m, code, **le):
+        return ((value(after, name, method_name=m, grpc_status_code=code, **le) or 0)
+                - (value(before, name, method_name=m, grpc_status_code=code, **le) or 0))
     for (m, code), n in want.items():
         d = op_count(after, m, code) - op_count(before, m, code)
         pt.check(d == n, "%s %s: counted %s calls, made %d" % (m, code, d, n))
-        # Identity calls take microseconds: all in the first bucket.
-        le = value(after, OPS + "_bucket", method_name=m, grpc_status_code=code, le="0.1")
-        inf = value(after, OPS + "_bucket", method_name=m, grpc_status_code=code, le="+Inf")
-        pt.check(le == inf == op_count(after, m, code), "%s buckets: le=0.1 %s, +Inf %s" % (m, le, inf))
-        s = value(after, OPS + "_sum", method_name=m, grpc_status_code=code)
-        pt.check(0 <= s < op_count(after, m, code), "%s _sum %s" % (m, s))
+        # The daemon times a call inside the round trip this client timed:
+        # each call this client saw end within 0.1 s is in the first bucket,
+        # and the sum is at most the round trips' (not a speed: a loaded
+        # machine slows both alike).
+        fast = sum(1 for x in took[(m, code)] if x <= 0.1)
+        le, inf = delta(OPS + "_bucket", m, code, le="0.1"), delta(OPS + "_bucket", m, code, le="+Inf")
+        pt.check(fast <= le <= inf == n, "%s buckets: le=0.1 +%s, +Inf +%s; %d of %d round trips within 0.1 s (%s)"
+                 % (m, le, inf, fast, n, ", ".join("%.3f" % x for x in took[(m, code)])))
+        s = delta(OPS + "_sum", m, code)
+        pt.check(0 <= s <= sum(took[(m, code)]), "%s _sum +%s, the round trips %.3f s" % (m, s, sum(took[(m, code)])))
     # Bucket bounds: ascending, csi-lib-utils' set, +Inf last.
     les = [ls["le"] for n, ls, v in after["samples"]
            if n == OPS + "_bucket" and ls["method_name"] == "/csi.v1.Identity/Probe" and ls["grpc_status_code"] == "OK"]
@@ -265,6 +323,7 @@ def _():
     path, req, resp = pt.rpc(p.registry, "Registry", "RegisterNodeController")
     ch = pt.insecure_channel(RPORT)
     try:
+        t0 = time.monotonic()
         code, details, _ = pt.call_code(ch, path, req(node_id="fake-node", endpoint="tcp://127.0.0.1:%d" % fport),
                                         resp, timeout=20)
     finally:
@@ -272,9 +331,13 @@ def _():
     pt.check(code == grpc.StatusCode.OK, "RegisterNodeController: %s %s" % (code, details))
     time.sleep(1.1)
     m = parse(scrape()[1])
+    since = time.monotonic() - t0
     pt.check(value(m, "pmem_nodes") == 1, "pmem_nodes = %s" % value(m, "pmem_nodes"))
+    # Registered inside the call: at least the 1.1 s slept after its answer,
+    # at most the time since it was made (both measured here; milliseconds).
     age = value(m, "pmem_node_registration_age_seconds", node="fake-node")
-    pt.check(age is not None and 1.0 <= age < 30, "registration age %r" % age)
+    pt.check(age is not None and 1.1 - 0.01 <= age <= since + 0.01,
+             "registration age %r, registered between %.2f and 1.1 s ago" % (age, since))
 
 
 @t.test("the endpoint answers in milliseconds while a CreateVolume waits %.0fs for its node" % SLOW_CREATE_S)
@@ -289,28 +352,45 @@ def _():
                       access_mode=csi.VolumeCapability.AccessMode(
                           mode=csi.VolumeCapability.AccessMode.SINGLE_NODE_WRITER))])
     ch = pt.unix_channel(SOCK)
-    worst, n = 0.0, 0
+    paths = ("/metrics", "/healthz", "/metrics/simple")
+
+    def one_round():
+        w = 0.0
+        for p in paths:
+            s0 = time.monotonic()
+            status, _, _ = http_get(MPORT, p, timeout=60)
+            w = max(w, time.monotonic() - s0)
+            pt.check(status == 200, "%s: HTTP %d" % (p, status))
+        return w
+    # The same requests, moments before, with nothing in flight: the reference.
+    ref = max(one_round() for _ in range(3))
+    worst, rounds = 0.0, 0
     try:
         with futures.ThreadPoolExecutor(1) as ex:
             t0 = time.monotonic()
-            f = ex.submit(pt.call_code, ch, path, req, resp, 30)
-            time.sleep(0.2)
-            while not f.done():
-                for p in ("/metrics", "/healthz", "/metrics/simple"):
-                    s0 = time.monotonic()
-                    status, _, _ = http_get(MPORT, p)
-                    worst = max(worst, time.monotonic() - s0)
-                    pt.check(status == 200, "%s: HTTP %d during CreateVolume" % (p, status))
-                    n += 1
-                time.sleep(0.05)
-            took = time.monotonic() - t0
+            f = ex.submit(pt.call_code, ch, path, req, resp, 120)
+            pt.check(CREATE["entered"].wait(60), "the fake node never got the CreateVolume")
+            # Ten rounds answered while the node holds the create (it answers
+            # only when released below): the order shows the loop serves the
+            # endpoint while a call waits, whatever the machine's load.
+            while rounds < 10:
+                worst = max(worst, one_round())
+                rounds += 1
+                if f.done():
+                    raise pt.TestFailure("CreateVolume ended before it was released: %r" % (f.result()[:2],))
+            CREATE["release"].set()
             code, details, _ = f.result()
+            took = time.monotonic() - t0
     finally:
+        CREATE["release"].set()
         ch.close()
     pt.check(code == grpc.StatusCode.OK, "CreateVolume: %s %s" % (code, details))
     pt.check(took >= SLOW_CREATE_S, "CreateVolume took only %.1fs" % took)
-    t.diag("%d requests during a %.1fs CreateVolume; slowest %.1f ms" % (n, took, worst * 1000))
-    pt.check(n >= 10 and worst < 1.0, "slowest of %d answers took %.2fs" % (n, worst))
+    t.diag("%d rounds of %d requests during a %.1fs CreateVolume; slowest %.1f ms (%.1f ms before it)"
+           % (rounds, len(paths), took, worst * 1000, ref * 1000))
+    # And as fast as with nothing in flight, give or take what load does.
+    lim = pt.allowance(ref, factor=10, floor=1.0)
+    pt.check(worst < lim, "slowest answer during the create %.2fs, before it %.3fs (limit %.2fs)" % (worst, ref, lim))
     # The histogram put the slow call where it belongs: above 2.5 s, below 5 s... or
     # at most in 10 s on a loaded machine; in any case not in the fast buckets.
     m = parse(scrape()[1])
@@ -353,21 +433,31 @@ def _():
 @t.test("connection limit: 40 idle connections, the endpoint still answers afterwards")
 def _():
     ctrl.get()
+    import select
     conns = [socket.create_connection(("127.0.0.1", MPORT), timeout=5) for _ in range(40)]
-    time.sleep(0.3)
-    closed = 0
-    for s in conns:
-        s.settimeout(0.5)
-        try:
-            if s.recv(1) == b"":
-                closed += 1
-        except socket.timeout:
-            pass
+    # Wait (generously: it costs nothing when the limit works) until the
+    # connections over the limit have been hung up.
+    closed, open_ = set(), list(conns)
+    deadline = time.monotonic() + 30
+    while len(closed) < 40 - 32 and time.monotonic() < deadline:
+        for s in select.select(open_, [], [], 0.5)[0]:
+            try:
+                if s.recv(1) == b"":
+                    closed.add(s)
+            except ConnectionResetError:
+                closed.add(s)
+        open_ = [s for s in conns if s not in closed]
     for s in conns:
         s.close()
-    pt.check(closed >= 40 - 32, "only %d of 40 connections were refused (limit 32)" % closed)
-    time.sleep(0.3)
-    pt.check(http_get(MPORT, "/healthz")[0] == 200, "no answer after the burst")
+    pt.check(len(closed) >= 40 - 32, "only %d of 40 connections were refused (limit 32)" % len(closed))
+
+    def healthz():
+        try:
+            return http_get(MPORT, "/healthz")[0] == 200
+        except OSError:
+            return False
+    # Answers again once it has seen the 40 go (a wait, not a measure).
+    pt.wait_until(healthz, 30, "/healthz after the burst")
 
 
 # --------------------------------------------------------------------------
@@ -383,11 +473,13 @@ def _start_node():
             "-statePath=" + os.path.join(wd, "state"), "-deviceManager=fake-for-testing-only",
             "-metricsListen=127.0.0.1:%d" % NPORT, "-v=5"]
     d = pt.Daemon(DRIVER, args, name="node", workdir=wd).start(wait=False)
-    time.sleep(0.3)
-    if not d.running() and "not part of this build" in d.stderr_text():
-        d.stop()
-        raise pt.Skip("no test-only backend in this build (-Dfake-backend=true)")
-    d.wait_ready()
+    try:
+        d.wait_ready()
+    except pt.DaemonError:
+        if "not part of this build" in d.stderr_text():
+            d.stop()
+            raise pt.Skip("no test-only backend in this build (-Dfake-backend=true)")
+        raise
     return d
 
 
@@ -415,11 +507,14 @@ def _():
     csi = pt.protos().csi
     node.get()
     cap = node_call("GetCapacity", csi.GetCapacityRequest())
+    t0 = time.monotonic()
     g = node_gauges(parse(scrape(NPORT)[1]))
+    scrape_s = time.monotonic() - t0
     pt.check(g["available"] == cap.available_capacity and g["max_volume_size"] == cap.maximum_volume_size.value,
              "gauges %r vs GetCapacity %r" % (g, cap))
     pt.check(g["total"] >= g["managed"] >= g["available"] > 0, "gauges %r" % g)
-    pt.check(0 <= g["age_seconds"] < 1, "age %r" % g["age_seconds"])
+    # Read for this scrape: not older than the scrape itself took here.
+    pt.check(0 <= g["age_seconds"] <= scrape_s + 0.01, "age %r after a %.3f s scrape" % (g["age_seconds"], scrape_s))
     mk = csi.CreateVolumeRequest(name="pvc-metrics", capacity_range=csi.CapacityRange(required_bytes=100 << 20),
                                  volume_capabilities=[csi.VolumeCapability(
                                      mount=csi.VolumeCapability.MountVolume(fs_type="ext4"),
@@ -515,12 +610,26 @@ def _():
         # and a rate that Prometheus can compute over the histogram.
         r = query('time() - process_start_time_seconds{job="pmem-csi"}')
         age = float(r[0]["value"][1])
-        pt.check(0 <= age < 300, "process age per Prometheus: %s s" % age)
+        # Between 0 and the time since this script started it (the start time
+        # may be up to 1 s early: /proc's boot time is whole seconds).
+        pt.check(0 <= age <= time.time() - state["spawned"] + 1.5,
+                 "process age per Prometheus: %s s, started %.1f s ago" % (age, time.time() - state["spawned"]))
         r = query('process_resident_memory_bytes{job="pmem-csi"}')
         pt.check(float(r[0]["value"][1]) > 1 << 20, "rss %r" % r)
-        r = query('histogram_quantile(0.9, sum by (le) (%s_bucket{method_name="/csi.v1.Identity/Probe"}))' % OPS)
-        q90 = float(r[0]["value"][1])
-        pt.check(0 < q90 <= 0.1, "90th percentile of Probe %s s" % q90)
+        # Prometheus' quantile is the one the scraped buckets give (the same
+        # interpolation, here): it computes over the histogram as exported,
+        # whatever the machine's load put into which bucket.
+        q = 'histogram_quantile(0.9, sum by (le) (%s_bucket{method_name="/csi.v1.Identity/Probe"}))' % OPS
+        ports = [MPORT] + ([NPORT] if node.peek() is not None else [])
+
+        def same():
+            want_q = quantile(0.9, probe_buckets(ports))
+            r = query(q)
+            got_q = float(r[0]["value"][1]) if r else None
+            state["q90"] = (got_q, want_q)
+            return got_q is not None and 0 < got_q and abs(got_q - want_q) <= 1e-9 * want_q
+        pt.wait_until(same, 30, lambda: "Prometheus' 90th percentile of Probe, and from the buckets: %r"
+                      % (state["q90"],))
         t.diag("Prometheus %s saw %d series from the driver"
                % (subprocess.run([PROMETHEUS, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                   .stdout.decode().split("\n")[0], len(query('{job="pmem-csi"}'))))
@@ -608,6 +717,7 @@ def _():
 @t.test("SIGTERM with an idle keep-alive connection and a half-sent request: exit 0 promptly")
 def _():
     d = ctrl.get()
+    ref = pt.sigterm_reference(DRIVER)  # an idle controller's exit, here and now
     keep = http.client.HTTPConnection("127.0.0.1", MPORT, timeout=5)
     keep.request("GET", "/metrics")
     keep.getresponse().read()
@@ -615,12 +725,15 @@ def _():
     half.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
     time.sleep(0.2)
     t0 = time.monotonic()
-    rc = d.stop()
+    rc = d.stop(timeout=60)
     took = time.monotonic() - t0
     keep.close()
     half.close()
     pt.check(rc == 0, "exit code %r\n%s" % (rc, d.stderr_text()[-2000:]))
-    pt.check(took < 3, "took %.1fs to stop" % took)
+    # As prompt as an idle controller give or take load; one that waited for
+    # either connection would take the 10 s request timeout or more.
+    lim = min(8.0, pt.allowance(ref, factor=10, floor=3.0))
+    pt.check(took < lim, "took %.1fs to stop, an idle controller %.2fs (limit %.1fs)" % (took, ref, lim))
     pt.check("handles still open" not in d.stderr_text(), "loop closed with handles open")
 
 

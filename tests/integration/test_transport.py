@@ -256,30 +256,41 @@ def _():
     d.stop()
 
 
-def sigterm_check(d, sock, limit):
+def sigterm_check(d, sock, floor):
+    """SIGTERM |d|: exit 0, |sock| removed, as promptly as an idle controller
+    measured here and now (pt.sigterm_reference): within ten times that, at
+    least |floor| s. It is waited for a minute, so a slow exit on a loaded
+    machine is told from a hung one."""
+    ref = pt.sigterm_reference(DRIVER)
+    limit = pt.allowance(ref, factor=10, floor=floor)
     t0 = time.monotonic()
     d.signal(signal.SIGTERM)
-    rc = d.wait(limit)
+    rc = d.wait(60)
     took = time.monotonic() - t0
     if rc is None:
         d.kill()
-        raise pt.TestFailure("still running %.0fs after SIGTERM (killed)\n%s" % (limit, pt._tail(d.stderr_text())))
+        raise pt.TestFailure("still running 60 s after SIGTERM (killed)\n%s" % pt._tail(d.stderr_text()))
     pt.check(rc == 0, "exit code %d after SIGTERM, want 0\n%s" % (rc, pt._tail(d.stderr_text())))
     pt.check(not os.path.exists(sock), "socket %s still exists after exit" % sock)
-    t.diag("exited %.2fs after SIGTERM" % took)
+    pt.check(took < limit, "exited %.2f s after SIGTERM, an idle controller in %.2f s (limit %.1f s)"
+             % (took, ref, limit))
+    t.diag("exited %.2fs after SIGTERM (an idle controller: %.2f s)" % (took, ref))
 
 
-@t.test("SIGTERM: exit 0 within 5s and the unix socket file is removed")
+@t.test("SIGTERM: exit 0 promptly (as an idle controller measured now) and the unix socket file is removed")
 def _():
     sock = os.path.join(pt.mkdtemp(), "csi.sock")
     d = start_on(sock, "sigterm")
     sigterm_check(d, sock, 5)
 
 
-@t.test("SIGTERM with an idle client connected (-shutdownGrace=2): exit 0 within 5s, socket removed")
+@t.test("SIGTERM with an idle client connected (-shutdownGrace=30): exit 0 promptly, not after the grace, "
+        "socket removed")
 def _():
     sock = os.path.join(pt.mkdtemp(), "csi.sock")
-    d = pt.Daemon(DRIVER, controller_args(sock, pt.free_port(), ["-shutdownGrace=2"]),
+    # A grace far above the limit: an exit that waited for the idle
+    # connection is told from a prompt one on any machine.
+    d = pt.Daemon(DRIVER, controller_args(sock, pt.free_port(), ["-shutdownGrace=30"]),
                   name="sigterm-idle").start()
     ch = pt.unix_channel(sock)
     try:

@@ -54,6 +54,10 @@ def selected(name):
 
 
 def wait_for(cond, timeout, what):
+    """Polls cond() for |timeout| seconds, what an idle machine needs with room
+    to spare, times three: a wait costs time only when something is broken,
+    and ASan next to other suites on two cores is slow."""
+    timeout *= 3
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():

@@ -177,7 +177,7 @@ def run_line(i, args, api):
     p = subprocess.Popen([DRIVER] + argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env, cwd=box)
     problems = []
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a wait (ASan, a loaded machine), not a measure
         served = {"metrics": port is None, "probe": mode != "node" or sock is None,
                   "ready": mode != "webhooks" or port is None}
         while time.monotonic() < deadline and not all(served.values()):

@@ -635,7 +635,7 @@ def _():
                 os.chown(p, 0, 0)
                 os.chmod(p, v["secret"].get("defaultMode", 0o644) & 0o770)
     prog, args = lp.command(lp.args())
-    rc, out, err = pt.run_driver(prog, args, timeout=10)
+    rc, out, err = pt.run_driver(prog, args)
     pt.check(rc != 0 and ("TLS" in err or "ermission" in err),
              "the controller started without being able to read its key? exit %d\n%s" % (rc, err))
 

@@ -50,11 +50,12 @@ SLACK_KIB = int(os.environ.get("PCSI_RSS_SLACK_KIB", "512"))
 PAUSE = float(os.environ.get("PCSI_SOAK_PAUSE", "0"))  # seconds between a client's rounds
 # Answers that a busy driver gives by design and clients retry.
 EXPECTED = {SC.ABORTED, SC.RESOURCE_EXHAUSTED}
-# A client process starting in a loaded guest (Python, gRPC, the protos) can
-# miss gRPC's 20 s connect deadline while the prober, on the same socket, is
-# answered within a second or two: counted and printed, retried like kubelet
-# and the sidecars retry UNAVAILABLE; the prober's Probe latency is the
-# measure of the driver's responsiveness.
+# A connection attempt that misses gRPC's connect deadline (20 s: python3-
+# grpcio's default since pcsi_test no longer sets min_reconnect_backoff_ms,
+# which had made it 100 ms and accounted for most of these) while the
+# prober, on the same socket, is answered: counted and printed, retried like
+# kubelet and the sidecars retry UNAVAILABLE; the prober's Probe latency is
+# the measure of the driver's responsiveness.
 CONNECT_SLOW = "before receiving SETTINGS frame"
 
 

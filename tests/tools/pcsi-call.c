@@ -79,6 +79,11 @@ static void start_call(void)
 
 	reg.node_id = unreg.node_id = (char *)o.node;
 	reg.endpoint = (char *)o.target;
+	/* The call's deadline and -cancelAfter count from the loop's clock,
+	 * which libuv read when this turn began (at the first call, before the
+	 * TLS context was loaded): read it now, so that elapsed_ms is measured
+	 * from the same moment and a deadline never looks early. */
+	uv_update_time(uv_default_loop());
 	started = pcsi_now_ms();
 	in_call = true;
 	if (o.unregister)

@@ -503,12 +503,14 @@ END_TEST
 /* With delayed creates (a `sleep` child each) and two lanes: the creates
  * that run count their space as used from their start, so a capacity
  * answered meanwhile (at once, before any create ends) is exact; the one
- * that waits for a lane counts nothing yet and can still be cancelled. */
+ * that waits for a lane counts nothing yet and can still be cancelled. The
+ * delay (1 s) is longer than a loaded machine stalls this process between
+ * the start and the loop's first turn: the order holds. */
 START_TEST(running_creates_count_as_used)
 {
 	struct op a, b, c, cap;
 
-	ck_assert_int_eq(setenv("PCSI_FAKE_DELAY_MS", "300", 1), 0);
+	ck_assert_int_eq(setenv("PCSI_FAKE_DELAY_MS", "1000", 1), 0);
 	ck_assert_int_eq(setenv("PCSI_FAKE_LANES", "2", 1), 0);
 	pcsi_backend_free(be);
 	new_backend();

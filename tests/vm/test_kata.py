@@ -204,7 +204,7 @@ def check_image(path, fs):
     try:
         name = os.path.basename(dev)
         p1 = "/sys/block/%s/%sp1" % (name, name)
-        for _ in range(100):
+        for _ in range(1200):  # a wait (a minute at most), not a measure
             if os.path.exists(p1):
                 break
             time.sleep(0.05)
@@ -450,7 +450,7 @@ def ephemeral(fs):
         subprocess.run(["umount", tg], check=True)
         img = os.path.join(host_mount(vid[0]), IMAGE)
         # Our loop device went with the target (autoclear).
-        for _ in range(250):
+        for _ in range(3000):  # autoclear runs in the kernel's own time: a minute at most
             if not loops():
                 break
             time.sleep(0.02)

@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 import grpc  # noqa: E402
@@ -242,13 +243,48 @@ def _():
 
 @t.test("DeleteVolume of a published volume waits for it within the deadline, then FAILED_PRECONDITION; volume kept")
 def _():
-    t0 = time.monotonic()
-    code, details, _ = rpc("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=state["v1"].volume_id),
-                           timeout=4)
-    took = time.monotonic() - t0
-    pt.check(code == SC.FAILED_PRECONDITION and "in use" in details, "%s %s" % (code, details))
-    pt.check(2 <= took < 4, "answered after %.2f s: the wait is the deadline less a second" % took)
+    # The daemon is told a 4 s deadline (grpc-timeout) while this client
+    # waits as long as it takes: a late answer on a loaded machine shows as
+    # late, not as the client's own DEADLINE_EXCEEDED. The daemon's reason
+    # (FAILED_PRECONDITION, not the DEADLINE_EXCEEDED its own deadline timer
+    # would send) shows it answered before the deadline by its own clock,
+    # whatever the load; no earlier than 2 s: it waited. The margin (it
+    # polls every 250 ms until the deadline less a second) is a time: 3 s
+    # plus a multiple of a Probe measured just before plus what the machine
+    # held this process back (pt.StallMeter) in the first half second (the
+    # request may not have arrived: the daemon's deadline moves with it) and
+    # from 2.5 s on (a stall between delays nothing: the daemon waits on its
+    # timer either way), judged on an attempt with less than half a second
+    # of such stalls (a guest held back 4 s took 8.4 s once); up to five
+    # attempts. Past 1 s of allowance an answer at the deadline itself could
+    # no longer be told apart.
+    req = csi.DeleteVolumeRequest(volume_id=state["v1"].volume_id).SerializeToString()
+    headers = pt.grpc_request_headers("/csi.v1.Controller/DeleteVolume", extra=[("grpc-timeout", "4S")])
+    tries = []
+    for _ in range(5):
+        with pt.StallMeter() as sm:
+            ref = pt.slowest(lambda: pt.probe(ch, timeout=60), meter=sm)
+            t0 = time.monotonic()
+            res = pt.h2_request(SOCK, headers, pt.grpc_frame(req), timeout=120)
+            t1 = time.monotonic()
+        took, held = t1 - t0, sm.during(t0, t0 + 0.5) + sm.during(t0 + 2.5, t1)
+        status = pt.grpc_status_of(res)
+        details = urllib.parse.unquote(res["trailers"].get("grpc-message", res["headers"].get("grpc-message", "")))
+        pt.check(status == str(SC.FAILED_PRECONDITION.value[0]) and "in use" in details, "%s %s" % (status, details))
+        pt.check(took >= 2, "answered after %.2f s: it did not wait" % took)
+        tries.append("%.2f s (held back %.2f s before 0.5 s and after 2.5 s, %.2f s in all; a Probe %.3f s)"
+                     % (took, held, sm.during(t0, t1), ref))
+        if held < 0.5:
+            lim = 3 + pt.allowance(ref, factor=10, floor=0.9) + held
+            pt.check(took < lim, "answered after %s, limit %.2f s: the wait is the deadline less a second"
+                     % (tries[-1], lim))
+            break
     pt.check(state["v1"].volume_id in listed_ids(), "volume gone")
+    if len(tries) > 1:
+        t.diag("attempts: %s" % "; ".join(tries))
+    if held >= 0.5:
+        raise pt.Skip("the margin before the deadline was not judged: the machine held this test back in each of "
+                      "5 attempts (%s); the order, the wait and the volume were checked" % "; ".join(tries))
 
 
 @t.test("a node restart between publish and unpublish keeps everything working")
@@ -404,14 +440,20 @@ def _():
     pt.check([i for i in listed_ids() if i == v.volume_id] == [v.volume_id], "duplicate")
     st = os.path.join(WORK, "staging-race")
     spath, _, sresp = pt.rpc(csi, "Node", "NodeStageVolume")
-    t0 = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+    with pt.StallMeter() as sm, concurrent.futures.ThreadPoolExecutor(1) as ex:
+        # Probes with nothing in flight, moments before (less stalls too).
+        ref = pt.slowest(lambda: pt.probe(ch, timeout=60), meter=sm)
+        t0 = time.monotonic()
         f = ex.submit(pt.call_code, ch, spath, stage(v.volume_id, st, ctx=v.volume_context), sresp, 120)
-        worst, answered = 0.0, 0
+        worst, answered, worst_raw = 0.0, 0, 0.0
         while not f.done():
             t1 = time.monotonic()
-            pt.probe(ch, timeout=30)
-            worst = max(worst, time.monotonic() - t1)
+            pt.probe(ch, timeout=60)
+            t2 = time.monotonic()
+            # What the daemon took, less what the machine held every process
+            # back meanwhile (a stalled TCG guest stalls this client too).
+            worst = max(worst, t2 - t1 - sm.during(t1, t2))
+            worst_raw = max(worst_raw, t2 - t1)
             answered += 1
             time.sleep(0.02)
         staged = f.result()
@@ -421,14 +463,16 @@ def _():
                                                                          staging_target_path=st))
     ok_call("Controller", "DeleteVolume", csi.DeleteVolumeRequest(volume_id=v.volume_id))
     pt.check(staged[0] == SC.OK, str(staged))
-    t.diag("NodeStageVolume (mkfs) %.2f s; %d Probes answered meanwhile, the slowest in %.1f ms"
-           % (took, answered, worst * 1000))
+    t.diag("NodeStageVolume (mkfs) %.2f s; %d Probes answered meanwhile, the slowest in %.1f ms (%.1f ms less "
+           "stalls); %.1f ms before it" % (took, answered, worst_raw * 1000, worst * 1000, ref * 1000))
     # A loop that waited for mkfs would hold a Probe for most of the stage;
-    # one that does not answers several, each in a fraction of it (a ratio,
-    # not a time: a loaded machine slows both alike).
-    pt.check(answered >= 2 and worst < max(took / 2, 0.25),
-             "%d Probes during a %.2f s NodeStageVolume, the slowest %.2f s: the loop waited for mkfs"
-             % (answered, took, worst))
+    # one that does not answers several, each in a fraction of it or in a
+    # multiple of a Probe before it (ratios, not times: a loaded machine
+    # slows both alike), less any stall of the whole machine.
+    lim = max(took / 2, pt.allowance(ref, factor=10, floor=0.25))
+    pt.check(answered >= 2 and worst < lim,
+             "%d Probes during a %.2f s NodeStageVolume, the slowest %.2f s less stalls (limit %.2f s, a Probe "
+             "before %.3f s): the loop waited for mkfs" % (answered, took, worst, lim, ref))
 
 
 @t.test("DAX huge pages: a MAP_SYNC mapping of a file on an ext4 and an xfs volume is served with 2 MiB "
@@ -667,28 +711,37 @@ def _():
         th = threading.Thread(target=lambda: res.update(r=pt.call_code(
             mch, path, create("pvc-metrics", 64 * MiB, params={"eraseafter": "false"}), resp, 120)))
         worst, worst_m, n = 0.0, 0.0, 0
-        c0 = time.monotonic()
-        th.start()
-        while th.is_alive():
-            for p in ("/healthz", "/metrics/simple"):
-                t0 = time.monotonic()
-                pt.check(get(p)[0] == 200, p)
-                worst = max(worst, time.monotonic() - t0)
-                n += 1
-            if n % 10 == 2:
-                t0 = time.monotonic()
-                pt.check(get("/metrics")[0] == 200, "/metrics")
-                worst_m = max(worst_m, time.monotonic() - t0)
-            time.sleep(0.02)
-        th.join()
+        with pt.StallMeter() as sm:
+            # The same requests with nothing in flight, moments before (less
+            # stalls): the reference.
+            ref = pt.slowest(lambda: [get(p) for p in ("/healthz", "/metrics/simple")], meter=sm)
+            c0 = time.monotonic()
+            th.start()
+            while th.is_alive():
+                for p in ("/healthz", "/metrics/simple"):
+                    t0 = time.monotonic()
+                    pt.check(get(p)[0] == 200, p)
+                    t1 = time.monotonic()
+                    worst = max(worst, t1 - t0 - sm.during(t0, t1))
+                    n += 1
+                if n % 10 == 2:
+                    t0 = time.monotonic()
+                    pt.check(get("/metrics")[0] == 200, "/metrics")
+                    t1 = time.monotonic()
+                    worst_m = max(worst_m, t1 - t0 - sm.during(t0, t1))
+                time.sleep(0.02)
+            th.join()
         took = time.monotonic() - c0
         pt.check(res["r"][0] == SC.OK, "CreateVolume: %s %s" % res["r"][:2])
         t.diag("during a %.1f s CreateVolume: %d answers, slowest /healthz or /metrics/simple %.1f ms, "
-               "slowest /metrics %.1f ms" % (took, n, worst * 1000, worst_m * 1000))
+               "slowest /metrics %.1f ms (less stalls of the machine); %.1f ms before it"
+               % (took, n, worst * 1000, worst_m * 1000, ref * 1000))
         # A fast create leaves time for only a few answers; each of them must
         # still come back in a fraction of it (the create runs in the
-        # backend, not the loop), /metrics within its 2 s limit plus as much.
-        slack = max(0.3, took / 2)
+        # backend, not the loop) or a multiple of the same requests before
+        # it, /metrics within its 2 s limit plus as much; all less what the
+        # machine held this process back meanwhile (pt.StallMeter).
+        slack = max(took / 2, pt.allowance(ref, factor=10, floor=0.3))
         pt.check(n >= 1 and worst < slack and worst_m < 2.0 + slack,
                  "%d answers during %.2fs; slowest %.2fs, /metrics %.2fs" % (n, took, worst, worst_m))
         cap2 = mcall("Controller", "GetCapacity", csi.GetCapacityRequest())
@@ -826,10 +879,10 @@ def _():
         with open("/sys/block/%s/badblocks" % disk, "w") as bb:
             bb.write("%d 8\n" % dsector)
         t_inject = time.monotonic()
-        while series + " 8" not in scrape().splitlines() and time.monotonic() < t_inject + 30:
+        while series + " 8" not in scrape().splitlines() and time.monotonic() < t_inject + 120:
             time.sleep(0.1)
         seen = time.monotonic() - t_inject
-        pt.check(series + " 8" in scrape().splitlines(), "no %s 8 after 30 s" % series)
+        pt.check(series + " 8" in scrape().splitlines(), "no %s 8 after 120 s" % series)
         t.diag("media scan (-mediaScanInterval=1): the gauge showed the injected sectors %.1f s later" % seen)
     finally:
         rc = md.stop()
@@ -961,7 +1014,9 @@ if BACKEND == "lvm":
             deadline = time.monotonic() + 60
             while "pmem_region_bad_sectors{" not in scrape() and time.monotonic() < deadline:
                 time.sleep(0.2)
-            time.sleep(1)  # the first scan's end: the regions are watched after it
+            # The region gauges are set in the callback that ends a scan,
+            # which then watches the regions (daemon/node/media.c
+            # on_scanned): once a scrape shows them, the watch is armed.
             before = region_bad_sectors(scrape())
             # A software-injected, logged (not raised) machine check: an
             # uncorrected memory read error with a physical address (status

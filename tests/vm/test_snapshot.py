@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -219,7 +220,10 @@ def snapshot_while_writing(fs, size):
     n_before = w.n
     s = snapshot("snap-" + fs, src.id)
     pt.check(w.is_alive() and w.error is None, "writer: %s" % w.error)
-    time.sleep(0.3)
+    # Progress across the snapshot: waited for (generously), not slept for.
+    deadline = time.monotonic() + 60
+    while w.n <= n_before and w.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
     w.stop = True
     w.join(120)
     pt.check(w.n > n_before, "the writer made no progress across the snapshot (%d)" % w.n)
@@ -336,13 +340,29 @@ def kill_when_copying(call, budget=120):
             inside = True
             break
         time.sleep(0.01)
-    drv.kill()
+    drv.kill()  # returns once the driver is reaped: its pdeathsig has been sent
     th.join(30)
-    time.sleep(1)
+    # Order, not time: a copy still there must be dying (SIGKILL pending, or a
+    # zombie), however long the load makes its death take; then it is waited
+    # for, generously, before the driver starts again.
     copying = subprocess.run(["pgrep", "-f", COPY_DD], capture_output=True, text=True).stdout.split()
-    pt.check(not copying, "the copy outlived the driver: %r" % copying)
+    pt.check(all(dying(int(p)) for p in copying), "the copy outlived the driver: %r" % copying)
+    pt.wait_until(lambda: subprocess.run(["pgrep", "-f", COPY_DD], capture_output=True).returncode != 0, 60,
+                  "the killed copy did not go")
     drv.start()
     return inside
+
+
+def dying(pid):
+    """True when process |pid| is gone, a zombie, or has SIGKILL pending."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            st = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+    except OSError:
+        return True
+    kill_bit = 1 << (signal.SIGKILL - 1)
+    return (st.get("State", "").strip().startswith(("Z", "X")) or
+            any(int(st.get(k, "0").strip(), 16) & kill_bit for k in ("SigPnd", "ShdPnd")))
 
 
 @test("SIGKILL inside a snapshot's copy and inside a restore's: after the restart nothing half made is "

@@ -319,7 +319,7 @@ def kata_check_image(path, fs="ext4"):
     try:
         name = os.path.basename(dev)
         p1 = "/sys/block/%s/%sp1" % (name, name)
-        for _ in range(100):
+        for _ in range(1200):  # a wait (a minute at most), not a measure
             if os.path.exists(p1):
                 break
             time.sleep(0.05)
