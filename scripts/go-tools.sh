@@ -33,7 +33,9 @@ set -eu
 # optionally more `go build` flags (e.g. build tags). A name ending in "*" is
 # built on demand only (`go-tools.sh NAME`, without the "*"), not by the
 # default run that install-deps.sh does: grpc-goref, which only the
-# benchmark tests/bench/probe-bench.sh uses (it builds it on first use).
+# benchmark tests/bench/probe-bench.sh uses, and e2e.test, agnhost and
+# ginkgo, which only Kubernetes' storage e2e tests use (scripts/k8s-e2e.sh,
+# PCSI_K8S_E2E=1); each is built on first use.
 # Choose a pin with `go-tools.sh --versions NAME`. A module named local:DIR is
 # a small module of this repository (DIR, relative to the repository: go.mod
 # with every pin, go.sum, main.go, and optionally "ldflags"); its binary is
@@ -56,11 +58,11 @@ kube             local:tests/k8s/tools/kube@v1.36.1                           .
 coredns          local:tests/k8s/tools/coredns@v1.14.7                        .
 grpc-goref*      local:tests/bench/goref@v1.85.0                              .
 prometheus       github.com/prometheus/prometheus@v0.316.0                    github.com/prometheus/prometheus/cmd/prometheus  -tags=remove_all_sd,enable_kubernetes_sd
-e2e.test         local:tests/k8s/tools/e2e@v1.36.1                            .
+e2e.test*        local:tests/k8s/tools/e2e@v1.36.1                            .
 intel-pmem-csi   github.com/intel/pmem-csi@v1.1.0                             ./cmd/pmem-csi-driver
 intel-operator-cmdlines* github.com/intel/pmem-csi@v1.1.0                     ./cmd/pcsi-operator-cmdlines
-agnhost          local:tests/k8s/tools/e2e@v1.36.1                            k8s.io/kubernetes/test/images/agnhost
-ginkgo           local:tests/k8s/tools/e2e@v1.36.1                            github.com/onsi/ginkgo/v2/ginkgo
+agnhost*         local:tests/k8s/tools/e2e@v1.36.1                            k8s.io/kubernetes/test/images/agnhost
+ginkgo*          local:tests/k8s/tools/e2e@v1.36.1                            github.com/onsi/ginkgo/v2/ginkgo
 helm             helm.sh/helm/v4@v4.3.2                                       helm.sh/helm/v4/cmd/helm
 '
 

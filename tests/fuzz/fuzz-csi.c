@@ -322,14 +322,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pcsi_group_controller_init(&gctl, &node);
 	pcsi_cluster_init(&cluster, &loop, NULL);
 	pcsi_controller_init(&ctrl, &cluster, cfg.driver_name, flags & F_NO_GRACE ? 0 : 90000);
-	auth = pcsi_nodeauth_new(&loop,
-				 &(struct pcsi_nodeauth_opts){
-					 .shared = !(flags & F_PROVEN),
-					 .audience = cfg.driver_name,
-					 .sa_username = "system:serviceaccount:pmem-csi:pmem-csi-node",
-					 .max_proofs = 8,
-				 },
-				 NULL);
+	auth = pcsi_nodeauth_new(
+		&loop,
+		&(struct pcsi_nodeauth_opts){
+			.shared = !(flags & F_PROVEN),
+			.audience = cfg.driver_name,
+			.sa_username = "system:serviceaccount:pmem-csi:pmem-csi-node",
+			.max_proofs = 8,
+		},
+		NULL);
 	pcsi_registry_init(&reg, &cluster, auth, 4);
 	pcsi_kubelet_reg_init(&kreg, cfg.driver_name, "/var/lib/kubelet/plugins/pmem-csi/csi.sock");
 	services[S_IDENTITY] = pcsi_identity_service(&identity);
