@@ -103,6 +103,16 @@ struct pcsi_kube {
 
 /* ---- small things ---------------------------------------------------------------- */
 
+void pcsi_kube_list_page(char *out, size_t size, const char *base, const char *cont)
+{
+	char esc[3 * 1024 + 1];
+
+	if (cont[0] && pcsi_kube_escape(esc, sizeof(esc), cont))
+		snprintf(out, size, "%s?limit=500&continue=%s", base, esc);
+	else
+		snprintf(out, size, "%s?limit=500", base);
+}
+
 char *pcsi_kube_escape(char *out, size_t size, const char *s)
 {
 	static const char hex[] = "0123456789ABCDEF";

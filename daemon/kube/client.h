@@ -102,6 +102,12 @@ uv_loop_t *pcsi_kube_loop(struct pcsi_kube *k);
  * returns |out|, or NULL when it does not fit. */
 char *pcsi_kube_escape(char *out, size_t size, const char *s);
 
+/* Writes into |out| (|size| bytes) the path of one page (500 objects) of
+ * the list at |base| (e.g. "/api/v1/persistentvolumes"), the page after
+ * |cont| (the previous page's metadata.continue; "" for the first). A token
+ * too long to encode asks for the first page again. */
+void pcsi_kube_list_page(char *out, size_t size, const char *base, const char *cont);
+
 /* Cancels everything in flight (no callbacks) and frees |k| (its handles
  * close on later loop turns). NULL is a no-op. */
 void pcsi_kube_close(struct pcsi_kube *k);

@@ -221,7 +221,7 @@ static void on_listed(const struct pcsi_kube_result *res, void *data)
 /* Works on the report at the head, unless one is in flight or waits. */
 static void next(struct pcsi_volume_events *ev)
 {
-	char err[256] = "", path[1200], esc[1100];
+	char err[256] = "", path[3400];
 	struct report *r;
 	int rc;
 
@@ -249,11 +249,7 @@ static void next(struct pcsi_volume_events *ev)
 			return;
 		}
 	}
-	if (ev->cont[0] && pcsi_kube_escape(esc, sizeof(esc), ev->cont))
-		snprintf(path, sizeof(path), "/api/v1/persistentvolumes?limit=500&continue=%s",
-			 esc);
-	else
-		snprintf(path, sizeof(path), "/api/v1/persistentvolumes?limit=500");
+	pcsi_kube_list_page(path, sizeof(path), "/api/v1/persistentvolumes", ev->cont);
 	ev->call = pcsi_kube_request(ev->k, "GET", path, NULL, NULL, NULL, on_listed, ev);
 }
 

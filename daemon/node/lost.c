@@ -320,13 +320,9 @@ static void on_pvs(const struct pcsi_kube_result *r, void *data)
 
 static void list_pvs(struct pcsi_node_lost *l)
 {
-	char path[1600], cont[1500];
+	char path[3400];
 
-	if (l->cont[0] && pcsi_kube_escape(cont, sizeof(cont), l->cont))
-		snprintf(path, sizeof(path), "/api/v1/persistentvolumes?limit=500&continue=%s",
-			 cont);
-	else
-		snprintf(path, sizeof(path), "/api/v1/persistentvolumes?limit=500");
+	pcsi_kube_list_page(path, sizeof(path), "/api/v1/persistentvolumes", l->cont);
 	l->call = pcsi_kube_request(l->k, "GET", path, NULL, NULL, NULL, on_pvs, l);
 }
 
