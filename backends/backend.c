@@ -529,6 +529,8 @@ static void after_retire(struct pcsi_backend_req *req, int error);
 static void after_prepare(struct pcsi_backend_req *req, int error);
 static void after_copy_step(struct pcsi_backend_req *req, int error);
 static bool park(struct pcsi_backend_req *req);
+static void try_again(struct pcsi_backend_req *req);
+static void wake_parked(struct pcsi_backend *be);
 
 void pcsi_backend_op_done(struct pcsi_backend_req *req, int error)
 {
@@ -1031,6 +1033,8 @@ static void after_find(struct pcsi_backend_req *req, int error)
 static void after_remove(struct pcsi_backend_req *req, int error)
 {
 	deliver(req, error);
+	if (error == 0) /* its space is free: the creates waiting for space try again */
+		wake_parked(req->be);
 }
 
 /* ---- retired volumes: retiring, the background erase ------------------------------ */
@@ -1152,6 +1156,7 @@ static void retired_unseen(struct pcsi_backend *be)
 static void retired_forget_unseen(struct pcsi_backend *be)
 {
 	struct pcsi_list *p, *n;
+	bool gone = false;
 
 	for (p = be->retired.next; p != &be->retired; p = n) {
 		struct pcsi_retired *r = pcsi_list_entry(p, struct pcsi_retired, link);
@@ -1160,8 +1165,11 @@ static void retired_forget_unseen(struct pcsi_backend *be)
 			pcsi_info(2, "a retired volume is gone from the medium", "name=%s",
 				  r->vol.id);
 			retired_free(be, r);
+			gone = true;
 		}
 	}
+	if (gone) /* room, or nothing left to wait for: they try again */
+		wake_parked(be);
 }
 
 /* Whether waiting helps: some retired volume is being or will be erased
@@ -1186,6 +1194,12 @@ static bool park(struct pcsi_backend_req *req)
 	struct pcsi_backend *be = req->be;
 	struct pcsi_backend_req **p;
 
+	if (req->gave_up)
+		return false;
+	if (req->freed != be->freed) { /* space came free while it ran */
+		try_again(req);
+		return true;
+	}
 	if (!reap_progressing(be))
 		return false;
 	if (!req->parked)
@@ -1201,22 +1215,31 @@ static bool park(struct pcsi_backend_req *req)
 	return true;
 }
 
-/* Tries every waiting create and expand again, in submission order. */
+/* A create or expand that found no room runs again. */
+static void try_again(struct pcsi_backend_req *req)
+{
+	req->next = NULL;
+	req->parked = false;
+	req->freed = req->be->freed;
+	req->msg[0] = '\0';
+	req->existed = false;
+	req->step = 0;
+	memset(&req->vol, 0, sizeof(req->vol));
+	snprintf(req->vol.id, sizeof(req->vol.id), "%s", req->id);
+	enqueue(req);
+}
+
+/* Space came free: every waiting create and expand tries again, in
+ * submission order (and one running now does when it finds no room). */
 static void wake_parked(struct pcsi_backend *be)
 {
 	struct pcsi_backend_req *req = be->parked, *next;
 
+	be->freed++;
 	be->parked = NULL;
 	for (; req; req = next) {
 		next = req->next;
-		req->next = NULL;
-		req->parked = false;
-		req->msg[0] = '\0';
-		req->existed = false;
-		req->step = 0;
-		memset(&req->vol, 0, sizeof(req->vol));
-		snprintf(req->vol.id, sizeof(req->vol.id), "%s", req->id);
-		enqueue(req);
+		try_again(req);
 	}
 }
 
@@ -1315,7 +1338,10 @@ static void reap_next(struct pcsi_backend *be)
 	req->pending = true;
 	req->seq = ++be->seq;
 	pcsi_list_init(&req->link);
-	if (req->vol.path[0]) {
+	/* The first try erases the device the retire or the listing found; a
+	 * retry finds it again by its name (the device node of a namespace
+	 * disabled meanwhile may belong to another one by now). */
+	if (req->vol.path[0] && (!r->tries || !be->ops->deviceless_data)) {
 		erase_device(req);
 		return;
 	}
@@ -1529,8 +1555,10 @@ void pcsi_backend_cancel(struct pcsi_backend_req *req)
 		return;
 	for (r = be->head; r && r != req; r = r->next)
 		;
-	if (!r)
-		return; /* running, or between two steps (a delete's busy check) */
+	if (!r) { /* running, or between two steps (a delete's busy check) */
+		req->gave_up = true;
+		return;
+	}
 	unlink_waiting(be, req);
 	pcsi_info(2, "request cancelled while waiting: the caller gave up", "op=%s volume=%s",
 		  op_names[req->op], req->vol.id[0] ? req->vol.id : "-");
@@ -1557,6 +1585,8 @@ static void submit(struct pcsi_backend *be, struct pcsi_backend_req *req, int op
 	req->n_vols = 0;
 	req->pending = true;
 	req->erasing = false;
+	req->gave_up = false;
+	req->freed = be->freed;
 	req->laned = false;
 	req->parked = false;
 	memset(&req->retired, 0, sizeof(req->retired));

@@ -187,8 +187,10 @@ struct pcsi_backend_req {
 	 * platform could not clear); ->remove keeps that space out of use
 	 * where it can (backend_internal.h) */
 	bool media_errors_left;
-	bool laned;  /* running in one of the backend's lanes */
-	bool parked; /* create, expand: waiting for retired space */
+	bool laned;	/* running in one of the backend's lanes */
+	bool parked;	/* create, expand: waiting for retired space */
+	bool gave_up;	/* cancelled while it ran: it will not wait for space */
+	uint64_t freed; /* the backend's count of frees when it was (re)submitted */
 	/* delete (retire): the retired volume (id: its new name, chosen by the
 	 * front end; the rest filled by ops->retire) */
 	struct pcsi_volume retired;

@@ -140,6 +140,7 @@ struct pcsi_backend {
 	uint64_t erasing[PCSI_N_MEDIA];
 	struct pcsi_retired *reaping;	 /* the one being erased or removed */
 	struct pcsi_backend_req *parked; /* creates, expands waiting for its space */
+	uint64_t freed;			 /* counts the times space was freed */
 	struct pcsi_later reap_kick;	 /* reap_next() on a later turn */
 	bool stopped;
 	void (*stopped_cb)(void *data); /* pcsi_backend_stop()'s, once reaping ends */

@@ -13,7 +13,9 @@
  * the erase retires the volume as the real backends do (renamed, its space
  * used, not listed) and the front end removes it in the background (there is
  * nothing to erase). With PCSI_FAKE_SCRUB=1, each open claims the free space
- * as retired chunks, as a real backend does with space of unknown history. */
+ * as retired chunks, as a real backend does with space of unknown history.
+ * With PCSI_FAKE_SLOW_NOROOM=1, a create that finds no room says so only
+ * after the delay too (as lvcreate does); else at once. */
 #include "backends/backend_internal.h"
 
 #include <errno.h>
@@ -28,7 +30,8 @@ struct fake {
 	struct pcsi_volume *vols;
 	size_t n;
 	char delay[24]; /* seconds for sleep(1), "" for none */
-	bool scrub;	/* PCSI_FAKE_SCRUB */
+	bool slow_noroom;
+	bool scrub; /* PCSI_FAKE_SCRUB */
 };
 
 /* A create or expand that waits for its delay: the space it took (req->priv). */
@@ -49,6 +52,7 @@ static int fake_init(struct pcsi_backend *be)
 	const char *delay = getenv("PCSI_FAKE_DELAY_MS");
 	const char *lanes = getenv("PCSI_FAKE_LANES");
 	const char *scrub = getenv("PCSI_FAKE_SCRUB");
+	const char *noroom = getenv("PCSI_FAKE_SLOW_NOROOM");
 
 	f->total = cap ? strtoull(cap, NULL, 10) : 8ull << 30;
 	if (lanes && strtoul(lanes, NULL, 10) > 0)
@@ -56,6 +60,7 @@ static int fake_init(struct pcsi_backend *be)
 	if (delay && strtoul(delay, NULL, 10) > 0)
 		snprintf(f->delay, sizeof(f->delay), "%.3f", strtoul(delay, NULL, 10) / 1000.0);
 	f->scrub = scrub && !strcmp(scrub, "1");
+	f->slow_noroom = noroom && !strcmp(noroom, "1");
 	be->impl = f;
 	return 0;
 }
@@ -152,6 +157,11 @@ static void create_now(struct pcsi_backend_req *req)
 	end(req, 0);
 }
 
+static void no_room_now(struct pcsi_backend_req *req)
+{
+	pcsi_backend_op_done(req, -ENOSPC);
+}
+
 static void fake_get(struct pcsi_backend *be, struct pcsi_backend_req *req)
 {
 	struct pcsi_volume *v = find(impl(be), req->vol.id);
@@ -185,7 +195,10 @@ static void fake_create(struct pcsi_backend *be, struct pcsi_backend_req *req)
 	if (size > f->total - f->used) {
 		pcsi_backend_msg(req, "not enough space: %llu bytes free",
 				 (unsigned long long)(f->total - f->used));
-		pcsi_backend_op_done(req, -ENOSPC);
+		if (f->slow_noroom)
+			delayed(req, no_room_now);
+		else
+			no_room_now(req);
 		return;
 	}
 	p = pcsi_xcalloc(1, sizeof(*p));

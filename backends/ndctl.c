@@ -439,11 +439,25 @@ static int claim_unknown(struct direct *d, struct job *j, const struct pcsi_pmem
 		for (c = 0;; c++) {
 			uint64_t room = 0, align = r[i].raw_align ? r[i].raw_align : r[i].align,
 				 size;
+			bool there = false;
 
+			/* The region is marked only once its free space is all
+			 * claimed: not when it cannot be read again. */
 			nn = pcsi_pmem_regions_now(d->pmem, now, MAX_REGIONS);
+			if (nn < 0) {
+				snprintf(j->err, sizeof(j->err), "reading the regions again: %s",
+					 strerror(-nn));
+				return -EIO;
+			}
 			for (k = 0; k < PCSI_MIN(nn, MAX_REGIONS); k++)
-				if (!strcmp(now[k].key, r[i].key))
+				if (!strcmp(now[k].key, r[i].key)) {
 					room = now[k].max_extent - now[k].max_extent % align;
+					there = true;
+				}
+			if (!there) {
+				snprintf(j->err, sizeof(j->err), "region %s is gone", r[i].name);
+				return -EIO;
+			}
 			if (room < align)
 				break;
 			size = PCSI_MIN(pcsi_backend_chunk_size(c, align), room);
@@ -679,8 +693,7 @@ static void remove_fn(struct pcsi_backend_req *req)
 		job_end(j, 0); /* never a volume here: nothing to delete */
 		return;
 	}
-	rc = pcsi_pmem_destroy(d->pmem, req->vol.id, j->err, sizeof(j->err), j->warn,
-			       sizeof(j->warn));
+	rc = pcsi_pmem_destroy(d->pmem, req->vol.id, j->err, sizeof(j->err));
 	if (rc == -ENOENT)
 		rc = 0; /* gone meanwhile: that is what was wanted */
 	else if (rc < 0 && rc != -EBUSY)

@@ -914,8 +914,6 @@ struct destroy_args {
 	const char *name;
 	char *err;
 	size_t errlen;
-	char *warn;
-	size_t warnlen;
 };
 
 /* The parts of an fsdax namespace's raw space outside its data area (what
@@ -1025,8 +1023,7 @@ static int find_and_disable(struct pcsi_pmem *p, const char *name, struct ndctl_
 	return 0;
 }
 
-static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
-			size_t warnlen)
+static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t errlen)
 {
 	struct ndctl_namespace *ndns = NULL;
 	char dev[32], buf[64];
@@ -1035,10 +1032,14 @@ static int destroy_once(struct pcsi_pmem *p, const char *name, char *err, size_t
 
 	if (rc < 0)
 		return rc;
+	/* Not deleted unless all of its space is zero: left disabled, the
+	 * retry retires it (a namespace without a device) and erases it raw. */
 	rc = wipe_outside_data(ndns, off, len);
-	if (rc < 0 && warn && warnlen)
-		snprintf(warn, warnlen, "%s (%s): cannot zero its space outside the data area: %s",
-			 dev, name, strerror(-rc));
+	if (rc < 0) {
+		fail(p, err, errlen, "%s (%s): cannot zero its space outside the data area: %s",
+		     dev, name, strerror(-rc));
+		return -EIO;
+	}
 	ndctl_namespace_set_enforce_mode(ndns, NDCTL_NS_MODE_RAW);
 	rc = ndctl_namespace_delete(ndns);
 	if (rc < 0) {
@@ -1058,18 +1059,15 @@ static int destroy_with(struct pcsi_pmem *p, void *arg)
 {
 	struct destroy_args *a = arg;
 
-	return destroy_once(p, a->name, a->err, a->errlen, a->warn, a->warnlen);
+	return destroy_once(p, a->name, a->err, a->errlen);
 }
 
-int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
-		      size_t warnlen)
+int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen)
 {
-	struct destroy_args a = { name, err, errlen, warn, warnlen };
+	struct destroy_args a = { name, err, errlen };
 
 	if (err && errlen)
 		err[0] = '\0';
-	if (warn && warnlen)
-		warn[0] = '\0';
 	if (!name || !name[0])
 		return -ENOENT;
 	return with_context(p, destroy_with, &a, err, errlen);

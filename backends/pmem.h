@@ -114,10 +114,10 @@ bool pcsi_pmem_ns_current(const struct pcsi_pmem_ns *ns);
  * delete, what of its raw space lies outside the data area a volume's erase
  * reaches is zeroed (BLKZEROOUT, in raw mode): the kernel's fsdax info
  * block, its page map (struct pages: 4 MiB for 256 MiB) and the padding at
- * either end; the first 8 KiB of a namespace that has no data area (raw);
- * when that fails, the delete goes on and |warn| says why ("" otherwise). */
-int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen, char *warn,
-		      size_t warnlen);
+ * either end; the first 8 KiB of a namespace that has no data area (raw).
+ * When that fails: -EIO, the namespace left disabled (a delete's retry
+ * retires it and erases it whole in raw mode). */
+int pcsi_pmem_destroy(struct pcsi_pmem *p, const char *name, char *err, size_t errlen);
 
 /* How many creates and destroys failed on the context as the last call
  * left it and were tried again on a fresh one (pmem.c: what others changed

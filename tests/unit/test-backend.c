@@ -695,6 +695,53 @@ START_TEST(waiting_create_cancelled)
 }
 END_TEST
 
+/* A create cancelled while it runs (its caller gave up) that then finds no
+ * room does not wait for retired space: nobody would take its answer. */
+START_TEST(running_create_cancelled)
+{
+	struct op del, a, op;
+
+	ck_assert_int_eq(setenv("PCSI_FAKE_SLOW_NOROOM", "1", 1), 0);
+	slow_backend(300, CAPACITY, false);
+	unsetenv("PCSI_FAKE_SLOW_NOROOM");
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", CAPACITY), 0);
+	start(pcsi_backend_delete, &del, "vol-a", 0);
+	run_until(&del);
+	start(pcsi_backend_create, &a, "vol-b", CAPACITY);
+	ck_assert(!a.req.parked);
+	pcsi_backend_cancel(&a.req);
+	ck_assert_int_eq(a.calls, 0);
+	run_until(&a);
+	ck_assert(!a.req.parked);
+	ck_assert_int_eq(a.req.error, -ENOSPC);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+	ck_assert_uint_eq(available(), CAPACITY);
+}
+END_TEST
+
+/* A create that finds no room only once it ran (as lvcreate does) gets the
+ * space freed while it ran: it tries again instead of failing or waiting
+ * for a wake-up that has passed. */
+START_TEST(create_sees_space_freed_while_it_ran)
+{
+	struct op del, a, op;
+
+	ck_assert_int_eq(setenv("PCSI_FAKE_SLOW_NOROOM", "1", 1), 0);
+	slow_backend(300, CAPACITY, false);
+	unsetenv("PCSI_FAKE_SLOW_NOROOM");
+	open_backend();
+	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", CAPACITY), 0);
+	start(pcsi_backend_delete, &del, "vol-a", 0);
+	run_until(&del);
+	start(pcsi_backend_create, &a, "vol-b", CAPACITY);
+	run_until(&a);
+	ck_assert_int_eq(a.req.error, 0);
+	ck_assert_uint_eq(a.req.vol.size, CAPACITY);
+	ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+}
+END_TEST
+
 /* Space of unknown history is claimed at open as chunks (256 MiB, then
  * twice as large), not available until each is erased; a create waits for
  * the first that has room for it. */
@@ -774,6 +821,8 @@ static Suite *backend_suite(void)
 	tcase_add_test(tc, delete_retires);
 	tcase_add_test(tc, create_waits_for_retired_space);
 	tcase_add_test(tc, waiting_create_cancelled);
+	tcase_add_test(tc, running_create_cancelled);
+	tcase_add_test(tc, create_sees_space_freed_while_it_ran);
 	tcase_add_test(tc, unknown_space_claimed_at_open);
 	tcase_add_test(tc, chunks_and_names);
 	suite_add_tcase(s, tc);

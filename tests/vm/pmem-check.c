@@ -261,7 +261,7 @@ static void timings(const char *region, uint64_t size)
 		ours_c[i] = now_ms() - t0;
 		fails += rc != 0 || ns.size != size;
 		t0 = now_ms();
-		rc = pcsi_pmem_destroy(pm, "t-ours", err, sizeof(err), NULL, 0);
+		rc = pcsi_pmem_destroy(pm, "t-ours", err, sizeof(err));
 		ours_d[i] = now_ms() - t0;
 		fails += rc != 0;
 
@@ -425,8 +425,7 @@ int main(void)
 			rc = pcsi_pmem_create(pm, r0->name, PCSI_MEDIUM_ANY, "rollback", VOL_SIZE,
 					      &again, err, sizeof(err));
 			ok(rc == 0 && is_blockdev(again.blockdev) &&
-				   pcsi_pmem_destroy(pm, "rollback", err, sizeof(err), NULL, 0) ==
-					   0 &&
+				   pcsi_pmem_destroy(pm, "rollback", err, sizeof(err)) == 0 &&
 				   available(r0->name) == before,
 			   "  ... and then a create (%s) and destroy work", again.dev);
 		}
@@ -442,7 +441,7 @@ int main(void)
 	n = pcsi_pmem_namespaces(pm, NULL, all, MAX_NS);
 	ok(n == 2 && has_name(all, n, "vol-a") && has_name(all, n, "other"),
 	   "pcsi_pmem_namespaces(NULL) lists vol-a and other (%d)", n);
-	rc = pcsi_pmem_destroy(pm, "vol-x", err, sizeof(err), NULL, 0);
+	rc = pcsi_pmem_destroy(pm, "vol-x", err, sizeof(err));
 	ok(rc == -ENOENT && count_ns("other", NULL) == 1 && count_ns("vol-a", NULL) == 1,
 	   "destroy vol-x: -ENOENT (%d), other and vol-a untouched", rc);
 	rc = pcsi_pmem_create(pm, NULL, PCSI_MEDIUM_ANY, "other", VOL_SIZE, &other, err,
@@ -453,7 +452,7 @@ int main(void)
 	snprintf(path, sizeof(path), "/dev/%s", bd);
 	fd = open(path, O_RDONLY | O_EXCL);
 	ok(fd >= 0, "hold %s open with O_EXCL", path);
-	rc = pcsi_pmem_destroy(pm, "vol-a", err, sizeof(err), NULL, 0);
+	rc = pcsi_pmem_destroy(pm, "vol-a", err, sizeof(err));
 	printf("# busy: %s\n", err);
 	ok(rc == -EBUSY && count_ns("vol-a", &other) == 1 && !strcmp(other.blockdev, bd),
 	   "destroy vol-a while held: -EBUSY (%d), still there and enabled", rc);
@@ -463,12 +462,12 @@ int main(void)
 
 	/* ---- destroy */
 	t0 = now_ms();
-	rc = pcsi_pmem_destroy(pm, "vol-a", err, sizeof(err), NULL, 0);
+	rc = pcsi_pmem_destroy(pm, "vol-a", err, sizeof(err));
 	t_destroy = now_ms() - t0;
 	ok(rc == 0, "destroy vol-a (%.1f ms)", t_destroy);
 	ok(count_ns("vol-a", NULL) == 0 && !is_blockdev(bd), "vol-a and /dev/%s are gone", bd);
 	ok(count_ns("other", &other) == 1, "other is still there (%s)", other.dev);
-	rc = pcsi_pmem_destroy(pm, "vol-a", err, sizeof(err), NULL, 0);
+	rc = pcsi_pmem_destroy(pm, "vol-a", err, sizeof(err));
 	ok(rc == -ENOENT, "destroy vol-a again: -ENOENT (%d)", rc);
 	{
 		char dev[32];
@@ -504,9 +503,9 @@ int main(void)
 		rc = pcsi_pmem_create(pm, r[0].name, PCSI_MEDIUM_ANY, "more-0", r[0].align, &next,
 				      err, sizeof(err));
 		ok(rc == -ENOSPC, "more-0 in the full %s: -ENOSPC (%d)", r[0].name, rc);
-		rc = pcsi_pmem_destroy(pm, "fill-0", err, sizeof(err), NULL, 0);
-		rc |= pcsi_pmem_destroy(pm, "next-1", err, sizeof(err), NULL, 0);
-		rc |= pcsi_pmem_destroy(pm, "last-0", err, sizeof(err), NULL, 0);
+		rc = pcsi_pmem_destroy(pm, "fill-0", err, sizeof(err));
+		rc |= pcsi_pmem_destroy(pm, "next-1", err, sizeof(err));
+		rc |= pcsi_pmem_destroy(pm, "last-0", err, sizeof(err));
 		ok(rc == 0 && count_ns(NULL, NULL) == 0, "destroyed fill-0, next-1, last-0");
 	} else {
 		printf("ok %d - # SKIP first fit across regions needs 2 regions\n", ++tests);
