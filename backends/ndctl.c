@@ -458,7 +458,8 @@ static int claim_unknown(struct direct *d, struct job *j, const struct pcsi_pmem
 				snprintf(j->err, sizeof(j->err), "region %s is gone", r[i].name);
 				return -EIO;
 			}
-			if (room < align)
+			/* Less than the smallest namespace: none can take it. */
+			if (room < align || pcsi_pmem_aligned_size(align, align) > room)
 				break;
 			size = PCSI_MIN(pcsi_backend_chunk_size(c, align), room);
 			pcsi_backend_retired_name(name);
