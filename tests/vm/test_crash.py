@@ -440,7 +440,10 @@ def _():
             name="pvc-bg-%d" % i, capacity_range=csi.CapacityRange(required_bytes=256 * MiB),
             volume_capabilities=[mount_cap()], parameters={"eraseafter": "false"})).volume
         with open(pt.device_of(v.volume_id), "r+b", buffering=0) as f:
-            for off in range(0, 256 * MiB, MiB):
+            # direct: the device is the namespace's data area, smaller than
+            # the namespace by its page map
+            size = f.seek(0, os.SEEK_END)
+            for off in range(0, size - 4096 + 1, MiB):
                 f.seek(off)
                 f.write(b"\xab" * 4096)
             os.fsync(f.fileno())
