@@ -19,7 +19,7 @@ mkdir -p "$work/img" "$work/share"
 . "$here/tap.sh"
 
 boot() { # phases...: one guest, the phases in order, their TAP merged
-	tap_relay "" < <("$here/vm-run" --cxl=2 --nvdimms=1 --nvdimm-dir="$work/img" --rw-dir="$work/share" \
+	tap_relay "" < <("$here/vm-run" --cxl=2 --cxl-size=512M --nvdimms=1 --nvdimm-dir="$work/img" --rw-dir="$work/share" \
 		--timeout=900 --env=PCSI_PROTO_DIR --env=PCSI_TEST_TIMEOUT --merge-stderr \
 		/bin/bash -c 'for p in "${@:3}"; do /usr/bin/python3 "$1" "$2" "$p" "$0" || echo "# phase $p failed"; done' \
 		"$work/share" "$here/test_cxl.py" "$driver" "$@" 2>&1)
