@@ -695,11 +695,12 @@ START_TEST(waiting_create_cancelled)
 }
 END_TEST
 
-/* A create cancelled while it runs (its caller gave up) that then finds no
- * room does not wait for retired space: nobody would take its answer. */
-START_TEST(running_create_cancelled)
+/* A slow backend whose creates tell no room only once they ran (as lvcreate
+ * does), all of its space in one volume just retired: its erase and removal
+ * take the next 300 ms steps. */
+static void full_then_retired(void)
 {
-	struct op del, a, op;
+	struct op del, op;
 
 	ck_assert_int_eq(setenv("PCSI_FAKE_SLOW_NOROOM", "1", 1), 0);
 	slow_backend(300, CAPACITY, false);
@@ -708,6 +709,15 @@ START_TEST(running_create_cancelled)
 	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", CAPACITY), 0);
 	start(pcsi_backend_delete, &del, "vol-a", 0);
 	run_until(&del);
+}
+
+/* A create cancelled while it runs (its caller gave up) that then finds no
+ * room does not wait for retired space: nobody would take its answer. */
+START_TEST(running_create_cancelled)
+{
+	struct op a;
+
+	full_then_retired();
 	start(pcsi_backend_create, &a, "vol-b", CAPACITY);
 	ck_assert(!a.req.parked);
 	pcsi_backend_cancel(&a.req);
@@ -725,15 +735,9 @@ END_TEST
  * for a wake-up that has passed. */
 START_TEST(create_sees_space_freed_while_it_ran)
 {
-	struct op del, a, op;
+	struct op a;
 
-	ck_assert_int_eq(setenv("PCSI_FAKE_SLOW_NOROOM", "1", 1), 0);
-	slow_backend(300, CAPACITY, false);
-	unsetenv("PCSI_FAKE_SLOW_NOROOM");
-	open_backend();
-	ck_assert_int_eq(run(pcsi_backend_create, &op, "vol-a", CAPACITY), 0);
-	start(pcsi_backend_delete, &del, "vol-a", 0);
-	run_until(&del);
+	full_then_retired();
 	start(pcsi_backend_create, &a, "vol-b", CAPACITY);
 	run_until(&a);
 	ck_assert_int_eq(a.req.error, 0);
