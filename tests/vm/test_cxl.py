@@ -399,6 +399,13 @@ elif PHASE == "half":
                     region not in [n for n, _ in regions_of(mem(OURS))]:
                 sysw("decoder0.0/delete_region", region)
         pt.check(all("NOT" not in l for l in seen if " steps " in l), "\n".join(seen))
+        # Each assembly is a region new to the driver (a new interleave-set
+        # cookie): its start claimed the free space as retired namespaces,
+        # left when it stopped. The lvm legs that follow on this machine
+        # would find them (the lvm backend does not erase the direct
+        # backend's retired namespaces, docs/limitations.md): a last start
+        # erases them.
+        start().stop()
 
 else:
     sys.exit(__doc__)
