@@ -1033,7 +1033,9 @@ static void after_find(struct pcsi_backend_req *req, int error)
 static void after_remove(struct pcsi_backend_req *req, int error)
 {
 	deliver(req, error);
-	if (error == 0) /* its space is free: the creates waiting for space try again */
+	/* A delete's space is free: the creates waiting for space try again
+	 * (a purge's wake-up is on_purged()'s, once the retired volume is gone) */
+	if (error == 0 && req->op == OP_DELETE)
 		wake_parked(req->be);
 }
 
