@@ -96,15 +96,38 @@ def open_fds(d):
     return len(os.listdir("/proc/%d/fd" % d.proc.pid))
 
 
+def accepted(d, socks):
+    """How many of |socks| the daemon has accepted and holds open: its
+    sockets' inodes matched against /proc/net/tcp by the peer's address and
+    port, whatever else it opens or closes meanwhile."""
+    peers = set()
+    for s in socks:
+        try:
+            ip, port = s.getsockname()
+        except OSError:  # closed here
+            continue
+        peers.add("%08X:%04X" % (int.from_bytes(socket.inet_aton(ip), "little"), port))
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % d.proc.pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (d.proc.pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    with open("/proc/net/tcp") as f:
+        next(f)
+        return sum(1 for line in f if line.split()[2] in peers and line.split()[9] in inodes)
+
+
 def idle_flood(d, port, sources, per_source):
     """Opens per_source silent connections from each address, in that order,
-    and waits until the daemon holds a descriptor for each (accepted)."""
-    before = open_fds(d)
+    and waits until the daemon has accepted each one it has not closed."""
     socks = []
     for src in sources:
         for _ in range(per_source):
             socks.append(connect_from(src, port))
-    wait_for(lambda: open_fds(d) >= before + len(socks) - sum(closed(s) for s in socks),
+    wait_for(lambda: accepted(d, socks) >= len(socks) - sum(closed(s) for s in socks),
              "the daemon to accept %d connections" % len(socks))
     return socks
 
