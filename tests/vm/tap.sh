@@ -5,7 +5,8 @@
 # test lines on from $tap_n with PREFIX before each description, and counts
 # the failures in $tap_failed; plans are dropped (print "1..$tap_n" at the
 # end); a test's reason ("# failed: ..." from pcsi_test) and "Bail out!"
-# also go to stderr, which meson shows with a failure.
+# also go to stderr, which meson shows with a failure; any other line becomes
+# a TAP comment.
 tap_n=0
 tap_failed=0
 tap_relay() {
@@ -22,7 +23,9 @@ tap_relay() {
 			echo "$prefix$line" >&2
 			;;
 		1..*) ;;
-		*) echo "$line" ;;
+		"#"*) echo "$line" ;;
+		*) echo "# $line" ;; # a program's own output (vm-run's, a guest's): TAP comments
+
 		esac
 	done
 }
