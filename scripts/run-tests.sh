@@ -15,8 +15,8 @@
 #                 80 s in all, two targets at a time)
 # Runs that leave the CPU idle go side by side (each build directory holds
 # one run at a time): unit + integration plain, sanitized and the fuzzers
-# (at a lower priority); then the guests (vm, conformance); then the
-# sanitized manifests suite; then the Kubernetes cluster.
+# (at a lower priority); then the guests (vm and conformance, one pool);
+# then the sanitized manifests suite; then the Kubernetes cluster.
 # Each build directory gets the options it needs set every time, whatever
 # configured it before (the demo, a person, an older checkout). Ends with one
 # line "N passed, N failed, N skipped", counting TAP subtests. In CI (CI=true)
@@ -27,12 +27,11 @@
 # Debian and npm packages). The pinned Go tools the tests use
 # (scripts/go-tools.sh: csi-sanity, Kubernetes, the CSI sidecars, Intel's
 # PMEM-CSI, ...; cached in /var/cache/pmem-csi, so only a first run builds)
-# are built in the background, at the lowest CPU priority, while the suites
-# that need none run (unit and integration, in build-tests/ and under ASan,
-# and fuzz, then the guests of suite vm but vm-takeover and vm-convert); the
-# suites that use them (conformance, those two, manifests, k8s) wait for
-# that build. On a warm cache it takes seconds; on a fresh machine the
-# build (about 25 minutes) overlaps those suites.
+# are built in the background, at the lowest CPU priority, in two stages:
+# first csi-sanity and Intel's driver, which the guest suites use, while the
+# host suites run; then the rest, while the guests run. The guests wait for
+# the first stage, the manifests and k8s suites for the second. On a warm
+# cache both take seconds.
 #
 # Usage: scripts/run-tests.sh [meson test args...]   (e.g. --suite unit)
 set -u
@@ -43,30 +42,41 @@ if ! ./scripts/install-deps.sh --tests; then
 	echo "0 passed, 1 failed"
 	exit 1
 fi
+# The Go tools in two stages, one after the other, in the background: first
+# those the guest suites need (csi-sanity, Intel's driver), then the rest
+# (Kubernetes, the sidecars, Prometheus, Helm: the manifests and k8s suites).
+# Each stage leaves its exit status in a file; gotools STAGE waits for it.
 echo "=== go-tools.sh: started in the background ($(date -u +%H:%M:%S), ${SECONDS}s in) ==="
-gotools_log=$(mktemp /tmp/pcsi-go-tools.XXXXXX)
-nice -n 19 ./scripts/go-tools.sh >"$gotools_log" 2>&1 &
+gotools_dir=$(mktemp -d /tmp/pcsi-go-tools.XXXXXX)
+(
+	nice -n 19 ./scripts/go-tools.sh csi-sanity intel-pmem-csi >"$gotools_dir/guests.log" 2>&1
+	echo $? >"$gotools_dir/guests.rc"
+	nice -n 19 ./scripts/go-tools.sh >"$gotools_dir/all.log" 2>&1
+	echo $? >"$gotools_dir/all.rc"
+) &
 gotools_pid=$!
-gotools_rc=
-trap '[ -n "$gotools_pid" ] && kill "$gotools_pid" 2>/dev/null' EXIT
-# Waits for the Go tools; false (and counted as a failure once) if their
-# build failed, so that the suites that need them are not run.
+trap 'pkill -P "$gotools_pid" 2>/dev/null; kill "$gotools_pid" 2>/dev/null; rm -rf "$gotools_dir"' EXIT
+declare -A gotools_rc
+# gotools STAGE (guests | all): waits for that stage; false (and counted as
+# a failure once) if its build failed, so that the suites that need it are
+# not run.
 gotools() {
-	if [ -z "$gotools_rc" ]; then
-		echo "=== waiting for go-tools.sh ($(date -u +%H:%M:%S), ${SECONDS}s in) ==="
-		wait "$gotools_pid"
-		gotools_rc=$?
-		gotools_pid=
-		if [ "$gotools_rc" = 0 ]; then
-			echo "=== go-tools.sh: done ($(date -u +%H:%M:%S), ${SECONDS}s in) ==="
+	local stage=$1
+	if [ -z "${gotools_rc[$stage]:-}" ]; then
+		echo "=== waiting for go-tools.sh ($stage) ($(date -u +%H:%M:%S), ${SECONDS}s in) ==="
+		while [ ! -f "$gotools_dir/$stage.rc" ] && kill -0 "$gotools_pid" 2>/dev/null; do
+			sleep 2
+		done
+		gotools_rc[$stage]=$(cat "$gotools_dir/$stage.rc" 2>/dev/null || echo 1)
+		if [ "${gotools_rc[$stage]}" = 0 ]; then
+			echo "=== go-tools.sh ($stage): done ($(date -u +%H:%M:%S), ${SECONDS}s in) ==="
 		else
-			tail -50 "$gotools_log"
-			echo "the suites that use the Go tools are not run"
-			failed_outside go-tools.sh
+			tail -50 "$gotools_dir/$stage.log"
+			echo "the suites that use the Go tools ($stage) are not run"
+			failed_outside "go-tools.sh ($stage)"
 		fi
-		rm -f "$gotools_log"
 	fi
-	[ "$gotools_rc" = 0 ]
+	[ "${gotools_rc[$stage]}" = 0 ]
 }
 results=()
 status=0
@@ -125,6 +135,28 @@ run_end() { # slot
 	name="${bg_dir[$slot]}/meson-logs/testlog-$(echo "${bg_label[$slot]}" | tr -c 'a-z0-9' '-').json"
 	cp "${bg_dir[$slot]}/meson-logs/testlog.json" "$name"
 	results+=("$name")
+	times "$name"
+}
+
+# times TESTLOG.json: where a run's time went, for the CI budget: each test
+# of 60 s or more, longest first, with its subtests of 30 s or more (the
+# "# N took X s" lines of pcsi_test.TAP).
+times() {
+	/usr/bin/python3 - "$1" <<'PY'
+import json, re, sys
+rows = []
+for line in open(sys.argv[1]):
+    if line.strip():
+        t = json.loads(line)
+        rows.append((t.get("duration") or 0, t["name"], t.get("stdout") or ""))
+for dur, name, out in sorted(rows, reverse=True):
+    if dur < 60:
+        break
+    names = dict(re.findall(r"^(?:not )?ok (\d+) - (.*)$", out, re.M))
+    subs = sorted(((int(s), n) for n, s in re.findall(r"^# (\d+) took (\d+) s$", out, re.M)), reverse=True)
+    print("time: %s %.0f s%s" % (name, dur, "".join("; %d s %s" % (s, names.get(n, "#" + n)[:70])
+                                                    for s, n in subs[:50] if s >= 30)))
+PY
 }
 
 # Runs "$@" with the sanitizers' options: leaks checked, the first error fatal.
@@ -150,7 +182,7 @@ if ! build build-tests -Dfake-backend=true; then
 	exit 1
 fi
 if [ $# -gt 0 ]; then
-	gotools && run build-tests "tests" "$@"
+	gotools all && run build-tests "tests" "$@"
 else
 	# The host suites wait more than they compute (the controller's crash
 	# campaign waits out registration grace windows: 70 % of the CPU idle,
@@ -178,12 +210,13 @@ else
 	run build-tests "unit + integration" --suite unit --suite integration
 	$asan && run_end asan
 	$fuzz && run_end fuzz
-	# The guests that need no Go tool start at once, while a fresh
-	# machine's Go tools may still be building (at the lowest priority);
-	# the rest wait for them.
-	run build-tests "vm (no Go tools)" --suite vm --no-suite vm-go-tools
-	if gotools; then
-		run build-tests "conformance + vm with Go tools" --suite conformance --suite vm-go-tools
+	# The guests: suites vm and conformance in one pool of two (one vCPU
+	# each), the longest first, once csi-sanity and Intel's driver are
+	# built; the rest of the Go tools goes on building meanwhile.
+	if gotools guests; then
+		run build-tests "vm + conformance" --suite vm --suite conformance
+	fi
+	if gotools all; then
 		# The manifests suite starts the binary with every shipped command
 		# line: once, sanitized. Not beside the guests: the two starved each
 		# other's timing (a CI run of stop 37: a TLS handshake of the ASan
