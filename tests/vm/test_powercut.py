@@ -27,7 +27,7 @@ it outlives the cut.
 usage: test_powercut.py PATH-TO-pmem-csi-driver            (host: the campaign)
        test_powercut.py --guest workload|check DRIVER BACKEND DIR  (in the guest)
 Environment: PCSI_POWERCUT_SEED (default random, printed), PCSI_POWERCUT_CYCLES
-(cuts per backend, default 2), PCSI_POWERCUT_BACKENDS (default "direct lvm lvm-cxl":
+(cuts per backend, default 1), PCSI_POWERCUT_BACKENDS (default "direct lvm lvm-cxl":
 lvm-cxl is lvm on a CXL memory device's region alone, assembled at each start).
 """
 import hashlib
@@ -621,7 +621,7 @@ def host_main(driver):
     import pcsi_test as pt
     t = pt.TAP()
     seed = int(os.environ.get("PCSI_POWERCUT_SEED") or random.SystemRandom().randrange(1 << 31))
-    cycles = int(os.environ.get("PCSI_POWERCUT_CYCLES", "2"))
+    cycles = int(os.environ.get("PCSI_POWERCUT_CYCLES", "1"))
     backends = os.environ.get("PCSI_POWERCUT_BACKENDS", "direct lvm lvm-cxl").split()
     rng = random.Random(seed)
     work = pt.mkdtemp("pcsi-powercut-")
