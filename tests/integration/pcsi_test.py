@@ -84,6 +84,19 @@ def mkdtemp(prefix="pcsi-"):
     return d
 
 
+def pmem_dir(prefix="pcsi-pmem-"):
+    """A directory for the backing files of a guest's emulated PMEM that
+    outlive one boot (vm-run --nvdimm-dir): in RAM (/dev/shm) when it is a
+    tmpfs, where vm-run has QEMU preallocate them (tests/vm/vm-run, "Where
+    the emulated PMEM lives"), else under /tmp. Removed at exit like
+    mkdtemp()'s."""
+    with open("/proc/mounts") as f:
+        ram = any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in f)
+    d = tempfile.mkdtemp(prefix=prefix, dir="/dev/shm" if ram else "/tmp")
+    _tmpdirs.append(d)
+    return d
+
+
 def _cleanup():
     for d in list(_daemons):
         d.kill()

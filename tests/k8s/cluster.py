@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -308,6 +309,18 @@ class Cluster:
     def node_file(self, name, what):
         return os.path.join(self.work, "%s.%s" % (name, what))
 
+    def pmem_dir(self, name):
+        """NAME.nvdimm: the directory of node |name|'s PMEM backing files; a
+        link to one in RAM (/dev/shm) when that is a tmpfs, where vm-run has
+        QEMU preallocate them (tests/vm/vm-run, "Where the emulated PMEM
+        lives"). down() frees that RAM."""
+        link = self.node_file(name, "nvdimm")
+        if not os.path.lexists(link):
+            with open("/proc/mounts") as f:
+                if any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in f):
+                    os.symlink(tempfile.mkdtemp(prefix="pcsi-k8s-%s-" % name, dir="/dev/shm"), link)
+        return link
+
     def boot(self, name, fresh=False):
         """Starts guest |name|. What a machine keeps across a power cut stays
         on the host between boots: its PMEM (the NVDIMM and CXL backing files,
@@ -316,12 +329,12 @@ class Cluster:
         guest had not flushed is lost when QEMU is killed). |fresh|: a new
         machine under that name, blank PMEM and disk."""
         ip, _ = NODES[name]
-        pmem, disk = self.node_file(name, "nvdimm"), self.node_file(name, "disk")
+        pmem, disk = self.pmem_dir(name), self.node_file(name, "disk")
         if fresh:
-            shutil.rmtree(pmem, ignore_errors=True)
+            shutil.rmtree(os.path.realpath(pmem), ignore_errors=True)
             if os.path.exists(disk):
                 os.unlink(disk)
-        os.makedirs(pmem, exist_ok=True)
+        os.makedirs(os.path.realpath(pmem), exist_ok=True)
         if not os.path.exists(disk):
             with open(disk, "wb") as f:
                 f.truncate(4 << 30)
@@ -494,6 +507,10 @@ class Cluster:
                     os.killpg(pr.pid, signal.SIGKILL)
                     pr.wait()
         subprocess.run(["ip", "netns", "del", self.ns], check=False)
+        for n in NODES:  # PMEM kept in RAM: freed (the rest of the work directory may stay)
+            link = self.node_file(n, "nvdimm")
+            if os.path.islink(link):
+                shutil.rmtree(os.path.realpath(link), ignore_errors=True)
 
 
 if __name__ == "__main__":

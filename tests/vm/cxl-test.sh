@@ -13,13 +13,19 @@ set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 driver=$(realpath -e -- "${1:?usage: cxl-test.sh PATH-TO-pmem-csi-driver}") || exit 2
 work=$(mktemp -d "${TMPDIR:-/tmp}/pcsi-cxl.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/img" "$work/share"
+# The devices' backing files in RAM where /dev/shm is a tmpfs (vm-run then
+# preallocates them: see "Where the emulated PMEM lives" there).
+img=$work/img
+if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ]; then
+	img=$(mktemp -d /dev/shm/pcsi-cxl.XXXXXX) || img=$work/img
+fi
+trap 'rm -rf "$work" "$img"' EXIT
+mkdir -p "$img" "$work/share"
 
 . "$here/tap.sh"
 
 boot() { # phases...: one guest, the phases in order, their TAP merged
-	tap_relay "" < <("$here/vm-run" --cxl=2 --cxl-size=512M --nvdimms=1 --nvdimm-dir="$work/img" --rw-dir="$work/share" \
+	tap_relay "" < <("$here/vm-run" --cxl=2 --cxl-size=512M --nvdimms=1 --nvdimm-dir="$img" --rw-dir="$work/share" \
 		--timeout=900 --env=PCSI_PROTO_DIR --env=PCSI_TEST_TIMEOUT --merge-stderr \
 		/bin/bash -c 'for p in "${@:3}"; do /usr/bin/python3 "$1" "$2" "$p" "$0" || echo "# phase $p failed"; done' \
 		"$work/share" "$here/test_cxl.py" "$driver" "$@" 2>&1)

@@ -625,6 +625,7 @@ def host_main(driver):
     backends = os.environ.get("PCSI_POWERCUT_BACKENDS", "direct lvm lvm-cxl").split()
     rng = random.Random(seed)
     work = pt.mkdtemp("pcsi-powercut-")
+    pmem = pt.pmem_dir("pcsi-powercut-pmem-")  # the NVDIMM and CXL backing files, per backend
     vm_run = os.path.join(HERE, "vm-run")
     me = os.path.abspath(__file__)
     t.diag("power cuts: seed %d (PCSI_POWERCUT_SEED), %d per backend" % (seed, cycles))
@@ -639,7 +640,7 @@ def host_main(driver):
             f.truncate(256 * MiB)
 
         def vm(mode, cycle, **kw):
-            cmd = [vm_run, "--quiet", "--timeout=600", "--nvdimm-dir=" + os.path.join(bdir, "nvdimm"),
+            cmd = [vm_run, "--quiet", "--timeout=600", "--nvdimm-dir=" + os.path.join(pmem, backend),
                    "--disk-rw=" + disk, "--rw-dir=" + bdir, "--qemu-pidfile=" + os.path.join(bdir, "qemu.pid"),
                    "--env=PCSI_PROTO_DIR", "--env=PCSI_POWERCUT_SEED=%d" % seed,
                    "--env=PCSI_POWERCUT_CYCLE=%d" % cycle, "--merge-stderr",
