@@ -18,12 +18,15 @@ is removed after a run without failures), PCSI_CACHE,
 PCSI_K8S_E2E, the PCSI_E2E_* variables of e2e_storage.py, PCSI_K8S_FULL=1
 (also the steps left out of CI: central mode's power cut, Intel's YAML on a
 fresh deployment), PCSI_K8S_ONLY (below), PCSI_K8S_TRACE=1 (slow kubectl
-calls and waits on stderr).
+calls and waits on stderr), PCSI_K8S_LOGS (where a failed step's events and
+every container's log are kept: LOGS/NN/, NN the step's number; default
+WORK/failed).
 """
 import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -1480,6 +1483,70 @@ def on_term(signum, frame):
     raise SystemExit(128 + signum)
 
 
+LOGS = os.environ.get("PCSI_K8S_LOGS") or os.path.join(WORK, "failed")
+
+
+def keep_logs(step):
+    """A failed step's evidence, saved before the next step or the teardown
+    changes it, under LOGS/NN/ (NN: the step's TAP number): the events of
+    every namespace, the objects a volume's life involves, every container's
+    log (and the previous one's after a restart), the guests' kubelet logs;
+    the tail of each driver container's log also as diagnostics (CI shows a
+    failed test's output, not its files). Bounded: two minutes in all."""
+    c = cl.peek()
+    if not c:
+        return
+    d = os.path.join(LOGS, "%02d" % (t.n + 1))
+    deadline = time.monotonic() + 120
+    try:
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "step.txt"), "w") as f:
+            f.write(step + "\n")
+
+        def save(name, *args):
+            if time.monotonic() > deadline:
+                return ""
+            r = c.kubectl(*args, check=False, timeout=30)
+            with open(os.path.join(d, name), "w") as f:
+                f.write(r.stdout + r.stderr)
+            return r.stdout
+
+        save("events.txt", "get", "events", "-A", "--sort-by=.lastTimestamp")
+        save("objects.txt", "get", "nodes,pods,pvc,pv,volumeattachments,csinodes,csistoragecapacities,configmaps",
+             "-A", "-o", "wide")
+        pods = json.loads(save("pods.json", "get", "pods", "-A", "-o", "json") or "{}").get("items", [])
+        for p in pods:
+            ns, name = p["metadata"]["namespace"], p["metadata"]["name"]
+            for cs in p.get("status", {}).get("containerStatuses", []) + \
+                    p.get("status", {}).get("initContainerStatuses", []):
+                base = "%s_%s_%s" % (ns, name, cs["name"])
+                out = save(base + ".log", "-n", ns, "logs", name, "-c", cs["name"], "--tail=-1")
+                if cs.get("restartCount"):
+                    save(base + ".previous.log", "-n", ns, "logs", name, "-c", cs["name"], "--previous", "--tail=-1")
+                if ns == NS and cs["name"] == "pmem-driver":
+                    t.diag("%s %s, the last lines:\n%s" % (name, cs["name"], "\n".join(out.splitlines()[-15:])))
+        for f in os.listdir(WORK):
+            if f.endswith(".kubelet.log") or f.endswith(".console.log"):
+                shutil.copy(os.path.join(WORK, f), d)
+        t.diag("step %d failed: its events and logs are kept in %s" % (t.n + 1, d))
+    except Exception as e:  # the evidence is a help, never a second failure
+        t.diag("keeping the logs of step %d: %s: %s" % (t.n + 1, type(e).__name__, e))
+
+
+def keeping_logs(name, fn):
+    def run():
+        try:
+            fn()
+        except pt.Skip:
+            raise
+        except BaseException:
+            keep_logs(name)
+            raise
+    return run
+
+
+t.tests = [(name, keeping_logs(name, fn)) for name, fn in t.tests]
+
 # PCSI_K8S_ONLY=cluster,intel (name prefixes) runs only those steps, for
 # working on one scenario; the others are counted as skipped.
 if os.environ.get("PCSI_K8S_ONLY"):
@@ -1499,7 +1566,6 @@ finally:
     if c:
         c.down()  # also after a signal (a meson timeout): nothing is left running
 if OWN_WORK and rc == 0 and t.failed == 0:
-    import shutil
     shutil.rmtree(WORK, ignore_errors=True)
 else:
     t.diag("work directory kept: %s" % WORK)
