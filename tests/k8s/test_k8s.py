@@ -16,8 +16,8 @@ usage: test_k8s.py PATH-TO-pmem-csi-driver (the shipped build)
 Environment: PCSI_K8S_WORK (work there and keep it; a directory of our own
 is removed after a run without failures), PCSI_CACHE,
 PCSI_K8S_E2E, the PCSI_E2E_* variables of e2e_storage.py, PCSI_K8S_FULL=1
-(also the steps left out of CI: central mode's power cut, Intel's YAML on a
-fresh deployment), PCSI_K8S_ONLY (below), PCSI_K8S_TRACE=1 (slow kubectl
+(also the steps left out of CI: central mode's power cut, Helm, Intel's
+rescheduler, Intel's YAML on a fresh deployment), PCSI_K8S_ONLY (below), PCSI_K8S_TRACE=1 (slow kubectl
 calls and waits on stderr), PCSI_K8S_LOGS (where a failed step's events and
 every container's log are kept: LOGS/NN/, NN the step's number; default
 WORK/failed).
@@ -1271,6 +1271,8 @@ def _():
         "through a dax mount; `helm uninstall` removes it all")
 @timed("helm")
 def _():
+    not_in_ci("manifests-helm (lint, render, values) and manifests-crosscheck (the chart renders what kustomize "
+              "renders, which the distributed steps deploy)")
     c = cl.get()
     helm = [kc.go_tool("helm"), "--kubeconfig", os.path.join(WORK, "admin.kubeconfig")]
     # Helm adopts nothing it did not make: the kustomize objects go first,
@@ -1426,6 +1428,7 @@ def _():
 def _():
     if not INTEL:
         raise pt.Skip("PCSI_K8S_INTEL=0")
+    not_in_ci("integration-webhooks (the rescheduler against an API server stand-in) and the switch step")
     k("cordon", "node-x")
     k("label", "nodes", "node-x", "storage-")
     try:
