@@ -215,6 +215,8 @@ else
 	# built; the rest of the Go tools goes on building meanwhile.
 	if gotools guests; then
 		run build-tests "vm + conformance" --suite vm --suite conformance
+	else
+		run build-tests "vm (no Go tools)" --suite vm --no-suite vm-go-tools
 	fi
 	if gotools all; then
 		# The manifests suite starts the binary with every shipped command
