@@ -16,8 +16,10 @@ usage: test_k8s.py PATH-TO-pmem-csi-driver (the shipped build)
 Environment: PCSI_K8S_WORK (work there and keep it; a directory of our own
 is removed after a run without failures), PCSI_CACHE,
 PCSI_K8S_E2E, the PCSI_E2E_* variables of e2e_storage.py, PCSI_K8S_FULL=1
-(also the steps left out of CI: central mode's power cut, Helm, Intel's
-rescheduler, Intel's YAML on a fresh deployment), PCSI_K8S_ONLY (below), PCSI_K8S_TRACE=1 (slow kubectl
+(also the steps left out of CI: central mode's snapshots, group snapshot,
+power cut and node loss, Helm, and Intel's PMEM-CSI: its YAML, the switch,
+the rescheduler, a fresh deployment), PCSI_K8S_INTEL=1 (Intel's steps
+alone), PCSI_K8S_ONLY (below), PCSI_K8S_TRACE=1 (slow kubectl
 calls and waits on stderr), PCSI_K8S_LOGS (where a failed step's events and
 every container's log are kept: LOGS/NN/, NN the step's number; default
 WORK/failed).
@@ -66,15 +68,24 @@ t = pt.TAP()
 timings = {}
 
 
-INTEL = os.environ.get("PCSI_K8S_INTEL", "1") != "0"
 # Steps whose code the other steps and suites cover already, left out of CI
 # for its time budget (docs/testing.md); PCSI_K8S_FULL=1 runs them.
 FULL = os.environ.get("PCSI_K8S_FULL", "0") != "0"
+# Intel's PMEM-CSI v1.1.0 on this cluster (its images built, its YAML, the
+# switch to ours): with PCSI_K8S_FULL=1 or PCSI_K8S_INTEL=1.
+INTEL = os.environ.get("PCSI_K8S_INTEL", "1" if FULL else "0") != "0"
 
 
 def not_in_ci(covered_by):
     if not FULL:
         raise pt.Skip("runs with PCSI_K8S_FULL=1 (covered by %s)" % covered_by)
+
+
+def need_intel():
+    if not INTEL:
+        raise pt.Skip("runs with PCSI_K8S_FULL=1 or PCSI_K8S_INTEL=1 (covered by vm-takeover and vm-convert: Intel's "
+                      "own driver's volumes taken over by ours, and manifests-intel-cmdlines: every Intel command "
+                      "line)")
 TRACE = os.environ.get("PCSI_K8S_TRACE") == "1"
 
 
@@ -439,6 +450,8 @@ def _():
         "that node hold the data; all of it deleted, no logical volume stays")
 @timed("central snapshots")
 def _():
+    not_in_ci("the distributed snapshot step (the same kinds made through the node's csi-snapshotter), vm-snapshot "
+              "and conformance-central-direct (snapshots through the controller)")
     snapshot_scenario("central", "node-x", lambda: ["deployment/pmem-csi-controller"])
 
 
@@ -447,6 +460,8 @@ def _():
         "restored at its restoreSize holds what its PVC held; the group deleted takes its members' copies along")
 @timed("central group snapshot")
 def _():
+    not_in_ci("vm-snapshot (group snapshots on both backends) and integration-controller (the controller's group "
+              "calls)")
     stamp = "grp-%d" % int(time.time())
     for n in ("data", "log"):
         doc = json.loads(pvc_yaml("g-" + n, "pmem-csi-sc", "64Mi"))
@@ -788,6 +803,8 @@ def node_lost_scenario(claim, tell_timeout, distributed=False):
         "back with its PMEM and its driver deletes the volume (the controller's tombstone)")
 @timed("central node deleted")
 def _():
+    not_in_ci("the distributed node-lost step (the same loss, through the webhooks) and integration-controller "
+              "with test-tombstones (the controller's tombstones)")
     off_node_y("pmem-csi-controller")
     node_lost_scenario("lost-pvc", 180)
 
@@ -1375,8 +1392,7 @@ def intel_app(name, node, pvc):
         "provisioner and registrar images, nodes labelled storage=pmem): webhooks controller and node pods ready")
 @timed("intel deploy")
 def _():
-    if not INTEL:
-        raise pt.Skip("PCSI_K8S_INTEL=0")
+    need_intel()
     k("delete", "-k", manifests("distributed"), "--wait=true", "--ignore-not-found", timeout=600)
     wait_gone("namespace", NS, timeout=600)
     k("label", "nodes", "node-x", "node-y", "storage-", "--overwrite")
@@ -1392,8 +1408,7 @@ def _():
 @t.test("intel: Intel's driver binds a late-binding PVC on each node; the pods write files")
 @timed("intel volumes")
 def _():
-    if not INTEL:
-        raise pt.Skip("PCSI_K8S_INTEL=0")
+    need_intel()
     intel_app("intel-x", "node-x", "intel-pvc-x")
     intel_app("intel-y", "node-y", "intel-pvc-y")
 
@@ -1402,8 +1417,7 @@ def _():
         "running with their data, the volumes Intel made are ours to delete, new PVCs bind")
 @timed("intel switch")
 def _():
-    if not INTEL:
-        raise pt.Skip("PCSI_K8S_INTEL=0")
+    need_intel()
     before = {p["metadata"]["name"]: p["status"]["containerStatuses"][0]["restartCount"]
               for p in (kj("get", "pod", "intel-x"), kj("get", "pod", "intel-y"))}
     for kind, name in (("deployment", "controller"), ("daemonset", "node"), ("daemonset", "node-setup")):
@@ -1426,9 +1440,7 @@ def _():
         "(node-x cordoned, its storage label removed, the DaemonSet pod gone) binds on node-y and its pod runs")
 @timed("intel rescheduler")
 def _():
-    if not INTEL:
-        raise pt.Skip("PCSI_K8S_INTEL=0")
-    not_in_ci("integration-webhooks (the rescheduler against an API server stand-in) and the switch step")
+    need_intel()
     k("cordon", "node-x")
     k("label", "nodes", "node-x", "storage-")
     try:
@@ -1463,9 +1475,7 @@ def _():
         "a PVC binds and its pod writes")
 @timed("intel fresh")
 def _():
-    if not INTEL:
-        raise pt.Skip("PCSI_K8S_INTEL=0")
-    not_in_ci("the switch step (Intel's YAML with our image) and manifests-intel-cmdlines (every Intel command line)")
+    need_intel()
     k("delete", "-f", "-", "--wait=true", "--ignore-not-found", input=intel_yaml(OUR_IMAGE), timeout=600)
     k("apply", "-f", "-", input=intel_yaml(OUR_IMAGE))
     intel_rollout()
