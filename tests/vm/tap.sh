@@ -5,8 +5,8 @@
 # test lines on from $tap_n with PREFIX before each description, and counts
 # the failures in $tap_failed; plans are dropped (print "1..$tap_n" at the
 # end); a test's reason ("# failed: ..." from pcsi_test) and "Bail out!"
-# also go to stderr, which meson shows with a failure; any other line becomes
-# a TAP comment.
+# also go to stderr, which meson shows with a failure; a test's "# N took X s"
+# follows its renumbering; any other line becomes a TAP comment.
 tap_n=0
 tap_failed=0
 tap_relay() {
@@ -23,6 +23,9 @@ tap_relay() {
 			echo "$prefix$line" >&2
 			;;
 		1..*) ;;
+		"# "[0-9]*" took "*) # pcsi_test's time of the test just relayed, in the new numbering
+			echo "# $tap_n took ${line#* took }"
+			;;
 		"#"*) echo "$line" ;;
 		*) echo "# $line" ;; # a program's own output (vm-run's, a guest's): TAP comments
 
