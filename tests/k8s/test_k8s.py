@@ -16,9 +16,8 @@ usage: test_k8s.py PATH-TO-pmem-csi-driver (the shipped build)
 Environment: PCSI_K8S_WORK (work there and keep it; a directory of our own
 is removed after a run without failures), PCSI_CACHE,
 PCSI_K8S_E2E, the PCSI_E2E_* variables of e2e_storage.py, PCSI_K8S_FULL=1
-(also the steps left out of CI: central mode's snapshots, group snapshot,
-power cut and node loss, Helm, and Intel's PMEM-CSI: its YAML, the switch,
-the rescheduler, a fresh deployment), PCSI_K8S_INTEL=1 (Intel's steps
+(also the steps left out of CI, which other steps and suites cover: each
+skip names them), PCSI_K8S_INTEL=1 (Intel's steps
 alone), PCSI_K8S_ONLY (below), PCSI_K8S_TRACE=1 (slow kubectl
 calls and waits on stderr), PCSI_K8S_LOGS (where a failed step's events and
 every container's log are kept: LOGS/NN/, NN the step's number; default
@@ -421,6 +420,8 @@ def _():
         "csi-resizer's ControllerModifyVolume reaches both copies (their records), the PVC's status names the class")
 @timed("central modify")
 def _():
+    not_in_ci("conformance (ControllerModifyVolume specs in every guest configuration) and integration-controller "
+              "(a modify reaching both copies)")
     k("apply", "-f", manifests("storageclass", "pmem-csi-vac-keep-data.yaml"))
     vid = kj("get", "pv", kj("get", "pvc", "cache-pvc")["spec"]["volumeName"])["spec"]["csi"]["volumeHandle"]
     record = "/var/lib/pmem-csi.intel.com/volumes/%s.json" % vid
@@ -596,6 +597,8 @@ def _():
         "volumes, ends its 90 s registration grace period once node-x and node-y re-registered, a new PVC binds")
 @timed("central controller restart")
 def _():
+    not_in_ci("integration-controller-crash (the controller killed and restarted: registration grace, nodes "
+              "re-registering, calls after)")
     sel = "app.kubernetes.io/name=pmem-csi-controller"
     k("-n", NS, "delete", "pod", "-l", sel, "--wait=true", timeout=180)
     t0 = time.monotonic()
@@ -690,7 +693,8 @@ def power_cut_scenario(mode, node, claims):
         "record it had made durable, no logical volume is added or lost")
 @timed("central power cut")
 def _():
-    not_in_ci("the distributed power cut (kubelet and the node driver after a reboot, lvm and CXL) and vm-powercut")
+    not_in_ci("vm-powercut (the node driver after power cuts on direct, lvm and CXL: its start, every volume and "
+              "fsync'd file) and the distributed node-lost step (a node booting again on its PMEM and rejoining)")
     power_cut_scenario("central", "node-x", {"cut-c": "pmem-csi-sc"})
 
 
@@ -923,6 +927,8 @@ def _():
 
 @t.test("distributed: a raw block PVC: the pod writes and reads the device")
 def _():
+    not_in_ci("the raw block variants of conformance-node-lvm and conformance-node-direct, and vm-node (raw block "
+              "volumes staged and published)")
     k("apply", "-f", "-", input=pvc_yaml("blk", "pmem-csi-sc", "64Mi", block=True))
     k("apply", "-f", "-", input=pod_yaml(
         "app-blk", "node-y", claim="blk", block=True,
@@ -934,6 +940,7 @@ def _():
 
 @t.test("distributed: an inline ephemeral volume lives and dies with its pod")
 def _():
+    not_in_ci("vm-node (inline ephemeral volumes made at publish and deleted at unpublish, on both backends)")
     k("apply", "-f", "-", input=pod_yaml("app-eph", "node-y", inline={"size": "64Mi"},
                                          cmd="grep ' /data ' /proc/mounts; echo e > /data/f && exec sleep 100000"))
     wait_pod_running("app-eph")
@@ -946,6 +953,7 @@ def _():
 
 @t.test("distributed: the xfs class: an xfs filesystem mounted with dax")
 def _():
+    not_in_ci("conformance-node-lvm (its xfs variant: volumes formatted xfs, mounted with dax) and vm-node")
     k("apply", "-f", "-", input=pvc_yaml("xfs-pvc", "pmem-csi-sc-xfs", "400Mi"))
     k("apply", "-f", "-", input=pod_yaml("app-xfs", "node-y", claim="xfs-pvc",
                                          cmd="grep ' /data ' /proc/mounts; exec sleep 100000"))
@@ -1131,6 +1139,8 @@ def _():
         "or added")
 @timed("distributed power cut")
 def _():
+    not_in_ci("vm-powercut (the node driver after power cuts on direct, lvm and CXL: its start, every volume and "
+              "fsync'd file) and the distributed node-lost step (a node booting again on its PMEM and rejoining)")
     power_cut_scenario("distributed", "node-y", {"cut-d": "pmem-csi-sc", "cut-cxl": "pmem-csi-sc-cxl"})
 
 
@@ -1196,6 +1206,7 @@ def _():
 @t.test("distributed: kubelet (CSIVolumeHealth, volumeStatsAggPeriod 10s) turns "
         "kubelet_volume_stats_health_status_abnormal of the damaged PVC to 1 and reports it on the pod")
 def _():
+    not_in_ci("the media-error event step before it (the same damaged volume seen by the driver) and vm-node")
     need_damaged_volume()
     summary = k("get", "--raw", "/api/v1/nodes/node-x/proxy/stats/summary", check=False)
     if summary.returncode != 0:
