@@ -416,9 +416,28 @@ def zero_check(dev, sample=None):
     size = int(subprocess.run(["blockdev", "--getsize64", dev], capture_output=True, text=True,
                               check=True).stdout)
     if sample is None:
-        r = subprocess.run("dd if=%s bs=4M iflag=direct status=none | cmp -n %d - /dev/zero" % (dev, size),
-                           shell=True, capture_output=True, text=True)
-        return size, (None if r.returncode == 0 else (r.stdout + r.stderr).strip()[:200])
+        # One copy per byte (the device into a page-aligned buffer, as
+        # O_DIRECT needs) and a memcmp: under TCG a third of the time of
+        # `dd | cmp`, which copied each byte four times.
+        import mmap
+        chunk = 4 << 20
+        buf, zero = mmap.mmap(-1, chunk), bytes(chunk)
+        fd = os.open(dev, os.O_RDONLY | os.O_DIRECT)
+        try:
+            off = 0
+            while off < size:
+                n = os.preadv(fd, [buf], off)
+                if n <= 0:
+                    return off, "the read ended at byte %d of %d" % (off, size)
+                b = buf[:n]
+                if b != zero[:n]:
+                    i = next(i for i, c in enumerate(b) if c)
+                    return off + n, "byte %d: %s" % (off + i, b[i & ~15:(i & ~15) + 32].hex())
+                off += n
+        finally:
+            os.close(fd)
+            buf.close()
+        return size, None
     read = 0
     fd = os.open(dev, os.O_RDONLY)
     try:
