@@ -84,15 +84,22 @@ def mkdtemp(prefix="pcsi-"):
     return d
 
 
-def pmem_dir(prefix="pcsi-pmem-"):
-    """A directory for the backing files of a guest's emulated PMEM that
-    outlive one boot (vm-run --nvdimm-dir): in RAM (/dev/shm) when it is a
-    tmpfs, where vm-run has QEMU preallocate them (tests/vm/vm-run, "Where
-    the emulated PMEM lives"), else under /tmp. Removed at exit like
-    mkdtemp()'s."""
+def pmem_root(need=8 << 30):
+    """Where the backing files of a guest's emulated PMEM that outlive one
+    boot (vm-run --nvdimm-dir) go: RAM (/dev/shm) when it is a tmpfs with
+    |need| bytes free, where vm-run has QEMU preallocate them
+    (tests/vm/vm-run, "Where the emulated PMEM lives"), else /tmp."""
     with open("/proc/mounts") as f:
         ram = any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in f)
-    d = tempfile.mkdtemp(prefix=prefix, dir="/dev/shm" if ram else "/tmp")
+    if ram:
+        st = os.statvfs("/dev/shm")
+        ram = st.f_bavail * st.f_frsize >= need
+    return "/dev/shm" if ram else "/tmp"
+
+
+def pmem_dir(prefix="pcsi-pmem-"):
+    """A directory under pmem_root(), removed at exit like mkdtemp()'s."""
+    d = tempfile.mkdtemp(prefix=prefix, dir=pmem_root())
     _tmpdirs.append(d)
     return d
 

@@ -29,7 +29,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(TOP, "tests", "integration"))
 import images  # noqa: E402
+import pcsi_test as pt  # noqa: E402
 
 BRIDGE_IP = "10.250.0.1"
 NODES = {"node-x": ("10.250.0.11", "10.244.1.0/24"), "node-y": ("10.250.0.12", "10.244.2.0/24")}
@@ -311,14 +313,12 @@ class Cluster:
 
     def pmem_dir(self, name):
         """NAME.nvdimm: the directory of node |name|'s PMEM backing files; a
-        link to one in RAM (/dev/shm) when that is a tmpfs, where vm-run has
-        QEMU preallocate them (tests/vm/vm-run, "Where the emulated PMEM
-        lives"). down() frees that RAM."""
+        link to one in RAM (/dev/shm) where pcsi_test.pmem_root() finds room,
+        and vm-run then has QEMU preallocate them (tests/vm/vm-run, "Where
+        the emulated PMEM lives"). down() frees that RAM."""
         link = self.node_file(name, "nvdimm")
-        if not os.path.lexists(link):
-            with open("/proc/mounts") as f:
-                if any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in f):
-                    os.symlink(tempfile.mkdtemp(prefix="pcsi-k8s-%s-" % name, dir="/dev/shm"), link)
+        if not os.path.lexists(link) and pt.pmem_root() != "/tmp":
+            os.symlink(tempfile.mkdtemp(prefix="pcsi-k8s-%s-" % name, dir=pt.pmem_root()), link)
         return link
 
     def boot(self, name, fresh=False):

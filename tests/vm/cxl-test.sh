@@ -13,10 +13,12 @@ set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 driver=$(realpath -e -- "${1:?usage: cxl-test.sh PATH-TO-pmem-csi-driver}") || exit 2
 work=$(mktemp -d "${TMPDIR:-/tmp}/pcsi-cxl.XXXXXX")
-# The devices' backing files in RAM where /dev/shm is a tmpfs (vm-run then
-# preallocates them: see "Where the emulated PMEM lives" there).
+# The devices' backing files in RAM where /dev/shm is a tmpfs with room for
+# them (vm-run then preallocates them: see "Where the emulated PMEM lives"
+# there).
 img=$work/img
-if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ]; then
+if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] &&
+	[ "$(($(stat -f -c '%a * %S' /dev/shm)))" -ge $((6 << 30)) ]; then
 	img=$(mktemp -d /dev/shm/pcsi-cxl.XXXXXX) || img=$work/img
 fi
 trap 'rm -rf "$work" "$img"' EXIT
