@@ -451,8 +451,8 @@ def _():
         "that node hold the data; all of it deleted, no logical volume stays")
 @timed("central snapshots")
 def _():
-    not_in_ci("the distributed snapshot step (the same kinds made through the node's csi-snapshotter), vm-snapshot "
-              "and conformance-central-direct (snapshots through the controller)")
+    not_in_ci("vm-snapshot (snapshots, restores and clones on both backends) and conformance-central-direct "
+              "(snapshots through the controller)")
     snapshot_scenario("central", "node-x", lambda: ["deployment/pmem-csi-controller"])
 
 
@@ -694,7 +694,7 @@ def power_cut_scenario(mode, node, claims):
 @timed("central power cut")
 def _():
     not_in_ci("vm-powercut (the node driver after power cuts on direct, lvm and CXL: its start, every volume and "
-              "fsync'd file) and the distributed node-lost step (a node booting again on its PMEM and rejoining)")
+              "fsync'd file) and vm-cxl (a node booting again on its PMEM)")
     power_cut_scenario("central", "node-x", {"cut-c": "pmem-csi-sc"})
 
 
@@ -807,8 +807,8 @@ def node_lost_scenario(claim, tell_timeout, distributed=False):
         "back with its PMEM and its driver deletes the volume (the controller's tombstone)")
 @timed("central node deleted")
 def _():
-    not_in_ci("the distributed node-lost step (the same loss, through the webhooks) and integration-controller "
-              "with test-tombstones (the controller's tombstones)")
+    not_in_ci("integration-controller with test-tombstones (the controller's tombstones and the events of a "
+              "node deleted for good)")
     off_node_y("pmem-csi-controller")
     node_lost_scenario("lost-pvc", 180)
 
@@ -1150,7 +1150,7 @@ def _():
 @timed("distributed power cut")
 def _():
     not_in_ci("vm-powercut (the node driver after power cuts on direct, lvm and CXL: its start, every volume and "
-              "fsync'd file) and the distributed node-lost step (a node booting again on its PMEM and rejoining)")
+              "fsync'd file) and vm-cxl (a node booting again on its PMEM)")
     power_cut_scenario("distributed", "node-y", {"cut-d": "pmem-csi-sc", "cut-cxl": "pmem-csi-sc-cxl"})
 
 
