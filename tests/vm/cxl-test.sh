@@ -13,16 +13,15 @@ set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 driver=$(realpath -e -- "${1:?usage: cxl-test.sh PATH-TO-pmem-csi-driver}") || exit 2
 work=$(mktemp -d "${TMPDIR:-/tmp}/pcsi-cxl.XXXXXX")
-# The devices' backing files in RAM where /dev/shm is a tmpfs with room for
-# them (vm-run then preallocates them: see "Where the emulated PMEM lives"
-# there).
-img=$work/img
-if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] &&
-	[ "$(($(stat -f -c '%a * %S' /dev/shm)))" -ge $((6 << 30)) ]; then
-	img=$(mktemp -d /dev/shm/pcsi-cxl.XXXXXX) || img=$work/img
-fi
-trap 'rm -rf "$work" "$img"' EXIT
-mkdir -p "$img" "$work/share"
+# The devices' backing files where pcsi_test.pmem_root() says: RAM when
+# /dev/shm has room (vm-run then preallocates them: see "Where the emulated
+# PMEM lives" there).
+root=$(/usr/bin/python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import pcsi_test; print(pcsi_test.pmem_root())' \
+	"$here/../integration") || root=${TMPDIR:-/tmp}
+img=
+trap 'rm -rf "$work" ${img:+"$img"}' EXIT
+img=$(mktemp -d "$root/pcsi-cxl-img.XXXXXX") || exit 2
+mkdir -p "$work/share"
 
 . "$here/tap.sh"
 
