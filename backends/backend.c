@@ -650,12 +650,16 @@ const char *const *pcsi_backend_tool_env(void)
 }
 
 /* Runs |argv| for |req|: through the implementation's runner when |own|
- * (its tools), else as a child process (the front end's: erase, copy). */
+ * (its tools), else as a child process (the front end's: erase, copy),
+ * which writes a volume's device and so dies with the daemon: a restarted
+ * daemon never races an orphaned erase or copy for the device. */
 static void run_tool(struct pcsi_backend_req *req, const char *const *argv, uint64_t timeout_ms,
 		     bool own, void (*cb)(struct pcsi_backend_req *req))
 {
 	struct pcsi_backend *be = req->be;
-	struct pcsi_proc_opts o = { .timeout_ms = timeout_ms, .env = pcsi_backend_tool_env() };
+	struct pcsi_proc_opts o = { .timeout_ms = timeout_ms,
+				    .env = pcsi_backend_tool_env(),
+				    .die_with_daemon = !own };
 
 	if (!req->proc) {
 		struct tool *t = pcsi_xcalloc(1, sizeof(*t));
@@ -953,8 +957,7 @@ static void on_erased(struct pcsi_backend_req *req)
 
 /* Zeroes the whole device (an erase) with a child process that the caller
  * may stop, then calls on_erased(). The tool dies with the daemon
- * (pdeathsig): a restarted daemon never races an orphaned erase for the
- * device. blkdiscard -z asks the kernel to write
+ * (run_tool()). blkdiscard -z asks the kernel to write
  * zeros (BLKZEROOUT: zero pages straight to the device, no page cache; on
  * pmem a whole-block write also clears poison), 8 MiB per call so that a
  * kill stops it within one step. shred -z, before, wrote through the page
@@ -963,8 +966,7 @@ static void on_erased(struct pcsi_backend_req *req)
  * probes timed out, the driver was restarted; provision-bench). */
 static void erase_device(struct pcsi_backend_req *req)
 {
-	const char *whole[] = { "setpriv", "--pdeathsig", "KILL",	 "blkdiscard", "--zeroout",
-				"--step",  "8M",	  req->vol.path, NULL };
+	const char *whole[] = { "blkdiscard", "--zeroout", "--step", "8M", req->vol.path, NULL };
 
 	/* Erasing a large device takes as long as it takes: no time limit
 	 * (but the caller may give up: pcsi_backend_cancel()). */
@@ -1470,11 +1472,8 @@ static void after_copy_step(struct pcsi_backend_req *req, int error)
 	/* Both sides O_DIRECT: the source is read from the medium, not from a
 	 * page cache that DAX writes bypass, and nothing of the copy stays
 	 * cached for the destination. The tool dies with the daemon
-	 * (pdeathsig), so a restarted daemon never races an orphaned copy. */
-	const char *argv[] = { "setpriv",
-			       "--pdeathsig",
-			       "KILL",
-			       "dd",
+	 * (run_tool()). */
+	const char *argv[] = { "dd",
 			       in,
 			       out,
 			       "bs=4M",

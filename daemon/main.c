@@ -15,6 +15,7 @@
 #include "daemon/controller/role.h"
 #include "daemon/core/log.h"
 #include "daemon/core/memtrim.h"
+#include "daemon/core/proc.h"
 #include "daemon/csi/identity.h"
 #include "daemon/csi/messages.h"
 #include "daemon/csi/role.h"
@@ -168,6 +169,8 @@ int main(int argc, char **argv)
 	sigset_t stop_signals;
 	int rc;
 
+	if (pcsi_proc_guard(argc, argv))
+		return 127; /* not reached: it execs or exits */
 	/* A SIGTERM that comes while the daemon starts (a pod deleted at once)
 	 * waits, blocked, until the loop's handlers are in place, and then
 	 * shuts it down cleanly instead of killing it half set up. */

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include "daemon/core/util.h"
 
@@ -167,6 +169,8 @@ void pcsi_proc_run(uv_loop_t *loop, struct pcsi_proc *p, const char *const *argv
 	uv_process_options_t po;
 	uv_stdio_container_t stdio[3];
 	char *env[34];
+	const char **guarded = NULL;
+	char parent[24];
 	size_t i;
 	int rc;
 
@@ -196,11 +200,26 @@ void pcsi_proc_run(uv_loop_t *loop, struct pcsi_proc *p, const char *const *argv
 	stdio[1].data.stream = (uv_stream_t *)&p->pipes[0];
 	stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
 	stdio[2].data.stream = (uv_stream_t *)&p->pipes[1];
+	if (p->opts.die_with_daemon) {
+		/* The guard first: the daemon's executable, as it runs now. */
+		size_t n = 0;
+
+		while (argv[n])
+			n++;
+		guarded = pcsi_xcalloc(n + 4, sizeof(*guarded));
+		snprintf(parent, sizeof(parent), "%ld", (long)getpid());
+		guarded[0] = "/proc/self/exe";
+		guarded[1] = PCSI_PROC_GUARD;
+		guarded[2] = parent;
+		memcpy(guarded + 3, argv, (n + 1) * sizeof(*argv));
+		argv = guarded;
+	}
 	pcsi_proc_options(&po, env, PCSI_ARRAY_SIZE(env), argv, NULL, p->opts.env, stdio, 3,
 			  on_exit_cb);
 
 	/* uv_spawn searches PATH from the *child's* env (our fixed PATH). */
 	rc = uv_spawn(loop, &p->process, &po);
+	free(guarded);
 	if (rc < 0) {
 		p->error = rc;
 		/* Deliver on a later turn: closing handles defers the callback. */
@@ -253,4 +272,20 @@ void pcsi_proc_done(struct pcsi_proc *p)
 	free(p->err.data);
 	free(p->name);
 	p->out.data = p->err.data = p->name = NULL;
+}
+
+bool pcsi_proc_guard(int argc, char **argv)
+{
+	long parent;
+
+	if (argc < 4 || strcmp(argv[1], PCSI_PROC_GUARD) != 0)
+		return false;
+	parent = strtol(argv[2], NULL, 10);
+	/* Asked for first, checked second: a parent that dies in between is
+	 * seen by the check, one that dies after sends the signal. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || (long)getppid() != parent)
+		_exit(125);
+	execvp(argv[3], argv + 3);
+	fprintf(stderr, "%s: %s\n", argv[3], strerror(errno));
+	_exit(127);
 }

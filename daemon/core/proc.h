@@ -34,6 +34,13 @@ struct pcsi_proc_opts {
 	uint64_t kill_grace_ms; /* SIGTERM -> SIGKILL, default 5000 */
 	size_t max_output;	/* per stream, default 64 KiB */
 	const char *const *env; /* extra "NAME=value" entries, NULL-terminated, may be NULL */
+	/* SIGKILLed when the daemon dies, also when it dies while the child
+	 * starts: for tools that write a device (mkfs, erase, copy), so that a
+	 * restarted daemon never races an orphan of its predecessor. The child
+	 * starts as the daemon's own executable (pcsi_proc_guard()), which
+	 * asks for the signal, checks that its parent is still the daemon,
+	 * and then execs argv. */
+	bool die_with_daemon;
 };
 
 /* The environment and options every child of the daemon starts with (the
@@ -92,5 +99,14 @@ void pcsi_proc_describe(const struct pcsi_proc *p, char *buf, size_t len);
 
 /* Frees the captured output. */
 void pcsi_proc_done(struct pcsi_proc *p);
+
+/* The start of a die_with_daemon child, called first thing in main():
+ * returns false at once unless argv is "EXE PCSI_PROC_GUARD PARENT-PID
+ * TOOL ARGS..."; then it does not return: it asks for SIGKILL at its
+ * parent's death, exits (status 125) if the parent is no longer
+ * PARENT-PID (it died before that), and execs TOOL (status 127 when it
+ * cannot). */
+#define PCSI_PROC_GUARD "--pcsi-die-with-parent"
+bool pcsi_proc_guard(int argc, char **argv);
 
 #endif

@@ -851,21 +851,19 @@ static void p_mkfs_done(struct pcsi_proc *p, void *data)
 
 static void p_image(struct pcsi_kata_job *j)
 {
-	/* The tool dies with the driver (pdeathsig): a retry never races it.
-	 * No discard: on a loop device that punches holes into the image. The
+	/* The tool dies with the driver (die_with_daemon): a retry never races
+	 * it. No discard: on a loop device that punches holes into the image. The
 	 * inode tables and the journal are zeroed now, not by ext4's lazy
 	 * init after the mount, whose zeroing through the loop device would
 	 * punch holes as well while the volume is in use. */
-	const char *ext4[] = {
-		"setpriv",   "--pdeathsig", "KILL",
-		"mkfs.ext4", "-q",	    "-b",
-		"4096",	     "-E",	    "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
-		"-F",	     j->loop,	    NULL
-	};
-	const char *xfs[] = { "setpriv", "--pdeathsig", "KILL", "mkfs.xfs",  "-q",
-			      "-b",	 "size=4096",	"-m",	"reflink=0", "-K",
-			      "-f",	 j->loop,	NULL };
-	struct pcsi_proc_opts o = { .timeout_ms = MKFS_TIMEOUT_MS };
+	const char *ext4[] = { "mkfs.ext4", "-q",
+			       "-b",	    "4096",
+			       "-E",	    "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+			       "-F",	    j->loop,
+			       NULL };
+	const char *xfs[] = { "mkfs.xfs",  "-q", "-b", "size=4096", "-m",
+			      "reflink=0", "-K", "-f", j->loop,	    NULL };
+	struct pcsi_proc_opts o = { .timeout_ms = MKFS_TIMEOUT_MS, .die_with_daemon = true };
 
 	if (j->error) {
 		undo(j);

@@ -107,7 +107,9 @@ static void on_tool(struct pcsi_proc *p, void *data)
 static void run_tool(struct nop *op, const char *const *argv, uint64_t timeout_ms,
 		     void (*after)(struct nop *op))
 {
-	struct pcsi_proc_opts o = { .timeout_ms = timeout_ms };
+	/* mkfs and grow write the device: a restarted driver never races an
+	 * orphan of its predecessor there. */
+	struct pcsi_proc_opts o = { .timeout_ms = timeout_ms, .die_with_daemon = true };
 
 	op->why[0] = '\0';
 	op->after_tool = after;

@@ -198,8 +198,7 @@ def driver_rootfs(driver):
     r.add_binary(driver, "/usr/local/bin/pmem-csi-driver")
     for tool in ("/sbin/mkfs.ext4", "/sbin/mke2fs", "/sbin/mkfs.xfs", "/bin/mount", "/bin/umount",
                  "/sbin/blkid", "/sbin/wipefs", "/sbin/blkdiscard", "/bin/dd", "/bin/sh", "/sbin/lvm",
-                 "/usr/bin/ndctl", "/usr/bin/cxl", "/sbin/resize2fs", "/usr/sbin/xfs_growfs", "/sbin/fsfreeze",
-                 "/usr/bin/setpriv"):
+                 "/usr/bin/ndctl", "/usr/bin/cxl", "/sbin/resize2fs", "/usr/sbin/xfs_growfs", "/sbin/fsfreeze"):
         if os.path.exists(tool):
             r.add_binary(tool)
     for t in ("lvcreate", "lvremove", "lvrename", "lvs", "vgs", "pvs", "vgcreate", "vgextend", "pvcreate",

@@ -2,7 +2,12 @@
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "daemon/core/proc.h"
@@ -230,6 +235,96 @@ START_TEST(stdin_is_empty)
 }
 END_TEST
 
+/* die_with_daemon: the tool runs (as itself, the daemon its parent). */
+START_TEST(guarded_child_runs_the_tool)
+{
+	const char *argv[] = { "/bin/sh", "-c", "echo $PPID; cat /proc/$$/comm", NULL };
+	struct pcsi_proc_opts o = { .die_with_daemon = true };
+	char want[64];
+	char msg[256];
+
+	run(argv, &o);
+	ck_assert(pcsi_proc_ok(&proc));
+	snprintf(want, sizeof(want), "%ld\nsh\n", (long)getpid());
+	ck_assert_str_eq(proc.out.data, want);
+	ck_assert_str_eq(proc.name, "/bin/sh"); /* messages name the tool */
+
+	const char *missing[] = { "/nonexistent/pmem-csi-tool", NULL };
+	pcsi_proc_done(&proc);
+	calls = 0;
+	run(missing, &o);
+	ck_assert_int_eq(proc.exit_status, 127);
+	pcsi_proc_describe(&proc, msg, sizeof(msg));
+	ck_assert_ptr_nonnull(strstr(msg, "pmem-csi-tool"));
+}
+END_TEST
+
+/* The guard does not start the tool when its parent is not the one named
+ * (the daemon died while the child started). */
+START_TEST(guard_refuses_an_orphan)
+{
+	const char *argv[] = {
+		"/proc/self/exe", PCSI_PROC_GUARD, "1", "/bin/sh", "-c", "echo ran", NULL
+	};
+
+	run(argv, NULL);
+	ck_assert_int_eq(proc.exit_status, 125);
+	ck_assert_str_eq(proc.out.data, "");
+}
+END_TEST
+
+/* The daemon's death SIGKILLs a guarded tool. "The daemon" is a process
+ * forked here that starts the guard and exits; this test is the subreaper,
+ * so it reaps the orphaned tool and sees how it ended. */
+START_TEST(guarded_tool_dies_with_its_parent)
+{
+	int fds[2], status = 0;
+	pid_t daemon, tool = 0;
+
+	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	ck_assert_int_eq(pipe(fds), 0);
+	daemon = fork();
+	ck_assert_int_ge(daemon, 0);
+	if (daemon == 0) {
+		char parent[24], comm[64] = "";
+		pid_t g;
+
+		snprintf(parent, sizeof(parent), "%ld", (long)getpid());
+		g = fork();
+		if (g == 0) {
+			execl("/proc/self/exe", "test-proc", PCSI_PROC_GUARD, parent, "/bin/sleep",
+			      "30", (char *)NULL);
+			_exit(126);
+		}
+		/* Dies once the tool runs (the guard has exec'd it). */
+		for (int i = 0; i < 2000 && strcmp(comm, "sleep\n"); i++) {
+			char path[64];
+			FILE *f;
+
+			snprintf(path, sizeof(path), "/proc/%ld/comm", (long)g);
+			if ((f = fopen(path, "r"))) {
+				if (!fgets(comm, sizeof(comm), f))
+					comm[0] = '\0';
+				fclose(f);
+			}
+			usleep(5000);
+		}
+		if (write(fds[1], &g, sizeof(g)) != sizeof(g))
+			_exit(1);
+		_exit(strcmp(comm, "sleep\n") ? 2 : 0);
+	}
+	close(fds[1]);
+	ck_assert_int_eq(read(fds[0], &tool, sizeof(tool)), sizeof(tool));
+	close(fds[0]);
+	ck_assert_int_eq(waitpid(daemon, &status, 0), daemon);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* the tool ran */
+	/* Reaped here: it was killed, not left to its 30 s. */
+	ck_assert_int_eq(waitpid(tool, &status, 0), tool);
+	ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+}
+END_TEST
+
 static Suite *proc_suite(void)
 {
 	Suite *s = suite_create("proc");
@@ -248,14 +343,21 @@ static Suite *proc_suite(void)
 	tcase_add_test(tc, grandchild_holding_pipes_does_not_hang);
 	tcase_add_test(tc, environment_is_fixed);
 	tcase_add_test(tc, stdin_is_empty);
+	tcase_add_test(tc, guarded_child_runs_the_tool);
+	tcase_add_test(tc, guard_refuses_an_orphan);
+	tcase_add_test(tc, guarded_tool_dies_with_its_parent);
 	suite_add_tcase(s, tc);
 	return s;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	SRunner *sr = srunner_create(proc_suite());
+	SRunner *sr;
 	int failed;
+
+	if (pcsi_proc_guard(argc, argv)) /* a guarded child of a test above */
+		return 127;
+	sr = srunner_create(proc_suite());
 
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);

@@ -54,6 +54,12 @@ class Driver:
     def kill(self):
         self.ch.close()
         self.d.kill()
+        self.d = None
+
+    def ensure(self):
+        """Started again if a test left it killed."""
+        if self.d is None:
+            self.start()
 
     def call(self, service, method, req, timeout=600):
         path, _, resp = pt.rpc(csi, service, method)
@@ -122,8 +128,18 @@ def test(title):
         def run():
             try:
                 fn()
-            finally:
-                cleanup()
+            except BaseException:
+                # What failed is reported, not a cleanup that failed after it;
+                # a driver left killed is started again first, so that its
+                # recovery thaws what the kill left frozen.
+                try:
+                    drv.ensure()
+                    cleanup()
+                except Exception as e:
+                    t.diag("cleanup after the failure: %s: %s" % (type(e).__name__, e))
+                raise
+            drv.ensure()
+            cleanup()
         run.__name__ = fn.__name__
         return t.test(title)(run)
     return deco
@@ -354,14 +370,20 @@ def kill_when_copying(call, budget=120):
 
 
 def dying(pid):
-    """True when process |pid| is gone, a zombie, or has SIGKILL pending."""
+    """True when process |pid| is gone, a zombie, has SIGKILL pending, or is
+    already in exit (PF_EXITING: the signal taken, its open files still being
+    closed, which for a copy with writes in flight to a device can take long
+    in a loaded guest)."""
     try:
         with open("/proc/%d/status" % pid) as f:
             st = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
-    except OSError:
+        with open("/proc/%d/stat" % pid) as f:
+            flags = int(f.read().rsplit(")", 1)[1].split()[6])
+    except (OSError, IndexError, ValueError):
         return True
     kill_bit = 1 << (signal.SIGKILL - 1)
-    return (st.get("State", "").strip().startswith(("Z", "X")) or
+    pf_exiting = 0x4
+    return (st.get("State", "").strip().startswith(("Z", "X")) or flags & pf_exiting != 0 or
             any(int(st.get(k, "0").strip(), 16) & kill_bit for k in ("SigPnd", "ShdPnd")))
 
 
@@ -569,8 +591,9 @@ def _():
 
 
 def teardown():
-    drv.ch.close()
-    drv.d.stop()
+    if drv.d is not None:
+        drv.ch.close()
+        drv.d.stop()
 
 
 if __name__ == "__main__":
