@@ -92,6 +92,12 @@ VARIANTS = {
     # A cache volume has copies on two nodes; a copy of a source can be made
     # only on the node that holds the source, so the central controller
     # refuses a cache volume with a content source (INVALID_ARGUMENT).
+    # Central mode on real PMEM: the volumes' and snapshots' specs, which
+    # reach the node over the link; the rest (Identity, listing and paging,
+    # capacity, argument checks) is the controller's own code, run whole on
+    # the host (conformance-central-fake) and against a real node's
+    # listings in conformance-node-direct and -lvm.
+    "volumes": dict(params={}, size=64 * MiB, checks=DEFAULT_CHECKS, focus=CACHE_SPECS),
     "cache": dict(params={"persistencyModel": "cache", "cacheSize": "2"}, size=64 * MiB, checks=[],
                   focus=CACHE_SPECS, central_args=["--ginkgo.skip=should create volume from an existing source"]),
     "cache1": dict(params={"persistencyModel": "cache", "cacheSize": "1"}, size=64 * MiB, checks=[],
