@@ -852,8 +852,8 @@ static void p_mkfs_done(struct pcsi_proc *p, void *data)
 static void p_image(struct pcsi_kata_job *j)
 {
 	/* The tool dies with the driver (die_with_daemon): a retry never races
-	 * it. No discard: on a loop device that punches holes into the image. The
-	 * inode tables and the journal are zeroed now, not by ext4's lazy
+	 * it. No discard: on a loop device that punches holes into the image.
+	 * The inode tables and the journal are zeroed now, not by ext4's lazy
 	 * init after the mount, whose zeroing through the loop device would
 	 * punch holes as well while the volume is in use. */
 	const char *ext4[] = { "mkfs.ext4", "-q",

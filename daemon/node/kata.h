@@ -53,7 +53,8 @@
  * Where each step runs: mount-table look-ups on the loop thread (as
  * everywhere in the node role, mount.h), mounts and unmounts through mount.h
  * (mount(2) on the thread pool), mkfs as a child process (proc.h; with
- * die_with_daemon, so it dies with the driver and a retry never races it), and everything else (directories, the image's allocation and
+ * die_with_daemon, so it dies with the driver and a retry never races it),
+ * and everything else (directories, the image's allocation and
  * headers, fsync, rename, sysfs, ioctls, closing descriptors) on libuv's
  * thread pool. The callback runs exactly once, on a later loop turn.
  *

@@ -91,7 +91,9 @@ TRACE = os.environ.get("PCSI_K8S_TRACE") == "1"
 def _up():
     c = kc.Cluster(WORK, DRIVER, e2e_images=E2E, intel=INTEL)
     try:
-        timings["cluster start"] = c.up(os.path.join(WORK, "images"))
+        # CoreDNS and the snapshot-controller start while the first
+        # deployment does (its step waits for them too).
+        timings["cluster start"] = c.up(os.path.join(WORK, "images"), addons=False)
         if TRACE:  # every event from now on, with its time, in WORK/events.log
             c.start("events", [c.kube, "kubectl", "--kubeconfig", os.path.join(WORK, "admin.kubeconfig"), "get",
                                "events", "-A", "--watch-only", "-o",
@@ -251,7 +253,7 @@ def timed(name):
 # ---------------------------------------------------------------------------- cluster
 
 @t.test("cluster: etcd, API server, controller-manager, scheduler on the host; node-x and node-y Ready in "
-        "PMEM guests (kubelet, containerd, runc, CNI, kube-proxy); CoreDNS ready")
+        "PMEM guests (kubelet, containerd, runc, CNI, kube-proxy)")
 def _():
     c = cl.get()
     nodes = kj("get", "nodes")["items"]
@@ -264,7 +266,8 @@ def _():
 # ---------------------------------------------------------------------------- central mode
 
 @t.test("central: Secrets from make-secrets.sh, `kubectl apply -k manifests/central` unchanged, nodes labelled "
-        "storage=nvdimm: controller and node pods become ready")
+        "storage=nvdimm: controller and node pods become ready and both nodes register at the controller; CoreDNS "
+        "and the snapshot-controller (started with the cluster) ready too")
 @timed("central deploy")
 def _():
     certs = os.path.join(WORK, "certs")
@@ -279,6 +282,24 @@ def _():
     k("label", "nodes", "node-x", "node-y", "storage=nvdimm", "--overwrite")
     rollout("deployment", "pmem-csi-controller")
     rollout("daemonset", "pmem-csi-node")
+    cl.get().addons_ready()
+    # Ready for volumes once both nodes registered (each retries, backing
+    # off to 30 s, while the controller's port is not up yet): a create
+    # before that is refused, and csi-provisioner's own backoff grows.
+    wait(lambda: registered_nodes() >= {"node-x", "node-y"}, 300, "both nodes registered at the controller")
+
+
+def controller_metrics(ctl=None):
+    """The central controller's /metrics, from its pod (|ctl|, or the one
+    there is)."""
+    ctl = ctl or kj("-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=pmem-csi-controller")["items"][0]
+    return cl.get().run("curl", "-s", "--max-time", "10", "http://%s:10010/metrics" % ctl["status"]["podIP"],
+                        check=False).stdout
+
+
+def registered_nodes():
+    return set(re.findall(r'^pmem_node_registration_age_seconds\{[^}]*node="([^"]+)"', controller_metrics(),
+                          re.M))
 
 
 @t.test("central: kubelet registered the driver on both nodes (CSINode with the topology key)")
@@ -355,8 +376,7 @@ def _():
     # the first one has grown to since (the heartbeat comes every 30 s, later
     # on a loaded cluster; waited for generously).
     def age():
-        metrics = c.run("curl", "-s", "--max-time", "10", "http://%s:10010/metrics" % ctl["status"]["podIP"],
-                        check=False).stdout
+        metrics = controller_metrics(ctl)
         ages = re.findall(r'^pmem_node_registration_age_seconds\{[^}]*node="node-y"[^}]*\} (\S+)', metrics, re.M)
         pt.check(ages, "node-y is not registered:\n%s" % metrics[-1500:])
         return float(ages[0]), time.monotonic()
@@ -850,6 +870,7 @@ def _():
     k("apply", "-k", manifests("distributed"))
     rollout("daemonset", "pmem-csi-node")
     rollout("deployment", "pmem-csi-webhooks")
+    cl.get().addons_ready()  # (a run of the distributed steps alone: PCSI_K8S_ONLY)
     wait(lambda: set(capacities("pmem-csi-sc")) == {"node-x", "node-y"}, 300, "CSIStorageCapacity objects")
     for n, (cap, mx) in capacities("pmem-csi-sc").items():
         pt.check(cap > 1 << 30 and 0 < mx <= cap, "%s: capacity %d, max %d" % (n, cap, mx))

@@ -378,8 +378,8 @@ def dying(pid):
         with open("/proc/%d/status" % pid) as f:
             st = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
         with open("/proc/%d/stat" % pid) as f:
-            flags = int(f.read().rsplit(")", 1)[1].split()[6])
-    except (OSError, IndexError, ValueError):
+            flags = int(f.read().rsplit(")", 1)[1].split()[6])  # after "pid (comm)": field 9
+    except OSError:
         return True
     kill_bit = 1 << (signal.SIGKILL - 1)
     pf_exiting = 0x4
