@@ -19,6 +19,7 @@ missing, crashes or hangs.
 """
 
 import atexit
+import glob
 import importlib
 import json
 import re
@@ -386,7 +387,6 @@ def retired_on_pmem():
     the same guest: the namespaces' names from sysfs (what `ndctl list -N -i`
     reads, without a process that costs a TCG guest a third of a second),
     and lvs only when LVM's labels exist on a PMEM device (an LV active or not)."""
-    import glob
     names = []
     if any(_lvm_label(d) for d in glob.glob("/dev/pmem*") if re.fullmatch(r"/dev/pmem\d+(\.\d+)?", d)):
         r = subprocess.run(["lvs", "--noheadings", "-o", "lv_name"], capture_output=True, text=True)

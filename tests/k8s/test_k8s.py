@@ -297,9 +297,15 @@ def controller_metrics(ctl=None):
                         check=False).stdout
 
 
+def registration_ages(metrics):
+    """Each registered node's registration age in seconds, from the
+    controller's |metrics| text."""
+    return {n: float(a) for n, a in
+            re.findall(r'^pmem_node_registration_age_seconds\{[^}]*node="([^"]+)"[^}]*\} (\S+)', metrics, re.M)}
+
+
 def registered_nodes():
-    return set(re.findall(r'^pmem_node_registration_age_seconds\{[^}]*node="([^"]+)"', controller_metrics(),
-                          re.M))
+    return set(registration_ages(controller_metrics()))
 
 
 @t.test("central: kubelet registered the driver on both nodes (CSINode with the topology key)")
@@ -377,9 +383,9 @@ def _():
     # on a loaded cluster; waited for generously).
     def age():
         metrics = controller_metrics(ctl)
-        ages = re.findall(r'^pmem_node_registration_age_seconds\{[^}]*node="node-y"[^}]*\} (\S+)', metrics, re.M)
-        pt.check(ages, "node-y is not registered:\n%s" % metrics[-1500:])
-        return float(ages[0]), time.monotonic()
+        ages = registration_ages(metrics)
+        pt.check("node-y" in ages, "node-y is not registered:\n%s" % metrics[-1500:])
+        return ages["node-y"], time.monotonic()
     a0, t0 = age()
     seen = []
 
